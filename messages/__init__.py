@@ -1,0 +1,1 @@
+"""The bus contract: every subject, stream, consumer, bucket and message type of voxmesh."""

@@ -1,0 +1,1 @@
+"""voxmesh services: one package per actor, plus the shared machinery (model, engine, bus)."""

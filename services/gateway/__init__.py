@@ -1,0 +1,1 @@
+"""voxmesh gateway."""
