@@ -1,0 +1,208 @@
+"""Batched, replay-safe sampling for the talker (codebook 0) and the code predictor (codebooks 1..15).
+
+Every random draw is a pure function of (request seed, frame index, codebook index, vocab index):
+a counter-based hash, not a stateful generator. A replayed, migrated or remotely prefilled request
+therefore draws exactly the numbers an undisturbed run drew, whatever batch it lands in, and the
+code predictor needs no per-request generator state.
+
+The draw is a Gumbel-max race: `argmax(logits / T + G)` with `G = -log(-log U)` samples exactly
+from `softmax(logits / T)` restricted to the tokens top-k and top-p keep. All rows go through one
+set of tensor ops; no Python loop runs per row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+_MASK32 = 0xFFFFFFFF
+# Distinct odd constants decorrelate the hash lanes and the key fields.
+_LANE_SEEDS = (0x9E3779B9, 0x85EBCA6B)
+_FIELD_SALTS = (0x27D4EB2F, 0x165667B1, 0xC2B2AE3D, 0x61C88647)
+
+
+class SamplingParamsError(ValueError):
+    """Invalid sampling parameters; `code` is machine-readable."""
+
+    code = "invalid_sampling_params"
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How one request samples. Defaults are the released generation_config's."""
+
+    temperature: float = 0.9
+    """0 means greedy (argmax); otherwise logits are divided by it before sampling."""
+    top_k: int = 50
+    """Keep only the k most likely tokens; 0 disables the cut."""
+    top_p: float = 1.0
+    """Keep the smallest set of most likely tokens whose probability reaches top_p; 1.0 disables it."""
+    repetition_penalty: float = 1.05
+    """Applied to the talker's codebook-0 logits of ids it already generated (1.0 disables it)."""
+
+    def __post_init__(self) -> None:
+        _check_number("temperature", self.temperature)
+        if self.temperature < 0:
+            raise SamplingParamsError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise SamplingParamsError(f"top_k must be an integer >= 0 (0 = no cut), got {self.top_k!r}")
+        _check_number("top_p", self.top_p)
+        if not 0.0 < self.top_p <= 1.0:
+            raise SamplingParamsError(f"top_p must be in (0, 1], got {self.top_p}")
+        _check_number("repetition_penalty", self.repetition_penalty)
+        if self.repetition_penalty <= 0:
+            raise SamplingParamsError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def _check_number(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SamplingParamsError(f"{name} must be a finite number, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RowSampling:
+    """Per-row sampling state of a batch, as tensors of shape [B] on the logits' device."""
+
+    temperature: torch.Tensor
+    """float32; 0 marks a greedy row."""
+    top_k: torch.Tensor
+    """int64; 0 disables the cut."""
+    top_p: torch.Tensor
+    """float32 in (0, 1]."""
+    seed: torch.Tensor
+    """int64: the request's seed (any 64-bit value)."""
+    frame: torch.Tensor
+    """int64: index of the frame being generated (0 for the first frame)."""
+
+    @staticmethod
+    def build(
+        params_per_row: Sequence[SamplingParams],
+        seeds: Sequence[int],
+        frames: Sequence[int],
+        device: torch.device | str = "cpu",
+    ) -> RowSampling:
+        """Gather per-request parameters into batch tensors (one row per request)."""
+        num_rows = len(params_per_row)
+        if len(seeds) != num_rows or len(frames) != num_rows:
+            raise SamplingParamsError(
+                f"params_per_row, seeds and frames must have equal lengths, got {num_rows}, {len(seeds)}, {len(frames)}"
+            )
+        if any(frame < 0 for frame in frames):
+            raise SamplingParamsError(f"frame indices must be >= 0, got {list(frames)}")
+        return RowSampling(
+            temperature=torch.tensor([p.temperature for p in params_per_row], dtype=torch.float32, device=device),
+            top_k=torch.tensor([p.top_k for p in params_per_row], dtype=torch.int64, device=device),
+            top_p=torch.tensor([p.top_p for p in params_per_row], dtype=torch.float32, device=device),
+            seed=torch.tensor([_as_int64(s) for s in seeds], dtype=torch.int64, device=device),
+            frame=torch.tensor(list(frames), dtype=torch.int64, device=device),
+        )
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.seed.shape[0])
+
+    def select(self, index: torch.Tensor) -> RowSampling:
+        """The rows at `index` (a bool mask or integer indices), e.g. the rows that did not end."""
+        return RowSampling(
+            self.temperature[index], self.top_k[index], self.top_p[index], self.seed[index], self.frame[index]
+        )
+
+
+def _as_int64(seed: int) -> int:
+    """Seeds are 64-bit; values in [2**63, 2**64) wrap to their two's-complement int64."""
+    if not -(2**63) <= seed < 2**64:
+        raise SamplingParamsError(f"seed must fit in 64 bits, got {seed}")
+    return seed - 2**64 if seed >= 2**63 else seed
+
+
+def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
+    """(x * constant) mod 2**32 for x in [0, 2**32), without int64 overflow (16-bit halves)."""
+    low = (x & 0xFFFF) * constant
+    high = (((x >> 16) * constant) & 0xFFFF) << 16
+    return (low + high) & _MASK32
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """A bijective 32-bit integer mixer (xorshift-multiply, 'lowbias32' constants)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def _row_keys(seed: torch.Tensor, frame: torch.Tensor, codebook: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two independent 32-bit lanes of key per row: 64 bits of (seed, frame, codebook) state."""
+    fields = (seed & _MASK32, (seed >> 32) & _MASK32, frame & _MASK32, torch.full_like(frame, codebook))
+    lanes = []
+    for lane_seed in _LANE_SEEDS:
+        state = torch.full_like(seed, lane_seed)
+        for field, salt in zip(fields, _FIELD_SALTS):
+            state = _hash32(state ^ field ^ salt)
+        lanes.append(state)
+    return lanes[0], lanes[1]
+
+
+def keyed_uniform(seed: torch.Tensor, frame: torch.Tensor, codebook: int, vocab_size: int) -> torch.Tensor:
+    """Uniform numbers in (0, 1), float64 [B, vocab_size], a pure function of (seed, frame, codebook, index)."""
+    lane_a, lane_b = _row_keys(seed, frame, codebook)
+    index = torch.arange(vocab_size, dtype=torch.int64, device=seed.device)
+    bits = _hash32(_hash32(lane_a[:, None] ^ index[None, :]) ^ lane_b[:, None])
+    return (bits.to(torch.float64) + 0.5) / 2.0**32
+
+
+def _filtered_logits(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor:
+    """logits / T with the tokens top-k and top-p drop set to -inf (float32 [B, V])."""
+    safe_temperature = torch.where(rows.temperature > 0, rows.temperature, torch.ones_like(rows.temperature))
+    scaled = logits.float() / safe_temperature[:, None]
+    vocab_size = scaled.shape[1]
+    sorted_logits, sorted_index = scaled.sort(dim=1, descending=True, stable=True)
+    rank = torch.arange(vocab_size, device=scaled.device)[None, :]
+    top_k = torch.where(rows.top_k > 0, rows.top_k, torch.full_like(rows.top_k, vocab_size))
+    drop_sorted = rank >= top_k[:, None]
+    sorted_logits = sorted_logits.masked_fill(drop_sorted, float("-inf"))
+    probs = sorted_logits.softmax(dim=1)
+    mass_before = probs.cumsum(dim=1) - probs
+    # The most likely token always survives; top_p == 1 rows skip the cut so rounding never drops a tail.
+    drop_by_p = (mass_before >= rows.top_p[:, None]) & (rows.top_p[:, None] < 1.0) & (rank > 0)
+    drop_sorted = drop_sorted | drop_by_p
+    drop = torch.zeros_like(drop_sorted).scatter(1, sorted_index, drop_sorted)
+    return scaled.masked_fill(drop, float("-inf"))
+
+
+def sample(logits: torch.Tensor, rows: RowSampling, codebook: int) -> torch.Tensor:
+    """Draw one token per row: LongTensor [B].
+
+    Greedy rows (temperature 0) take the argmax of the raw logits. Other rows apply temperature,
+    top-k, top-p, then a Gumbel-max draw keyed by (seed, frame, codebook): the result of a row does
+    not depend on the other rows, their order or the batch size.
+    """
+    if logits.dim() != 2 or logits.shape[0] != rows.num_rows:
+        raise SamplingParamsError(f"logits must be [B, V] with B == {rows.num_rows} rows, got {tuple(logits.shape)}")
+    if codebook < 0:
+        raise SamplingParamsError(f"codebook must be >= 0, got {codebook}")
+    greedy = logits.argmax(dim=1)
+    if not bool((rows.temperature > 0).any()):
+        return greedy
+    filtered = _filtered_logits(logits, rows)
+    uniform = keyed_uniform(rows.seed, rows.frame, codebook, logits.shape[1])
+    gumbel = -torch.log(-torch.log(uniform))
+    drawn = (filtered.double() + gumbel).argmax(dim=1)
+    return torch.where(rows.temperature > 0, drawn, greedy)
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """Penalise ids already generated (HF convention): positive logits divided, negative multiplied.
+
+    logits [B, V]; seen [B, V] bool; penalty [B] (1.0 leaves a row unchanged).
+    """
+    factor = penalty.to(logits.dtype)[:, None]
+    penalised = torch.where(logits > 0, logits / factor, logits * factor)
+    return torch.where(seen, penalised, logits)
