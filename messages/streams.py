@@ -1,0 +1,139 @@
+"""Streams, consumers and the KV bucket of voxmesh, as plain specifications.
+
+`services.bus.provision` turns these into server objects in one administrative step; services only bind to them.
+Audio travels on core NATS and has no stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from messages import subjects
+from messages.errors import InvalidConfig
+
+REQUESTS_STREAM = "REQUESTS"
+EVENTS_STREAM = "EVENTS"
+CODES_STREAM = "CODES"
+BUCKET = "voxmesh"
+
+HOUR_S = 3600.0
+
+
+def requests_consumer(model: str) -> str:
+    """The durable pull consumer of one model's requests, shared by that model's decode replicas."""
+    return f"decode-{subjects.slug(model)}"
+
+
+def codes_consumer(partition: int) -> str:
+    """The durable pull consumer of one vocoder partition's codes."""
+    if partition < 0:
+        raise InvalidConfig(f"partition must be >= 0, got {partition}")
+    return f"vocoder-p{partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """One JetStream stream."""
+
+    name: str
+    subjects: tuple[str, ...]
+    retention: Literal["workqueue", "limits"]
+    discard: Literal["old", "new"]
+    max_msgs: int | None  # None: unbounded
+    max_age_s: float | None  # None: kept until limits or deletion
+    duplicate_window_s: float  # Nats-Msg-Id dedup window
+    storage: Literal["file", "memory"]
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """One durable pull consumer with explicit acks."""
+
+    stream: str
+    durable: str
+    filter_subject: str
+    max_deliver: int
+    ack_wait_s: float
+    max_ack_pending: int
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class BucketSpec:
+    """The JetStream KV bucket for ownership, leases, partitions and cancellation."""
+
+    name: str
+    history: int
+    ttl_s: float | None
+    storage: Literal["file", "memory"]
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class BusConfig:
+    """Every setting of the bus that provisioning needs. Defaults follow DESIGN.md."""
+
+    models: tuple[str, ...] = ("tiny",)  # one REQUESTS consumer per model
+    num_partitions: int = 4  # vocoder partitions of CODES
+    max_queued_requests: int = 256  # REQUESTS bound; a full queue refuses new requests (429)
+    request_max_deliver: int = 3  # deliveries before a request is poison
+    request_ack_wait_s: float = 30.0  # decode acks right after claiming ownership, so this can be short
+    events_max_age_s: float = 24 * HOUR_S  # longer than any request lives
+    codes_max_age_s: float = 2 * HOUR_S  # request lifetime + resume window
+    duplicate_window_s: float = 120.0
+    codes_ack_wait_s: float = 30.0
+    codes_max_ack_pending: int = 4096
+    bucket_ttl_s: float = 24 * HOUR_S  # owner/cancel records outlive any request, then go
+    storage: Literal["file", "memory"] = "file"
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise InvalidConfig("BusConfig.models is empty: name at least one model")
+        slugs = [subjects.slug(model) for model in self.models]
+        if len(set(slugs)) != len(slugs):
+            raise InvalidConfig(f"BusConfig.models {self.models!r} name one model twice (after slugging)")
+        _require(self.num_partitions >= 1, "num_partitions", self.num_partitions, ">= 1")
+        _require(self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests, ">= 1")
+        _require(self.request_max_deliver >= 1, "request_max_deliver", self.request_max_deliver, ">= 1")
+        for name in ("request_ack_wait_s", "events_max_age_s", "codes_max_age_s", "duplicate_window_s",
+                     "codes_ack_wait_s", "bucket_ttl_s"):
+            _require(getattr(self, name) > 0, name, getattr(self, name), "> 0")
+        _require(self.duplicate_window_s <= self.codes_max_age_s, "duplicate_window_s", self.duplicate_window_s,
+                 "<= codes_max_age_s")
+        _require(self.storage in ("file", "memory"), "storage", self.storage, "'file' or 'memory'")
+
+    def streams(self) -> list[StreamSpec]:
+        """REQUESTS (work queue, bounded, discard new), EVENTS and CODES (limits)."""
+        return [
+            StreamSpec(REQUESTS_STREAM, (subjects.all_requests(),), "workqueue", "new", self.max_queued_requests,
+                       None, self.duplicate_window_s, self.storage, "synthesis requests awaiting a decode replica"),
+            StreamSpec(EVENTS_STREAM, (subjects.all_events(),), "limits", "old", None, self.events_max_age_s,
+                       self.duplicate_window_s, self.storage, "request lifecycle events and terminal events"),
+            StreamSpec(CODES_STREAM, (subjects.all_codes(),), "limits", "old", None, self.codes_max_age_s,
+                       self.duplicate_window_s, self.storage, "codec frames per request, by vocoder partition"),
+        ]
+
+    def consumers(self) -> list[ConsumerSpec]:
+        """One REQUESTS consumer per model, one CODES consumer per vocoder partition."""
+        found = [
+            ConsumerSpec(REQUESTS_STREAM, requests_consumer(m), subjects.request(m), self.request_max_deliver,
+                         self.request_ack_wait_s, self.max_queued_requests, f"decode replicas of {m}")
+            for m in self.models
+        ]
+        found += [
+            ConsumerSpec(CODES_STREAM, codes_consumer(p), subjects.codes_of_partition(p), -1, self.codes_ack_wait_s,
+                         self.codes_max_ack_pending, f"vocoder owning partition {p}")
+            for p in range(self.num_partitions)
+        ]
+        return found
+
+    def bucket(self) -> BucketSpec:
+        """The `voxmesh` KV bucket (keys: owner., cancel., lease., part.)."""
+        return BucketSpec(BUCKET, 1, self.bucket_ttl_s, self.storage, "ownership, leases, partitions, cancellation")
+
+
+def _require(ok: bool, name: str, value: object, rule: str) -> None:
+    if not ok:
+        raise InvalidConfig(f"BusConfig.{name} must be {rule}, got {value!r}")

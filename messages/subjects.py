@@ -1,0 +1,159 @@
+"""Every NATS subject and KV key of voxmesh. No other module spells a subject.
+
+Tokens that come from data (model names, request ids, replica names) never contain dots or wildcards: model names
+are slugged with `slug()`, ids and replica names are validated with `token()`.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+from messages.errors import InvalidToken
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_SLUG_DROP = re.compile(r"[^a-z0-9_-]+")
+
+# Roots, exposed for watchers and permission lists.
+REQUESTS_ROOT = "tts.req"
+EVENTS_ROOT = "tts.events"
+CODES_ROOT = "tts.codes"
+AUDIO_ROOT = "tts.audio"
+REDECODE_ROOT = "tts.redecode"
+MTP_ROOT = "tts.mtp"
+HANDOFF_ROOT = "tts.handoff"
+
+TERMINAL_KIND = "terminal"
+
+
+def slug(name: str) -> str:
+    """A model name as one subject token: lower case, '.' -> '_', '/' and other separators -> '-'.
+
+    `slug("Qwen3-TTS-0.6B") == "qwen3-tts-0_6b"`; `slug("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice")
+    == "qwen-qwen3-tts-12hz-0_6b-customvoice"`.
+    """
+    lowered = name.strip().lower().replace(".", "_")
+    result = _SLUG_DROP.sub("-", lowered).strip("-")
+    if not result:
+        raise InvalidToken(f"model name {name!r} has no characters usable in a subject")
+    return token(result)
+
+
+def token(value: str) -> str:
+    """Return `value` if it is a safe subject token ([A-Za-z0-9_-], 1..128 chars), else raise InvalidToken."""
+    if not isinstance(value, str) or not _TOKEN.match(value):
+        raise InvalidToken(f"{value!r} is not a valid subject token: use 1-128 of [A-Za-z0-9_-]")
+    return value
+
+
+def partition_for(request_id: str, num_partitions: int) -> int:
+    """The vocoder partition of a request: a stable hash, the same in every process and run."""
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    return zlib.crc32(token(request_id).encode()) % num_partitions
+
+
+def _partition(partition: int) -> str:
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise InvalidToken(f"partition must be an int >= 0, got {partition!r}")
+    return str(partition)
+
+
+# --- REQUESTS --------------------------------------------------------------------------------------------------
+def request(model: str) -> str:
+    """Where the gateway publishes a model's synthesis requests (stream REQUESTS)."""
+    return f"{REQUESTS_ROOT}.{slug(model)}"
+
+
+def all_requests() -> str:
+    """Wildcard over every model's requests (the REQUESTS stream's subjects)."""
+    return f"{REQUESTS_ROOT}.>"
+
+
+# --- EVENTS ----------------------------------------------------------------------------------------------------
+def event(request_id: str, kind: str) -> str:
+    """A lifecycle event of one request (stream EVENTS); `kind` is the event type's KIND."""
+    return f"{EVENTS_ROOT}.{token(request_id)}.{token(kind)}"
+
+
+def terminal(request_id: str) -> str:
+    """The one terminal event of a request; guarded by `Nats-Expected-Last-Subject-Sequence: 0`."""
+    return event(request_id, TERMINAL_KIND)
+
+
+def events_of(request_id: str) -> str:
+    """Wildcard over every event of one request."""
+    return f"{EVENTS_ROOT}.{token(request_id)}.*"
+
+
+def all_events() -> str:
+    """Wildcard over every event (the EVENTS stream's subjects; what `voxmesh events` tails)."""
+    return f"{EVENTS_ROOT}.>"
+
+
+def all_terminals() -> str:
+    """Wildcard over every request's terminal event."""
+    return f"{EVENTS_ROOT}.*.{TERMINAL_KIND}"
+
+
+# --- CODES -----------------------------------------------------------------------------------------------------
+def codes(partition: int, request_id: str) -> str:
+    """The codes of one request (stream CODES), in its vocoder partition."""
+    return f"{CODES_ROOT}.{_partition(partition)}.{token(request_id)}"
+
+
+def codes_of_partition(partition: int) -> str:
+    """Wildcard over every request's codes in one partition (what that partition's vocoder consumes)."""
+    return f"{CODES_ROOT}.{_partition(partition)}.*"
+
+
+def all_codes() -> str:
+    """Wildcard over all codes (the CODES stream's subjects)."""
+    return f"{CODES_ROOT}.>"
+
+
+# --- audio and control (core NATS) -----------------------------------------------------------------------------
+def audio(request_id: str) -> str:
+    """PCM chunks of one request, core NATS (not stored)."""
+    return f"{AUDIO_ROOT}.{token(request_id)}"
+
+
+def redecode(partition: int) -> str:
+    """Core NATS request to a partition's vocoder: re-decode a request from CODES starting at a chunk sequence."""
+    return f"{REDECODE_ROOT}.{_partition(partition)}"
+
+
+def mtp_step(model: str) -> str:
+    """Core NATS request/reply to the code-predictor (mtp) replicas of a model (queue group)."""
+    return f"{MTP_ROOT}.{slug(model)}.step"
+
+
+def handoff(replica: str) -> str:
+    """Core NATS request to one decode replica: take over a remotely prefilled request."""
+    return f"{HANDOFF_ROOT}.{token(replica)}"
+
+
+def max_deliveries_advisory(stream: str, consumer: str) -> str:
+    """JetStream's advisory when a message of `consumer` on `stream` exhausted MaxDeliver."""
+    return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
+
+
+# --- keys of the `voxmesh` KV bucket ---------------------------------------------------------------------------
+def owner_key(request_id: str) -> str:
+    """Decode ownership of a request: an OwnerRecord (replica, epoch), written by compare-and-set."""
+    return f"owner.{token(request_id)}"
+
+
+def cancel_key(request_id: str) -> str:
+    """A CancelRecord, written by the gateway."""
+    return f"cancel.{token(request_id)}"
+
+
+def lease_key(replica: str) -> str:
+    """A replica's Lease, renewed each second."""
+    return f"lease.{token(replica)}"
+
+
+def partition_key(partition: int) -> str:
+    """A PartitionOwner: which vocoder replica owns partition n."""
+    return f"part.{_partition(partition)}"
