@@ -1,0 +1,23 @@
+"""Settings every service shares: where the bus is, which model, which device, how to log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.settings import setting
+
+
+@dataclass(frozen=True, slots=True)
+class CommonSettings:
+    """Fields shared by gateway, decode and vocoder; each service's settings class extends this one."""
+
+    nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL (comma-separated for a cluster)")
+    nats_creds: str | None = setting(None, "NATS credentials (a .creds file's text)", secret=True)
+    model_dir: str | None = setting(None, "checkpoint directory (voxmesh model init writes one)")
+    model_name: str = setting("tiny", "model name clients ask for; slugged into subjects")
+    device: str = setting("cpu", "torch device: cpu, cuda, cuda:1 ...")
+    dtype: str = setting("float32", "weights dtype", choices=("float32", "bfloat16"))
+    replica: str | None = setting(None, "replica name (subject token); default: <service>-<host>-<pid>")
+    num_partitions: int = setting(4, "vocoder partitions of the CODES stream (must match provisioning)")
+    torch_threads: int = setting(1, "torch intra-op threads for this process")
+    log_level: str = setting("INFO", "logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))

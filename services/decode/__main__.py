@@ -1,0 +1,7 @@
+"""`python -m services.decode`: run the decode service (flags: --help)."""
+
+import sys
+
+from services.process import main
+
+sys.exit(main("decode"))

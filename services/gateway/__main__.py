@@ -1,0 +1,7 @@
+"""`python -m services.gateway`: run the gateway service (flags: --help)."""
+
+import sys
+
+from services.process import main
+
+sys.exit(main("gateway"))

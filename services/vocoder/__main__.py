@@ -1,0 +1,7 @@
+"""`python -m services.vocoder`: run the vocoder service (flags: --help)."""
+
+import sys
+
+from services.process import main
+
+sys.exit(main("vocoder"))
