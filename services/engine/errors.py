@@ -1,0 +1,27 @@
+"""Typed errors of the decode engine, each with a machine-readable code."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of the engine's errors; `code` is machine-readable."""
+
+    code = "engine_error"
+
+
+class ConfigError(EngineError, ValueError):
+    """An engine or stage configuration value is invalid; the message names the field."""
+
+    code = "invalid_config"
+
+
+class DuplicateRequestError(EngineError, ValueError):
+    """A request id is already known to the engine."""
+
+    code = "duplicate_request"
+
+
+class BlockPoolError(EngineError, RuntimeError):
+    """The block manager was asked for something its state forbids (e.g. freeing a free block)."""
+
+    code = "block_pool"
