@@ -1,0 +1,41 @@
+"""Turn a step's scheduled sequences into the flattened `AttentionBatch` the talker reads."""
+
+from __future__ import annotations
+
+import torch
+
+from services.engine.outputs import ScheduledSequence
+from services.model.attention_batch import AttentionBatch
+
+
+def build_attention_batch(
+    scheduled: list[ScheduledSequence], block_size: int, device: torch.device | str = "cpu"
+) -> AttentionBatch:
+    """Positions, KV slots and block tables of every new token, in the order of `scheduled`.
+
+    Built on the CPU (small integer tensors) and moved to `device` in one copy each.
+    """
+    starts = torch.tensor([item.start for item in scheduled], dtype=torch.int64)
+    counts = torch.tensor([item.num_new_tokens for item in scheduled], dtype=torch.int64)
+    num_blocks = max(len(item.seq.block_table) for item in scheduled)
+    tables = torch.zeros((len(scheduled), num_blocks), dtype=torch.int64)
+    for row, item in enumerate(scheduled):
+        tables[row, : len(item.seq.block_table)] = torch.tensor(item.seq.block_table, dtype=torch.int64)
+    query_start = torch.zeros(len(scheduled) + 1, dtype=torch.int64)
+    torch.cumsum(counts, dim=0, out=query_start[1:])
+    row_of_token = torch.repeat_interleave(torch.arange(len(scheduled)), counts)
+    positions = starts[row_of_token] + torch.arange(int(query_start[-1])) - query_start[:-1][row_of_token]
+    blocks = tables[row_of_token, positions // block_size]
+    slot_mapping = blocks * block_size + positions % block_size
+    return AttentionBatch(
+        positions=positions.to(device),
+        slot_mapping=slot_mapping.to(device),
+        query_start=query_start.to(device),
+        seq_lens=(starts + counts).to(device),
+        block_tables=tables.to(device),
+    )
+
+
+def sampling_rows(scheduled: list[ScheduledSequence]) -> list[int]:
+    """Indices into `scheduled` of the sequences whose last new token yields a frame this step."""
+    return [row for row, item in enumerate(scheduled) if item.will_sample]
