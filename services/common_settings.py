@@ -12,7 +12,8 @@ class CommonSettings:
     """Fields shared by gateway, decode and vocoder; each service's settings class extends this one."""
 
     nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL (comma-separated for a cluster)")
-    nats_creds: str | None = setting(None, "NATS credentials (a .creds file's text)", secret=True)
+    nats_creds_file: str | None = setting(None, "path of a NATS .creds file (user JWT + nkey seed)")
+    nats_token: str | None = setting(None, "NATS auth token", secret=True)
     model_dir: str | None = setting(None, "checkpoint directory (voxmesh model init writes one)")
     model_name: str = setting("tiny", "model name clients ask for; slugged into subjects")
     device: str = setting("cpu", "torch device: cpu, cuda, cuda:1 ...")

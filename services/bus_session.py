@@ -1,0 +1,17 @@
+"""Connect a service to NATS with its common settings (URL, credentials, a name the server shows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nats.aio.client import Client
+
+from services.bus.connection import connect
+from services.common_settings import CommonSettings
+
+
+async def connect_service(settings: CommonSettings, name: str) -> Client:
+    """A connection named `name` (shown by the server), credentials from the creds file or the token setting."""
+    urls = [url.strip() for url in settings.nats_url.split(",") if url.strip()]
+    creds = Path(settings.nats_creds_file) if settings.nats_creds_file else None
+    return await connect(urls, name, credentials_file=creds, token=settings.nats_token)

@@ -1,0 +1,66 @@
+"""`voxmesh provision`: the one administrative step that creates streams, consumers and the KV bucket.
+
+Services run with least privilege and create nothing; this step (run by `voxmesh up`, or
+once per cluster) is idempotent. With --create-model-if-missing it also writes the tiny
+checkpoint at the model dir when none is there (the compose default's first run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from messages.errors import InvalidConfig
+from messages.streams import BusConfig
+from services import settings as settings_lib
+from services.common_settings import CommonSettings
+from services.settings import setting
+
+
+@dataclass(frozen=True, slots=True)
+class ProvisionSettings(CommonSettings):
+    max_queued_requests: int = setting(256, "bound of the REQUESTS queue; beyond it the gateway answers 429")
+    storage: str = setting("file", "JetStream storage for streams and bucket", choices=("file", "memory"))
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    settings_lib.add_arguments(parser, ProvisionSettings)
+    parser.add_argument("--create-model-if-missing", action="store_true",
+                        help="write the tiny checkpoint at --model-dir if it has no config.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_lib.resolve(ProvisionSettings, args)
+        config = BusConfig(models=(settings.model_name,), num_partitions=settings.num_partitions,
+                           max_queued_requests=settings.max_queued_requests, storage=settings.storage)
+    except (settings_lib.SettingsError, InvalidConfig) as error:
+        print(f"voxmesh provision: {error}", file=sys.stderr)
+        return 2
+    if args.create_model_if_missing and settings.model_dir:
+        _create_model(Path(settings.model_dir))
+    asyncio.run(_provision(settings, config))
+    print(f"provisioned {settings.nats_url}: model {settings.model_name}, {settings.num_partitions} partitions")
+    return 0
+
+
+def _create_model(model_dir: Path) -> None:
+    if (model_dir / "config.json").is_file():
+        return
+    from services.model.init_checkpoint import write_checkpoint
+
+    write_checkpoint(model_dir, "tiny", seed=0)
+
+
+async def _provision(settings: ProvisionSettings, config: BusConfig) -> None:
+    from services.bus.provision import provision
+    from services.bus_session import connect_service
+
+    nc = await connect_service(settings, "voxmesh-provision")
+    try:
+        await provision(nc.jetstream(), config)
+    finally:
+        await nc.drain()

@@ -1,0 +1,143 @@
+"""`voxmesh up`: the whole mesh on this machine, from a topology's compose file.
+
+Starts an embedded nats-server (JetStream, loopback, store under the state dir) unless
+--nats-url is given, writes the tiny checkpoint on first run if no --model is given, runs
+the compose file's one-shot steps (provisioning), starts its services as local processes,
+waits until the gateway is ready, prints the URLs, and on Ctrl-C or SIGTERM drains and
+stops everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from services.mesh.compose_plan import ComposeError, load_plan
+from services.mesh.processes import ProcessGroup, child_environment
+
+log = logging.getLogger("voxmesh.up")
+
+READY_TIMEOUT_S = 180.0
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "voxmesh"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology", default="single", help="compose/<NAME>.yml to run (default: single)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="checkpoint dir; default: a tiny random checkpoint made in the state dir on first run")
+    parser.add_argument("--port", type=int, default=8000, help="gateway port on 127.0.0.1 (default 8000)")
+    parser.add_argument("--nats-url", default=None, help="use this NATS server instead of an embedded one")
+    parser.add_argument("--state-dir", type=Path, default=None, help=f"default: {default_state_dir()}")
+    parser.add_argument("--device", default=None, help="torch device for decode and vocoder (default: the file's)")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"))
+    parser.add_argument("--kv-cache-blocks", type=int, default=None, help="decode's KV pool size in blocks")
+    parser.add_argument("--max-num-seqs", type=int, default=None, help="decode's concurrent sequence limit")
+    parser.add_argument("--recompute-preemption", choices=("allow", "fail"), default=None,
+                        help="what decode does with a preempted request (DESIGN.md)")
+
+
+def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict[str, str]:
+    values = {
+        "VOXMESH_NATS_URL": nats_url,
+        "VOXMESH_MODEL_DIR": str(model_dir),
+        "VOXMESH_HOST": "127.0.0.1",
+        "VOXMESH_PORT": str(args.port),
+        "VOXMESH_DEVICE": args.device,
+        "VOXMESH_DTYPE": args.dtype,
+        "VOXMESH_KV_CACHE_BLOCKS": args.kv_cache_blocks,
+        "VOXMESH_MAX_NUM_SEQS": args.max_num_seqs,
+        "VOXMESH_RECOMPUTE_PREEMPTION": args.recompute_preemption,
+    }
+    return {key: str(value) for key, value in values.items() if value is not None}
+
+
+def _ensure_model(args: argparse.Namespace, state_dir: Path) -> Path:
+    if args.model is not None:
+        if not (args.model / "config.json").is_file():
+            raise SystemExit(f"voxmesh up: --model {args.model} has no config.json (voxmesh model init writes one)")
+        return args.model
+    model_dir = state_dir / "models" / "tiny"
+    if not (model_dir / "config.json").is_file():
+        from services.model.init_checkpoint import write_checkpoint
+
+        print(f"first run: writing the tiny checkpoint to {model_dir}", file=sys.stderr)
+        write_checkpoint(model_dir, "tiny", seed=0)
+    return model_dir
+
+
+def _wait_ready(url: str, group: ProcessGroup, stop: threading.Event) -> bool:
+    """Probe the gateway's /ready until it answers 200, a child dies, or we are told to stop."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                if client.get(f"{url}/ready").status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            stop.wait(0.25)  # a readiness probe's interval; wakes at once on a signal or a dead child
+    return False
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        plan = load_plan(args.topology)
+    except ComposeError as error:
+        print(f"voxmesh up: {error}", file=sys.stderr)
+        return 2
+    state_dir = (args.state_dir or default_state_dir()).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    nats = None
+    if args.nats_url is None:
+        from services.bus.embedded import EmbeddedNats
+
+        nats = EmbeddedNats(state_dir / "nats")
+        nats_url = nats.start()
+    else:
+        nats_url = args.nats_url
+    group = ProcessGroup(stop)
+    try:
+        return _serve(args, plan, state_dir, nats_url, group, stop)
+    finally:
+        group.stop()
+        if nats is not None:
+            nats.stop()
+        print("voxmesh stopped", file=sys.stderr)
+
+
+def _serve(args, plan, state_dir: Path, nats_url: str, group: ProcessGroup, stop: threading.Event) -> int:
+    model_dir = _ensure_model(args, state_dir)
+    overrides = _overrides(args, nats_url, model_dir)
+    for step in plan.one_shot:
+        group.run_one_shot(step, child_environment(step.environment, overrides), timeout_s=120)
+    for service in plan.services:
+        group.start(service, child_environment(service.environment, overrides))
+    gateway = f"http://127.0.0.1:{args.port}"
+    if not _wait_ready(gateway, group, stop):
+        if group.exited_child is not None:
+            print(f"voxmesh up: {group.exited_child.name} exited during start-up", file=sys.stderr)
+        elif not stop.is_set():
+            print(f"voxmesh up: the gateway was not ready within {READY_TIMEOUT_S:.0f}s", file=sys.stderr)
+        return 1 if not stop.is_set() else 0
+    print(f"voxmesh is serving: {gateway}  (NATS {nats_url}, topology {plan.topology}, model {model_dir})", flush=True)
+    stop.wait()
+    if group.exited_child is not None:
+        print(f"voxmesh up: {group.exited_child.name} exited; stopping the mesh", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,102 @@
+"""Local child processes of `voxmesh up`: started from a launch plan, stopped in order, none left behind.
+
+Children get SIGTERM when this process dies for any reason (Linux parent-death signal), so
+even a `kill -9` of `voxmesh up` leaves no service running. A service that exits on its own
+while the mesh runs is reported, and the mesh stops: a half mesh would serve nothing right.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+from services.mesh.compose_plan import ServicePlan
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: ask the kernel for SIGTERM when the parent goes."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux: the normal stop path still applies
+        pass
+
+
+def local_command(command: tuple[str, ...]) -> list[str]:
+    """The compose command as run here: `voxmesh ...` through this interpreter (no PATH lookup needed)."""
+    if command and command[0] == "voxmesh":
+        return [sys.executable, "-m", "services.cli", *command[1:]]
+    return list(command)
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+
+
+class ProcessGroup:
+    """The mesh's processes. `wake` is set when any child ends while the group is not stopping."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        self.children: list[Child] = []
+        self.wake = wake
+        self.exited_child: Child | None = None
+        self._stopping = False
+
+    def run_one_shot(self, plan: ServicePlan, env: dict[str, str], timeout_s: float) -> None:
+        """Run a one-shot step (provisioning) to completion; raise with its output if it fails."""
+        result = subprocess.run(local_command(plan.command), env=env, capture_output=True, text=True,
+                                timeout=timeout_s, preexec_fn=_die_with_parent)
+        if result.returncode != 0:
+            raise RuntimeError(f"{plan.name} exited with {result.returncode}:\n{result.stderr[-4000:]}")
+
+    def start(self, plan: ServicePlan, env: dict[str, str]) -> None:
+        for index in range(plan.replicas):
+            name = plan.name if plan.replicas == 1 else f"{plan.name}-{index}"
+            # A session of its own: a terminal's Ctrl-C reaches only `voxmesh up`, which then
+            # stops the children once, in order, instead of every process at the same time.
+            process = subprocess.Popen(local_command(plan.command), env=env, stdin=subprocess.DEVNULL,
+                                       preexec_fn=_die_with_parent, start_new_session=True)
+            child = Child(name, process)
+            self.children.append(child)
+            threading.Thread(target=self._watch, args=(child,), name=f"watch-{name}", daemon=True).start()
+            log.info("started %s (pid %d)", name, process.pid)
+
+    def _watch(self, child: Child) -> None:
+        code = child.process.wait()
+        if not self._stopping:
+            log.error("%s exited with code %s while the mesh was running", child.name, code)
+            self.exited_child = child
+            self.wake.set()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM every child (they drain), wait, then SIGKILL whatever is still there."""
+        self._stopping = True
+        for child in self.children:
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        for child in self.children:
+            try:
+                child.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %ss; killing it", child.name, timeout_s)
+                child.process.kill()
+                child.process.wait()
+
+
+def child_environment(base: dict[str, str], overrides: dict[str, str]) -> dict[str, str]:
+    """This process's environment, then the compose file's, then the local overrides (NATS URL, model, port)."""
+    env = dict(os.environ)
+    env.update(base)
+    env.update(overrides)
+    return env
