@@ -1,0 +1,43 @@
+"""`voxmesh say "text" -o out.wav`: synthesize through a running mesh's HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import httpx
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text", help="what to say")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="WAV file to write")
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway (default http://127.0.0.1:8000)")
+    parser.add_argument("--model", default="tiny", help="model name as served")
+    parser.add_argument("--voice", default=None, help="speaker of the checkpoint")
+    parser.add_argument("--language", default=None, help="'auto' or a language of the checkpoint")
+    parser.add_argument("--seed", type=int, default=None, help="fix the seed (reproducible audio)")
+    parser.add_argument("--api-key-file", type=Path, default=None, help="file holding an API key (never a flag)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the whole answer")
+
+
+def run(args: argparse.Namespace) -> int:
+    body = {"model": args.model, "input": args.text, "response_format": "wav"}
+    for key in ("voice", "language", "seed"):
+        if getattr(args, key) is not None:
+            body[key] = getattr(args, key)
+    headers = {}
+    if args.api_key_file is not None:
+        headers["Authorization"] = "Bearer " + args.api_key_file.read_text(encoding="utf-8").strip()
+    try:
+        response = httpx.post(f"{args.url}/v1/audio/speech", json=body, headers=headers, timeout=args.timeout)
+    except httpx.TransportError as error:
+        print(f"voxmesh say: cannot reach {args.url}: {error}", file=sys.stderr)
+        return 1
+    request_id = response.headers.get("x-request-id", "?")
+    if response.status_code != 200:
+        print(f"voxmesh say: request {request_id} failed ({response.status_code}): {response.text}", file=sys.stderr)
+        return 1
+    args.output.write_bytes(response.content)
+    print(f"request {request_id}: wrote {len(response.content)} bytes to {args.output}")
+    return 0
