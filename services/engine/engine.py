@@ -1,0 +1,125 @@
+"""The decode engine: requests in, frames and outcomes out, one bounded synchronous step at a time.
+
+Made to sit inside an asyncio service: `add_request` and `abort_request` do no model work beyond
+building a prompt and return at once; `step()` runs one batch and returns what happened (frames,
+ended requests with their reasons) instead of printing or publishing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from services.engine import model_ops
+from services.engine.config import EngineConfig, StageConfig, StageKind
+from services.engine.errors import ConfigError, EngineError
+from services.engine.outputs import StepOutput
+from services.engine.runner import ModelRunner
+from services.engine.scheduler import Scheduler
+from services.engine.sequence import RequestOutcome, Sequence
+from services.model.loader import TTSModel
+from services.model.prompt import PromptRequest
+from services.model.sampling import SamplingParams
+
+
+class InvalidRequestError(EngineError, ValueError):
+    """A request's engine-level fields are unusable (empty id, frame budget below 1, bad seed)."""
+
+    code = "invalid_request"
+
+
+def pool_num_blocks(config: EngineConfig, model: TTSModel) -> int:
+    """The pool size: `kv_cache_blocks`, or on CUDA the given fraction of the free device memory."""
+    if config.kv_cache_blocks is not None:
+        return config.kv_cache_blocks
+    device = model.device
+    if device.type != "cuda":
+        raise ConfigError(f"gpu_memory_fraction needs a CUDA device, the model is on {device}; set kv_cache_blocks")
+    free_bytes, _ = torch.cuda.mem_get_info(device)
+    shape = model_ops.kv_pool_shape(model, 1, config.block_size)
+    bytes_per_block = torch.Size(shape).numel() * torch.empty((), dtype=model.dtype).element_size()
+    num_blocks = int(free_bytes * config.gpu_memory_fraction) // bytes_per_block
+    if num_blocks < 1:
+        raise ConfigError(f"gpu_memory_fraction {config.gpu_memory_fraction} of {free_bytes} free bytes holds no block")
+    return num_blocks
+
+
+class Engine:
+    """Continuous-batching talker decode over a paged KV pool (one talker stage)."""
+
+    def __init__(
+        self,
+        model: TTSModel,
+        config: EngineConfig,
+        stage: StageConfig | None = None,
+        capture_hidden: bool = False,
+        replay: model_ops.ReplayBuilder = model_ops.replay_rows,
+    ) -> None:
+        stage = stage or StageConfig(StageKind.TALKER)
+        if stage.kind is not StageKind.TALKER:
+            raise ConfigError(f"the decode engine runs the talker stage, got a {stage.kind.value} stage config")
+        self.model = model
+        self.config = config
+        self.num_blocks = pool_num_blocks(config, model)
+        self.scheduler = Scheduler(config, self.num_blocks, stage.preemption_mode)
+        self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay)
+
+    def add_request(
+        self,
+        request_id: str,
+        request: PromptRequest,
+        seed: int,
+        params: SamplingParams,
+        max_new_frames: int,
+    ) -> RequestOutcome | None:
+        """Queue a request. Returns its failed outcome at once (code `capacity`) if it can never fit the pool.
+
+        Raises the model's `RequestError` for an unusable prompt (unknown speaker, empty text) and
+        `InvalidRequestError` for bad engine fields; nothing is queued then.
+        """
+        if not isinstance(request_id, str) or not request_id:
+            raise InvalidRequestError(f"request_id must be a non-empty string, got {request_id!r}")
+        if isinstance(max_new_frames, bool) or not isinstance(max_new_frames, int) or max_new_frames < 1:
+            raise InvalidRequestError(f"max_new_frames must be an integer >= 1, got {max_new_frames!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**64:
+            raise InvalidRequestError(f"seed must be a 64-bit integer, got {seed!r}")
+        prompt = model_ops.make_prompt(self.model, request)
+        seq = Sequence(request_id, model_ops.num_prompt_rows(prompt), seed, params, max_new_frames, prompt)
+        return self.scheduler.add(seq)
+
+    def abort_request(self, request_id: str) -> RequestOutcome | None:
+        """Cancel a request; its blocks are free on return. None if the id is unknown or already ended."""
+        return self.scheduler.abort(request_id)
+
+    def step(self) -> StepOutput:
+        """Schedule, run the model once, apply the results. Every ended request appears in exactly one output."""
+        scheduled = self.scheduler.schedule()
+        if scheduled.is_empty:
+            return StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
+        runner_output = self.runner.execute(scheduled.scheduled)
+        frames, outcomes = self.scheduler.update_from_output(scheduled, runner_output)
+        return StepOutput(frames, scheduled.outcomes + outcomes, scheduled.preempted_ids,
+                          scheduled.num_batched_tokens)
+
+    @contextmanager
+    def drain(self) -> Iterator[list[RequestOutcome]]:
+        """Operator drain scope (e.g. around a weight reload): nothing runs inside it.
+
+        `allow` requests are queued for a faithful replay after the scope; `fail` requests end with code
+        `drained`, and their outcomes are yielded. The scope is cleared even if its body raises.
+        """
+        with self.scheduler.drain() as ended:
+            yield ended
+
+    @property
+    def num_unfinished(self) -> int:
+        return self.scheduler.num_unfinished
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.num_unfinished > 0
+
+    def has_room(self) -> bool:
+        """Whether the service should pull another request now."""
+        return self.scheduler.has_room()

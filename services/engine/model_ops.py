@@ -1,0 +1,81 @@
+"""The few model operations the engine needs, in one place, over the model package's API.
+
+Keeping them here means the runner reads as engine logic (batches, rows, frames) and a change of the
+model package's surface touches one file. Every function is batched over rows; none keeps state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from services.model.loader import TTSModel
+from services.model.prompt import Prompt, PromptRequest, build_prompt
+from services.model.sampling import RowSampling, apply_repetition_penalty, sample
+from services.model.talker_logits import TalkerLogitsProcessor
+
+ReplayBuilder = Callable[[TTSModel, Prompt, torch.Tensor], torch.Tensor]
+"""(model, prompt, frames [n, 16]) -> the exact input rows [L + n, H] of the prompt and n emitted frames."""
+
+
+def make_prompt(model: TTSModel, request: PromptRequest) -> Prompt:
+    """The request's prefill rows and trailing text, on the model's device."""
+    with torch.inference_mode():
+        return build_prompt(model.talker, model.config, request)
+
+
+def num_prompt_rows(prompt: Prompt) -> int:
+    return int(prompt.embeds.shape[0])
+
+
+def prompt_rows(prompt: Prompt) -> torch.Tensor:
+    return prompt.embeds
+
+
+def frame_input_rows(
+    model: TTSModel, prompts: Sequence[Prompt], codes: torch.Tensor, text_positions: Sequence[int]
+) -> torch.Tensor:
+    """Input rows [B, H] after each row's frame: E0(c0) + sum_j Ej(cj) + the request's trailing text row."""
+    device = codes.device
+    text = torch.stack(
+        [p.trailing_rows(torch.tensor([k], device=device))[0] for p, k in zip(prompts, text_positions)]
+    )
+    return model.talker.embed_codes(codes) + text
+
+
+def replay_rows(model: TTSModel, prompt: Prompt, frames: torch.Tensor) -> torch.Tensor:
+    """Faithful replay input: the prompt rows, then frame k's full 16-code input plus text row k, k < n."""
+    frames = frames.to(prompt.embeds.device)
+    positions = torch.arange(frames.shape[0], device=frames.device)
+    rows = model.talker.embed_codes(frames) + prompt.trailing_rows(positions)
+    return torch.cat((prompt.embeds, rows))
+
+
+def kv_pool_shape(model: TTSModel, num_blocks: int, block_size: int) -> tuple[int, ...]:
+    return model.talker.kv_pool_shape(num_blocks, block_size)
+
+
+def eos_id(model: TTSModel) -> int:
+    return model.config.talker.codec_eos_id
+
+
+def sample_frames(
+    model: TTSModel, hidden: torch.Tensor, seen: torch.Tensor, num_frames: torch.Tensor,
+    repetition_penalty: torch.Tensor, rows: RowSampling,
+) -> torch.Tensor:
+    """All 16 codes [B, 16] of the next frame of each row; rows whose codebook 0 is EOS carry junk after it.
+
+    hidden [B, H]: the talker's last hidden state per row; seen [B, V]: codebook-0 ids each row already
+    generated; num_frames [B]; repetition_penalty [B]. Codebook 0 is processed as the reference does
+    (penalty, EOS before min frames, control ids), then drawn with `sample(..., codebook=0)`; the code
+    predictor draws codebook j with `sample(..., codebook=j)`.
+    """
+    logits = model.talker.logits(hidden).float()
+    logits = apply_repetition_penalty(logits, seen, repetition_penalty)
+    # The per-row penalty is applied above; the processor adds EOS and control-id suppression only.
+    process = TalkerLogitsProcessor.for_config(model.config.talker, repetition_penalty=1.0)
+    first = sample(process(logits, seen, num_frames), rows, codebook=0)
+    # Every row goes through the predictor (EOS rows too): static shapes, and no device sync to filter them.
+    rest = model.code_predictor.predict(hidden, first, lambda scores, codebook: sample(scores, rows, codebook))
+    return torch.cat((first[:, None], rest), dim=1)
