@@ -138,6 +138,11 @@ def max_deliveries_advisory(stream: str, consumer: str) -> str:
     return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
 
 
+def terminated_advisory(stream: str, consumer: str) -> str:
+    """JetStream's advisory when a message of `consumer` on `stream` was termed (carries the term reason)."""
+    return f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream}.{consumer}"
+
+
 # --- keys of the `voxmesh` KV bucket ---------------------------------------------------------------------------
 def owner_key(request_id: str) -> str:
     """Decode ownership of a request: an OwnerRecord (replica, epoch), written by compare-and-set."""

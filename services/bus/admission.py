@@ -1,0 +1,33 @@
+"""Putting a request on REQUESTS: a full queue (bounded, discard new) becomes a typed QueueFull (HTTP 429)."""
+
+from __future__ import annotations
+
+from nats.js import JetStreamContext, api
+from nats.js.errors import APIError, NoStreamResponseError
+
+from messages import encode, subjects
+from messages.requests import SynthesisRequest
+from messages.streams import REQUESTS_STREAM
+from services.bus.errors import JS_MAX_MESSAGES_EXCEEDED, NotProvisioned, QueueFull
+
+
+async def submit_request(js: JetStreamContext, request: SynthesisRequest, *, headers: dict[str, str] | None = None,
+                         timeout_s: float = 5.0) -> int:
+    """Publish `request` on `tts.req.<model>`; returns its REQUESTS sequence.
+
+    The request id is the Msg-Id, so a retried submit within the duplicate window is stored once.
+    Raises QueueFull when REQUESTS is at its bound, NotProvisioned when the stream does not exist.
+    """
+    all_headers = dict(headers or {})
+    all_headers[api.Header.MSG_ID.value] = request.id
+    try:
+        ack = await js.publish(subjects.request(request.model), encode(request), timeout=timeout_s,
+                               stream=REQUESTS_STREAM, headers=all_headers)
+    except APIError as exc:
+        if exc.err_code == JS_MAX_MESSAGES_EXCEEDED:
+            raise QueueFull(f"the request queue is full ({exc.description}); retry later") from exc
+        raise
+    except NoStreamResponseError as exc:
+        raise NotProvisioned(f"no stream takes {subjects.request(request.model)}: is model {request.model!r} "
+                             f"provisioned? run `voxmesh provision`") from exc
+    return ack.seq

@@ -1,0 +1,86 @@
+"""Connecting to NATS: named connections, exponential reconnect backoff with jitter, credentials never on a flag."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with full jitter: attempt n waits uniform(base*2^n/2, base*2^n), capped at max_s."""
+
+    base_s: float = 0.1
+    max_s: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before attempt `attempt` (0-based)."""
+        ceiling = min(self.max_s, self.base_s * (2 ** min(attempt, 30)))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+async def connect(url: str | list[str], name: str, *, credentials_file: Path | None = None,
+                  token: str | None = None, backoff: Backoff = Backoff(), connect_timeout_s: float = 5.0,
+                  initial_timeout_s: float | None = 60.0, drain_timeout_s: float = 30.0) -> Client:
+    """Connect as `name` (shown by the server and `nats micro ls`); reconnect forever with `backoff`.
+
+    The first connection is retried until `initial_timeout_s` (services may start before the server; None waits
+    forever), then ConnectionError. Credentials come from a creds file or a token that the caller read from a file
+    or the environment, never from a flag.
+    """
+    servers = [url] if isinstance(url, str) else list(url)
+    options: dict[str, Any] = {
+        "servers": servers,
+        "name": name,
+        "connect_timeout": connect_timeout_s,
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": backoff.base_s,  # paces first-connection retries; reconnects use the handler
+        "drain_timeout": drain_timeout_s,
+        "reconnect_to_server_handler": _reconnect_handler(backoff),
+        "error_cb": _log_error(name),
+        "disconnected_cb": _log_state(name, "disconnected"),
+        "reconnected_cb": _log_state(name, "reconnected"),
+        "closed_cb": _log_state(name, "closed"),
+    }
+    if credentials_file is not None:
+        options["user_credentials"] = str(credentials_file)
+    if token is not None:
+        options["token"] = token
+    try:
+        return await asyncio.wait_for(nats.connect(**options), initial_timeout_s)
+    except asyncio.TimeoutError as exc:
+        raise ConnectionError(f"{name}: no NATS server answered at {servers} within {initial_timeout_s}s") from exc
+
+
+def _reconnect_handler(backoff: Backoff):
+    """nats-py's hook: pick the least-retried server and wait per the backoff."""
+
+    def choose(servers: list, _info: dict) -> tuple[Any, float]:
+        server = min(servers, key=lambda s: s.reconnects)
+        return server, backoff.delay(server.reconnects)
+
+    return choose
+
+
+def _log_error(name: str):
+    async def on_error(exc: Exception) -> None:
+        log.warning("%s: NATS error: %r", name, exc)
+
+    return on_error
+
+
+def _log_state(name: str, state: str):
+    async def on_state() -> None:
+        log.info("%s: NATS %s", name, state)
+
+    return on_state

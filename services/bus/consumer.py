@@ -1,0 +1,178 @@
+"""Pull consumers with explicit acks: fetch only when the caller has room; say what happened to each message.
+
+`ack` after success, `nak(delay)` for a retryable failure, `term` for an undecodable message (reported, never
+retried), `in_progress` during long work. An undecodable message is termed and the loop serves the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from messages import DecodeError, decode
+from messages.errors import InvalidConfig
+from services.bus.errors import NotProvisioned
+from services.bus.logs import request_context
+
+log = logging.getLogger(__name__)
+M = TypeVar("M")
+
+
+class Delivery:
+    """One delivered JetStream message and its explicit ack verbs."""
+
+    def __init__(self, nc: Client, msg: Msg) -> None:
+        self._nc = nc
+        self.msg = msg
+        self.settled = False
+
+    @property
+    def data(self) -> bytes:
+        return self.msg.data
+
+    @property
+    def num_delivered(self) -> int:
+        """1 on first delivery, 2 on the first redelivery..."""
+        return self.msg.metadata.num_delivered
+
+    @property
+    def stream_sequence(self) -> int:
+        return self.msg.metadata.sequence.stream
+
+    async def ack(self, *, confirmed: bool = False) -> None:
+        """Done. `confirmed` waits for the server to record the ack (use when an ack decides ownership)."""
+        if confirmed:
+            await self.msg.ack_sync()
+        else:
+            await self.msg.ack()
+        self.settled = True
+
+    async def nak(self, delay_s: float | None = None) -> None:
+        """Retryable failure: redeliver after `delay_s` (counts toward MaxDeliver)."""
+        await self.msg.nak(delay=delay_s)
+        self.settled = True
+
+    async def term(self, reason: str) -> None:
+        """Never redeliver (undecodable or otherwise hopeless); the reason goes to the server's advisory."""
+        await self._nc.publish(self.msg.reply, b"+TERM " + reason.encode()[:256])
+        self.settled = True
+
+    async def in_progress(self) -> None:
+        """Still working: restart the ack-wait timer."""
+        await self.msg.in_progress()
+
+
+class Capacity:
+    """How many more messages the caller can take. The loop takes one slot per message it hands over; the
+    caller gives the slot back when the work is done (`release`), which wakes a loop waiting for room."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise InvalidConfig(f"capacity limit must be >= 1, got {limit}")
+        self.limit = limit
+        self.in_use = 0
+        self._freed = asyncio.Event()
+
+    def room(self) -> int:
+        return self.limit - self.in_use
+
+    def take(self) -> None:
+        if self.in_use >= self.limit:
+            raise RuntimeError("Capacity.take() with no room")
+        self.in_use += 1
+
+    def release(self) -> None:
+        if self.in_use == 0:
+            raise RuntimeError("Capacity.release() with nothing taken")
+        self.in_use -= 1
+        self._freed.set()
+
+    async def wait_for_room(self) -> None:
+        while self.room() <= 0:
+            self._freed.clear()
+            await self._freed.wait()
+
+
+Handler = Callable[[M, Delivery], Awaitable[None]]
+
+
+class PullConsumer(Generic[M]):
+    """Fetches from a provisioned durable consumer, decodes each message as `message_type`, hands it to `handler`.
+
+    The handler must settle the delivery (ack/nak/term) now or later; it owns one Capacity slot per message and
+    releases it when the work ends. A handler that raises gets the message nak'ed with `retry_delay_s`.
+    """
+
+    def __init__(self, js: JetStreamContext, nc: Client, *, stream: str, durable: str, message_type: Any,
+                 handler: Handler, capacity: Capacity, max_batch: int = 16, fetch_timeout_s: float = 1.0,
+                 retry_delay_s: float = 1.0, request_id_of: Callable[[Any], str | None] | None = None) -> None:
+        self._js, self._nc = js, nc
+        self.stream, self.durable = stream, durable
+        self._type, self._handler, self.capacity = message_type, handler, capacity
+        self._max_batch, self._fetch_timeout_s, self._retry_delay_s = max_batch, fetch_timeout_s, retry_delay_s
+        self._request_id_of = request_id_of or (lambda m: getattr(m, "id", None) or getattr(m, "request_id", None))
+        self._sub: JetStreamContext.PullSubscription | None = None
+        self.num_termed = 0
+
+    async def bind(self) -> None:
+        """Bind to the durable consumer; NotProvisioned if it does not exist."""
+        try:
+            await self._js.consumer_info(self.stream, self.durable)
+        except NotFoundError as exc:
+            raise NotProvisioned(f"consumer {self.durable} on stream {self.stream} does not exist: run "
+                                 f"`voxmesh provision`") from exc
+        self._sub = await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set. Fetches at most `room()` messages, and nothing while there is no room."""
+        if self._sub is None:
+            await self.bind()
+        while not stop.is_set():
+            if self.capacity.room() <= 0:
+                await _first(self.capacity.wait_for_room(), stop.wait())
+                continue
+            for msg in await self._fetch(min(self.capacity.room(), self._max_batch)):
+                await self._dispatch(Delivery(self._nc, msg))
+
+    async def _fetch(self, batch: int) -> list[Msg]:
+        try:
+            return await self._sub.fetch(batch, timeout=self._fetch_timeout_s)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            return []
+
+    async def _dispatch(self, delivery: Delivery) -> None:
+        try:
+            message = decode(delivery.data, self._type)
+        except DecodeError as exc:
+            self.num_termed += 1
+            log.error("terminating undecodable message %d on %s (%s): %s", delivery.stream_sequence,
+                      delivery.msg.subject, exc.code, exc)
+            await delivery.term(f"{exc.code}: {exc}")
+            return
+        self.capacity.take()
+        with request_context(self._request_id_of(message)):
+            try:
+                await self._handler(message, delivery)
+            except Exception:
+                log.exception("handler failed; nak with %.1fs delay", self._retry_delay_s)
+                self.capacity.release()
+                if not delivery.settled:
+                    await delivery.nak(self._retry_delay_s)
+
+
+async def _first(*awaitables: Awaitable[Any]) -> None:
+    """Wait until the first of `awaitables` completes; cancel the rest."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

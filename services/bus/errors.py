@@ -1,0 +1,61 @@
+"""Typed errors of the bus runtime; each carries a machine-readable `code`."""
+
+from __future__ import annotations
+
+from messages.errors import ErrorCode
+
+# JetStream API error codes the runtime interprets (nats-server's errors.json).
+JS_WRONG_LAST_SEQUENCE = 10071
+JS_WRONG_LAST_SEQUENCE_CONSTANT = 10164  # the same refusal when the expectation was 0
+JS_MAX_MESSAGES_EXCEEDED = 10077  # "maximum messages exceeded" on a discard-new stream
+WRONG_LAST_SEQUENCE_CODES = (JS_WRONG_LAST_SEQUENCE, JS_WRONG_LAST_SEQUENCE_CONSTANT)
+
+
+class BusError(Exception):
+    """Base of bus runtime errors."""
+
+    code: str = "bus_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+class QueueFull(BusError):
+    """REQUESTS is at its bound (discard new): the gateway answers 429 with Retry-After."""
+
+    code = ErrorCode.QUEUE_FULL.value
+
+
+class StaleOwner(BusError):
+    """The server refused a codes publish: another owner appended since (a takeover). Stand down."""
+
+    code = "stale_owner"
+
+    def __init__(self, message: str, *, subject: str, expected_sequence: int) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.expected_sequence = expected_sequence
+
+
+class OwnershipConflict(BusError):
+    """A compare-and-set claim lost: someone else wrote the key first."""
+
+    code = "ownership_conflict"
+
+
+class NotProvisioned(BusError):
+    """A stream, consumer or the bucket does not exist: run `voxmesh provision` (or `voxmesh up`)."""
+
+    code = "not_provisioned"
+
+
+class ProvisionConflict(BusError):
+    """An existing stream differs in a way the server cannot update (e.g. retention); fix or delete it by hand."""
+
+    code = "provision_conflict"
+
+
+class NatsServerError(BusError):
+    """The embedded nats-server could not be found, did not start, or did not stop."""
+
+    code = "nats_server"

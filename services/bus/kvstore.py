@@ -1,0 +1,63 @@
+"""Typed records in the `voxmesh` KV bucket: read, create and compare-and-set update, plus cancellation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from messages import decode, encode, subjects
+from messages.base import Message
+from messages.records import CancelRecord
+from services.bus.errors import OwnershipConflict
+
+R = TypeVar("R", bound=Message)
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned(Generic[R]):
+    """A record and the KV revision it was read or written at (the compare-and-set token)."""
+
+    record: R
+    revision: int
+
+
+async def read_record(kv: KeyValue, key: str, kind: type[R]) -> Versioned[R] | None:
+    """The current record under `key`, or None when absent or deleted. DecodeError if it is not a `kind`."""
+    try:
+        entry = await kv.get(key)
+    except KeyNotFoundError:
+        return None
+    if entry.value is None or entry.revision is None:
+        return None
+    return Versioned(decode(entry.value, kind), entry.revision)
+
+
+async def write_record(kv: KeyValue, key: str, record: R, *, expected: Versioned | None) -> Versioned[R]:
+    """Compare-and-set: create when `expected` is None, else update only if the key is still at its revision.
+
+    Raises OwnershipConflict when someone else wrote the key first.
+    """
+    data = encode(record)
+    try:
+        if expected is None:
+            revision = await kv.create(key, data)
+        else:
+            revision = await kv.update(key, data, last=expected.revision)
+    except KeyWrongLastSequenceError as exc:
+        raise OwnershipConflict(f"{key} changed under us (expected revision "
+                                f"{expected.revision if expected else 'none'}): another writer won") from exc
+    return Versioned(record, revision)
+
+
+async def cancel_request(kv: KeyValue, record: CancelRecord) -> None:
+    """Mark a request cancelled (the gateway); every stage checks `is_cancelled` and stops work for it."""
+    await kv.put(subjects.cancel_key(record.request_id), encode(record))
+
+
+async def read_cancel(kv: KeyValue, request_id: str) -> CancelRecord | None:
+    """The request's CancelRecord, or None when it is not cancelled."""
+    found = await read_record(kv, subjects.cancel_key(request_id), CancelRecord)
+    return found.record if found is not None else None

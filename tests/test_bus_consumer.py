@@ -1,0 +1,133 @@
+"""Pull consumers against a real server: explicit acks, fetch only with room, term bad messages, MaxDeliver."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from messages import SynthesisRequest, decode, subjects
+from messages.streams import REQUESTS_STREAM, BusConfig
+from services.bus import Capacity, Delivery, PullConsumer, Shutdown, submit_request, watch_max_deliveries
+from services.bus.advisories import load_exhausted_message
+from tests.fixtures.nats_server import fresh_bus
+
+CONFIG = BusConfig(models=("tiny",), num_partitions=1, max_queued_requests=16, request_max_deliver=3)
+TIMEOUT_S = 10.0
+
+
+def request(n: int) -> SynthesisRequest:
+    return SynthesisRequest(id=f"req-{n}", model="tiny", text="Hello there.", seed=n)
+
+
+class Serving:
+    """A PullConsumer on the tiny model's requests, run as a task, with its handler's deliveries in a queue."""
+
+    def __init__(self, nc, handler, capacity: Capacity, retry_delay_s: float = 1.0) -> None:
+        self.stop = asyncio.Event()
+        self.consumer = PullConsumer(nc.jetstream(), nc, stream=REQUESTS_STREAM, durable="decode-tiny",
+                                     message_type=SynthesisRequest, handler=handler, capacity=capacity,
+                                     fetch_timeout_s=0.2, retry_delay_s=retry_delay_s)
+
+    async def __aenter__(self) -> Serving:
+        self.task = asyncio.create_task(self.consumer.run(self.stop))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self.task, TIMEOUT_S)
+
+
+async def test_undecodable_message_is_termed_and_the_next_is_served(nats_client) -> None:
+    js = nats_client.jetstream()
+    await fresh_bus(js, CONFIG)
+    terminated = await nats_client.subscribe(subjects.terminated_advisory(REQUESTS_STREAM, "decode-tiny"))
+    received: asyncio.Queue = asyncio.Queue()
+
+    async def handler(message: SynthesisRequest, delivery: Delivery) -> None:
+        await delivery.ack(confirmed=True)
+        await received.put((message, delivery.num_delivered))
+
+    await js.publish(subjects.request("tiny"), b"\x93not a request")
+    await submit_request(js, request(1))
+    async with Serving(nats_client, handler, Capacity(4)) as serving:
+        message, num_delivered = await asyncio.wait_for(received.get(), TIMEOUT_S)
+        advisory = json.loads((await terminated.next_msg(TIMEOUT_S)).data)
+    assert message == request(1) and num_delivered == 1
+    assert serving.consumer.num_termed == 1 and received.empty()
+    assert advisory["stream_seq"] == 1 and "bad_message" in advisory["reason"]
+    info = await js.consumer_info(REQUESTS_STREAM, "decode-tiny")
+    assert info.num_ack_pending == 0 and info.num_redelivered == 0
+    assert (await js.stream_info(REQUESTS_STREAM)).state.messages == 0
+
+
+async def test_fetches_only_when_there_is_room(nats_client) -> None:
+    js = nats_client.jetstream()
+    await fresh_bus(js, CONFIG)
+    capacity = Capacity(1)
+    received: asyncio.Queue = asyncio.Queue()
+
+    async def handler(message: SynthesisRequest, delivery: Delivery) -> None:
+        await delivery.ack(confirmed=True)
+        await received.put(message.id)  # keeps its slot until the test releases it
+
+    for n in range(3):
+        await submit_request(js, request(n))
+    async with Serving(nats_client, handler, capacity):
+        assert await asyncio.wait_for(received.get(), TIMEOUT_S) == "req-0"
+        info = await js.consumer_info(REQUESTS_STREAM, "decode-tiny")
+        assert (info.num_pending, info.num_ack_pending, capacity.room()) == (2, 0, 0)  # nothing fetched w/o room
+        capacity.release()
+        assert await asyncio.wait_for(received.get(), TIMEOUT_S) == "req-1"
+        capacity.release()
+        assert await asyncio.wait_for(received.get(), TIMEOUT_S) == "req-2"
+
+
+async def test_a_failing_handler_gets_a_nak_and_a_redelivery(nats_client) -> None:
+    js = nats_client.jetstream()
+    await fresh_bus(js, CONFIG)
+    capacity = Capacity(2)
+    deliveries: asyncio.Queue = asyncio.Queue()
+
+    async def handler(message: SynthesisRequest, delivery: Delivery) -> None:
+        await deliveries.put(delivery.num_delivered)
+        if delivery.num_delivered == 1:
+            raise RuntimeError("transient failure")
+        await delivery.ack(confirmed=True)
+        capacity.release()
+
+    await submit_request(js, request(7))
+    async with Serving(nats_client, handler, capacity, retry_delay_s=0.05):
+        assert await asyncio.wait_for(deliveries.get(), TIMEOUT_S) == 1
+        assert await asyncio.wait_for(deliveries.get(), TIMEOUT_S) == 2
+    assert capacity.room() == 2  # the failed attempt gave its slot back
+
+
+async def test_max_deliver_exhaustion_is_observable(nats_client) -> None:
+    js = nats_client.jetstream()
+    await fresh_bus(js, CONFIG)
+    exhausted: asyncio.Queue = asyncio.Queue()
+    await watch_max_deliveries(nats_client, REQUESTS_STREAM, "decode-tiny", exhausted.put)
+    capacity = Capacity(1)
+
+    async def handler(message: SynthesisRequest, delivery: Delivery) -> None:
+        await delivery.nak()  # always retryable: never succeeds
+        capacity.release()
+
+    await submit_request(js, request(3))
+    async with Serving(nats_client, handler, capacity):
+        advisory = await asyncio.wait_for(exhausted.get(), TIMEOUT_S)
+    assert (advisory.stream, advisory.consumer, advisory.deliveries) == (REQUESTS_STREAM, "decode-tiny", 3)
+    poisoned = decode(await load_exhausted_message(js, advisory), SynthesisRequest)
+    assert poisoned.id == "req-3"
+
+
+async def test_stop_event_ends_an_idle_loop(nats_client) -> None:
+    js = nats_client.jetstream()
+    await fresh_bus(js, CONFIG)
+    shutdown = Shutdown()
+    consumer = PullConsumer(js, nats_client, stream=REQUESTS_STREAM, durable="decode-tiny",
+                            message_type=SynthesisRequest, handler=None, capacity=Capacity(1), fetch_timeout_s=0.2)
+    task = asyncio.create_task(consumer.run(shutdown.event))
+    shutdown.request("test")
+    await asyncio.wait_for(task, TIMEOUT_S)
+    assert task.done() and shutdown.reason == "test"

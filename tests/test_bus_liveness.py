@@ -1,0 +1,149 @@
+"""Leases and liveness, micro-service discovery ($SRV), graceful shutdown, request-id logging."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+
+import pytest
+from nats.micro.service import ServiceVerb, control_subject
+
+from messages.errors import InvalidConfig
+from messages.streams import BusConfig
+from services.bus import (LeaseKeeper, Shutdown, connect, is_alive, lease_expired, read_lease, register_service,
+                          request_context, run_until_shutdown)
+from services.bus.logs import ContextFilter
+from tests.fixtures.nats_server import fresh_bus
+
+CONFIG = BusConfig(models=("tiny",), num_partitions=1)
+TIMEOUT_S = 10.0
+
+
+async def next_value(watcher):
+    """The next real update of a KV watcher (skipping the 'no pending updates' marker)."""
+    while True:
+        entry = await watcher.updates(TIMEOUT_S)
+        if entry is not None:
+            return entry
+
+
+async def test_leases_are_renewed_and_expiry_is_detected(nats_client) -> None:
+    kv = await fresh_bus(nats_client.jetstream(), CONFIG)
+    keeper = LeaseKeeper(kv, "decode-a", "decode", interval_s=0.05, ttl_s=0.5)
+    watcher = await kv.watch(keeper.key)
+    stop = asyncio.Event()
+    task = asyncio.create_task(keeper.run(stop))
+    first, second = await next_value(watcher), await next_value(watcher)
+    assert second.revision > first.revision  # renewed on its own
+    task.cancel()  # a crash: the lease is left behind, no longer renewed
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    lease = await read_lease(kv, "decode-a")
+    assert (lease.replica, lease.service, lease.ttl_s) == ("decode-a", "decode", 0.5)
+    assert await is_alive(kv, "decode-a", now=lease.renewed_at + 0.4)
+    assert not await is_alive(kv, "decode-a", now=lease.renewed_at + 0.6)  # expiry detected
+    assert lease_expired(None) and not await is_alive(kv, "never-seen")
+    await watcher.stop()
+
+
+async def test_a_clean_stop_releases_the_lease(nats_client) -> None:
+    kv = await fresh_bus(nats_client.jetstream(), CONFIG)
+    keeper = LeaseKeeper(kv, "vocoder-a", "vocoder", interval_s=0.05, ttl_s=60.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(keeper.run(stop))
+    watcher = await kv.watch(keeper.key)
+    await next_value(watcher)
+    stop.set()
+    await asyncio.wait_for(task, TIMEOUT_S)
+    assert await read_lease(kv, "vocoder-a") is None and not await is_alive(kv, "vocoder-a")
+    await watcher.stop()
+    with pytest.raises(InvalidConfig):
+        LeaseKeeper(kv, "x", "decode", interval_s=3.0, ttl_s=3.0)
+
+
+async def test_services_answer_srv_ping_info_and_stats(nats_client) -> None:
+    service = await register_service(nats_client, "voxmesh-decode", version="0.1.0", description="decode",
+                                     metadata={"replica": "decode-a"})
+    try:
+        ping = json.loads((await nats_client.request(control_subject(ServiceVerb.PING, None), b"", 5.0)).data)
+        info = json.loads((await nats_client.request(
+            control_subject(ServiceVerb.INFO, "voxmesh-decode"), b"", 5.0)).data)
+        stats = json.loads((await nats_client.request(
+            control_subject(ServiceVerb.STATS, "voxmesh-decode", service.id), b"", 5.0)).data)
+    finally:
+        await service.stop()
+    assert ping["name"] == "voxmesh-decode" and ping["id"] == service.id
+    assert info["description"] == "decode" and info["metadata"] == {"replica": "decode-a"}
+    assert stats["type"] == "io.nats.micro.v1.stats_response"
+    with pytest.raises(InvalidConfig):
+        await register_service(nats_client, "bad.name")
+
+
+async def test_sigterm_drains_and_stops_every_worker(nats_server) -> None:
+    nc = await connect(nats_server.url, "shutdown-test")
+    shutdown = Shutdown()
+    shutdown.install()
+    stopped: list[str] = []
+
+    async def worker(stop: asyncio.Event) -> None:
+        await stop.wait()
+        stopped.append("worker")
+
+    async def raise_signal(stop: asyncio.Event) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled by the loop: sets the event
+        await stop.wait()
+        stopped.append("signaller")
+
+    try:
+        await asyncio.wait_for(run_until_shutdown(nc, shutdown, [worker, raise_signal]), TIMEOUT_S)
+    finally:
+        shutdown.uninstall()
+    assert sorted(stopped) == ["signaller", "worker"]
+    assert shutdown.reason == "signal SIGTERM" and nc.is_closed
+
+
+async def test_a_failing_worker_stops_the_service(nats_server) -> None:
+    nc = await connect(nats_server.url, "failure-test")
+    shutdown = Shutdown()
+    cancelled: list[bool] = []
+
+    async def waits(stop: asyncio.Event) -> None:
+        try:
+            await asyncio.Event().wait()  # ignores stop: must be cancelled
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def fails(stop: asyncio.Event) -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(ExceptionGroup) as caught:
+        await asyncio.wait_for(run_until_shutdown(nc, shutdown, [waits, fails], grace_s=0.1), TIMEOUT_S)
+    assert caught.group_contains(RuntimeError) and cancelled == [True] and nc.is_closed
+    assert "boom" in shutdown.reason
+
+
+async def test_log_lines_carry_the_request_id() -> None:
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    handler.addFilter(ContextFilter("decode"))
+    logger = logging.getLogger("voxmesh.test.requestid")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+    async def in_a_task() -> None:
+        logger.info("inside a task")
+
+    try:
+        with request_context("req-42"):
+            logger.info("inside")
+            await asyncio.create_task(in_a_task())
+        logger.info("outside")
+    finally:
+        logger.removeHandler(handler)
+    assert [(r.request_id, r.service) for r in records] == [("req-42", "decode"), ("req-42", "decode"),
+                                                            ("-", "decode")]
