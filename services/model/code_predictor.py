@@ -1,0 +1,91 @@
+"""The code predictor ("MTP"): codebooks 1..15 of a frame from the talker's hidden state and codebook 0.
+
+`predict` is one batched step: B rows in, 15 codes per row out. It keeps no state between calls (every
+frame starts a fresh context at position 0), so any replica can serve any row; the randomness comes from
+the `choose` callable, which the caller keys by (seed, frame, codebook).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from services.model.config import CodePredictorConfig, TalkerConfig
+from services.model.layers import DecoderStack
+
+
+class ChooseCodes(Protocol):
+    """Pick one code per row from logits [B, V] for `codebook` (1..15); returns int64 [B]."""
+
+    def __call__(self, logits: torch.Tensor, codebook: int) -> torch.Tensor: ...
+
+
+def greedy(logits: torch.Tensor, codebook: int) -> torch.Tensor:
+    return logits.argmax(dim=-1)
+
+
+class _DenseCache:
+    """The `Attend` of one predict call: a [layers, 2, B, Hkv, S, D] cache filled left to right."""
+
+    def __init__(self, cfg: CodePredictorConfig, rows: int, like: torch.Tensor) -> None:
+        d = cfg.decoder
+        shape = (d.num_layers, 2, rows, d.num_kv_heads, cfg.num_code_groups, d.head_dim)
+        self.kv = torch.empty(shape, dtype=like.dtype, device=like.device)
+        self.scale = d.head_dim**-0.5
+        self.start = 0
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # q [B, n, Hq, D], k and v [B, n, Hkv, D]
+        n = q.shape[1]
+        end = self.start + n
+        self.kv[layer, 0, :, :, self.start : end] = k.transpose(1, 2)
+        self.kv[layer, 1, :, :, self.start : end] = v.transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), self.kv[layer, 0, :, :, :end], self.kv[layer, 1, :, :, :end],
+            is_causal=self.start == 0 and n > 1, scale=self.scale, enable_gqa=k.shape[2] != q.shape[2],
+        )
+        return out.transpose(1, 2)
+
+
+class CodePredictor(nn.Module):
+    CHECKPOINT_PREFIXES = (
+        ("model.", "talker.code_predictor.model."),
+        ("codec_embedding.", "talker.code_predictor.model.codec_embedding."),
+        ("lm_head.", "talker.code_predictor.lm_head."),
+        ("small_to_mtp_projection.", "talker.code_predictor.small_to_mtp_projection."),
+        ("first_embedding.", "talker.model.codec_embedding."),
+    )
+    """(module prefix, checkpoint prefix) of every parameter."""
+
+    def __init__(self, talker_cfg: TalkerConfig) -> None:
+        super().__init__()
+        cfg = talker_cfg.code_predictor
+        self.cfg = cfg
+        talker_hidden, hidden = talker_cfg.decoder.hidden_size, cfg.decoder.hidden_size
+        self.model = DecoderStack(cfg.decoder)
+        groups = cfg.num_code_groups - 1
+        self.codec_embedding = nn.ModuleList(nn.Embedding(cfg.vocab_size, talker_hidden) for _ in range(groups))
+        self.lm_head = nn.ModuleList(nn.Linear(hidden, cfg.vocab_size, bias=False) for _ in range(groups))
+        self.small_to_mtp_projection = (
+            nn.Linear(talker_hidden, hidden, bias=True) if hidden != talker_hidden else nn.Identity()
+        )
+        self.first_embedding = nn.Embedding(talker_cfg.vocab_size, talker_hidden)
+        """The talker's codec embedding (E0): the second input row is E0(codebook 0)."""
+
+    def predict(self, hidden: torch.Tensor, first_codes: torch.Tensor, choose: ChooseCodes = greedy) -> torch.Tensor:
+        """Codebooks 1..groups-1 [B, groups-1] for talker hidden states [B, talker_hidden] and codebook 0 [B]."""
+        rows = hidden.shape[0]
+        cache = _DenseCache(self.cfg, rows, hidden)
+        x = torch.stack((hidden, self.first_embedding(first_codes)), dim=1)
+        codes = []
+        for j in range(self.cfg.num_code_groups - 1):
+            positions = torch.arange(cache.start, cache.start + x.shape[1], device=hidden.device)
+            out = self.model(self.small_to_mtp_projection(x), positions, cache)
+            cache.start += x.shape[1]
+            code = choose(self.lm_head[j](out[:, -1]), j + 1)
+            codes.append(code)
+            x = self.codec_embedding[j](code)[:, None]
+        return torch.stack(codes, dim=1)

@@ -1,0 +1,148 @@
+"""Qwen3-style decoder layers shared by the talker and the code predictor.
+
+The layers never own a KV cache: attention is delegated to an `Attend` callable given per forward, so the
+talker reads and writes the engine's paged pool while the code predictor uses a small dense cache.
+Parameter names match the checkpoint's (`self_attn.q_proj`, `mlp.gate_proj`, `input_layernorm`, ...).
+Numerics follow the reference where they differ from the obvious: RMSNorm normalises in float32 and
+casts back before the weight multiply; RoPE tables are computed in float32 and cast to the model dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from services.model.config import DecoderConfig
+
+_ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+class Attend(Protocol):
+    """Attention for one layer: q [..., Hq, D], k and v [..., Hkv, D] (normed, rotated) -> [..., Hq, D]."""
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class Rope:
+    """Plain 1-D rotary embedding over the whole head dimension.
+
+    The inverse frequencies are computed once on the CPU, as the reference does, and copied to each device
+    on first use; they are no module buffer, so a dtype conversion of the weights never touches them.
+    """
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
+        self._inv_freq = {torch.device("cpu"): 1.0 / (theta**exponents)}
+
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of shape [*positions.shape, 1, head_dim], ready to broadcast over heads."""
+        inv_freq = self._inv_freq.get(positions.device)
+        if inv_freq is None:
+            inv_freq = self._inv_freq[positions.device] = self._inv_freq[torch.device("cpu")].to(positions.device)
+        freqs = positions.float()[..., None] * inv_freq
+        angles = torch.cat((freqs, freqs), dim=-1)[..., None, :]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        q_width, kv_width = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, q_width, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, kv_width, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, kv_width, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(q_width, cfg.hidden_size, bias=cfg.attention_bias)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.head_dim = cfg.head_dim
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], layer: int, attend: Attend) -> torch.Tensor:
+        heads = (*x.shape[:-1], -1, self.head_dim)
+        cos, sin = rope
+        q = apply_rope(self.q_norm(self.q_proj(x).view(heads)), cos, sin)
+        k = apply_rope(self.k_norm(self.k_proj(x).view(heads)), cos, sin)
+        v = self.v_proj(x).view(heads)
+        out = attend(layer, q, k, v)
+        return self.o_proj(out.reshape(*x.shape[:-1], -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.act = _ACTIVATIONS[cfg.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], layer: int, attend: Attend) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, layer, attend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderStack(nn.Module):
+    """Layers, final norm and RoPE: embeddings in, final-normed hidden states out."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rope = Rope(cfg.head_dim, cfg.rope_theta)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
+        """x [..., T, hidden] with positions [T] (or broadcastable to x's leading dims)."""
+        rope = self.rope.tables(positions, x.dtype)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, rope, index, attend)
+        return self.norm(x)
+
+
+class TextProjection(nn.Module):
+    """`text_projection`: Linear(bias) -> activation -> Linear(bias), text width to talker width."""
+
+    def __init__(self, text_hidden: int, out_hidden: int, act: str) -> None:
+        super().__init__()
+        self.linear_fc1 = nn.Linear(text_hidden, text_hidden, bias=True)
+        self.linear_fc2 = nn.Linear(text_hidden, out_hidden, bias=True)
+        self.act = _ACTIVATIONS[act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_fc2(self.act(self.linear_fc1(x)))

@@ -1,0 +1,80 @@
+"""Loading a checkpoint directory into the talker and the code predictor (and, for base checkpoints, the
+speaker encoder's weights).
+
+Modules are built on the meta device, so building costs nothing; their expected names and shapes are
+checked against the safetensors headers before a byte of weights is read; tensors used by both modules
+(the talker's codec embedding, the 15 code-predictor embedding tables) are loaded once and shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from services.model import checkpoint
+from services.model.code_predictor import CodePredictor
+from services.model.config import GenerationDefaults, TTSConfig, load_config
+from services.model.talker import Talker
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True, slots=True)
+class TTSModel:
+    directory: Path
+    config: TTSConfig
+    generation: GenerationDefaults
+    talker: Talker
+    code_predictor: CodePredictor
+    speaker_encoder: dict[str, torch.Tensor] | None
+    """Base checkpoints only: the speaker encoder's weights by checkpoint name, parsed and shape-checked."""
+
+    @property
+    def device(self) -> torch.device:
+        return self.talker.codec_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.talker.codec_head.weight.dtype
+
+
+def checkpoint_names(module: nn.Module, prefixes: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Module parameter name -> checkpoint tensor name, by the module's (module prefix, checkpoint prefix) table."""
+    names = {}
+    for name in module.state_dict():
+        match = max((p for p in prefixes if name.startswith(p[0])), key=lambda p: len(p[0]))
+        names[name] = match[1] + name[len(match[0]) :]
+    return names
+
+
+def _fill(module: nn.Module, names: dict[str, str], tensors: dict[str, torch.Tensor]) -> None:
+    module.load_state_dict({name: tensors[ckpt] for name, ckpt in names.items()}, strict=True, assign=True)
+    module.requires_grad_(False)
+    module.eval()
+
+
+def load_model(directory: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> TTSModel:
+    """Load and validate a checkpoint directory; raises `CheckpointError` naming the file and tensor at fault."""
+    directory = Path(directory)
+    device = torch.device(device)
+    config, generation = load_config(directory)
+    with torch.device("meta"):
+        talker, predictor = Talker(config.talker), CodePredictor(config.talker)
+    talker_names = checkpoint_names(talker, Talker.CHECKPOINT_PREFIXES)
+    predictor_names = checkpoint_names(predictor, CodePredictor.CHECKPOINT_PREFIXES)
+    expected = {}
+    for module, names in ((talker, talker_names), (predictor, predictor_names)):
+        state = module.state_dict()
+        expected.update({ckpt: tuple(state[name].shape) for name, ckpt in names.items()})
+    if config.speaker_encoder is not None:
+        expected.update(checkpoint.speaker_encoder_shapes(config.speaker_encoder))
+    stored = checkpoint.scan(directory)
+    checkpoint.check(stored, expected, directory)
+    tensors = checkpoint.load_tensors(stored, list(expected), dtype, device)
+    _fill(talker, talker_names, tensors)
+    _fill(predictor, predictor_names, tensors)
+    encoder = {n: t for n, t in tensors.items() if n.startswith("speaker_encoder.")} if config.speaker_encoder else None
+    return TTSModel(directory, config, generation, talker, predictor, encoder)

@@ -1,0 +1,122 @@
+"""Prompt building: the talker's prefill rows and the trailing text rows of a request (MODEL.md, steps 1-3).
+
+A request is described by token ids and names (`PromptRequest`), which travel cheaply; `build_prompt` turns
+it into embeddings where the talker's weights are. Two text modes:
+- non-streaming (the reference's high-level default): the whole text is in the prefill, every frame's
+  trailing row is tts_pad;
+- streaming: the prefill holds the first text token, frame k's trailing row is text token k+1, then
+  tts_eos, then tts_pad.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from services.model.config import TTSConfig
+from services.model.errors import RequestError, UnsupportedModelError
+from services.model.talker import Talker
+
+ROLE_TOKENS = 3
+"""`<|im_start|>assistant\\n`: the first ids of a wrapped text."""
+TAIL_TOKENS = 5
+"""`<|im_end|>\\n<|im_start|>assistant\\n`: the last ids of a wrapped text."""
+
+
+def assistant_text(text: str) -> str:
+    """The template a text is tokenized in; its first 3 and last 5 ids are the role and the tail."""
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def instruct_text(instruct: str) -> str:
+    return f"<|im_start|>user\n{instruct}<|im_end|>\n"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRequest:
+    text_ids: tuple[int, ...]
+    """Ids of `assistant_text(text)`."""
+    instruct_ids: tuple[int, ...] | None = None
+    """Ids of `instruct_text(instruct)`, or None for no instruction."""
+    speaker: str | None = None
+    language: str = "auto"
+    non_streaming: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    embeds: torch.Tensor
+    """[L, hidden]: the prefill input rows."""
+    trailing: torch.Tensor
+    """[N, hidden]: the text row added to frame k's input for k < N; tts_pad after that."""
+    tts_pad: torch.Tensor
+    """[hidden]"""
+
+    def trailing_rows(self, frames: torch.Tensor) -> torch.Tensor:
+        """The text rows [B, hidden] for frame indices [B] (frame k's input also holds its codes)."""
+        rows = torch.cat((self.trailing, self.tts_pad[None]), dim=0)
+        return rows[frames.clamp(max=self.trailing.shape[0])]
+
+
+def check_can_generate(cfg: TTSConfig) -> None:
+    if cfg.tts_model_type == "base":
+        raise UnsupportedModelError(
+            "this is a base (voice-cloning) checkpoint: it loads, but generation from it needs a reference voice, "
+            "which is not implemented yet; use a custom_voice or voice_design checkpoint"
+        )
+
+
+def codec_prefix(cfg: TTSConfig, speaker: str | None, language: str) -> list[int]:
+    """The codec ids of the prompt: language tag, the speaker's row if any, then codec_pad and codec_bos."""
+    talker = cfg.talker
+    lang = language.lower()
+    if lang not in cfg.languages:
+        raise RequestError("unknown_language", f"unknown language {language!r}; this model knows: {', '.join(cfg.languages)}")
+    spk = speaker.lower() if speaker else None
+    if spk is not None and cfg.tts_model_type == "voice_design":
+        raise RequestError("unknown_speaker", "a voice_design model takes no speaker: describe the voice in the instruction")
+    if spk is not None and spk not in talker.speaker_ids:
+        known = ", ".join(sorted(talker.speaker_ids)) or "none"
+        raise RequestError("unknown_speaker", f"unknown speaker {speaker!r}; this model knows: {known}")
+    language_id = None if lang == "auto" else talker.language_ids[lang]
+    if lang in ("chinese", "auto") and spk in talker.speaker_dialects:
+        language_id = talker.language_ids[talker.speaker_dialects[spk]]
+    if language_id is None:
+        ids = [talker.codec_nothink_id, talker.codec_think_bos_id, talker.codec_think_eos_id]
+    else:
+        ids = [talker.codec_think_id, talker.codec_think_bos_id, language_id, talker.codec_think_eos_id]
+    if spk is not None:
+        ids.append(talker.speaker_ids[spk])
+    return ids + [talker.codec_pad_id, talker.codec_bos_id]
+
+
+def uses_instruction(cfg: TTSConfig) -> bool:
+    """The 0.6B custom_voice model ignores instructions, as the reference does."""
+    return not (cfg.tts_model_type == "custom_voice" and cfg.tts_model_size == "0b6")
+
+
+def build_prompt(talker: Talker, cfg: TTSConfig, request: PromptRequest) -> Prompt:
+    check_can_generate(cfg)
+    num_text = len(request.text_ids) - ROLE_TOKENS - TAIL_TOKENS
+    if num_text <= 0:
+        raise RequestError("empty_text", "the text is empty: give at least one word to speak")
+    device = talker.codec_head.weight.device
+    ids = torch.tensor(request.text_ids, dtype=torch.long, device=device)
+    codec = talker.codec_embedding(torch.tensor(codec_prefix(cfg, request.speaker, request.language), device=device))
+    special = talker.embed_text(torch.tensor([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id], device=device))
+    tts_bos, tts_eos, tts_pad = special[0:1], special[1:2], special[2]
+    text = talker.embed_text(ids[ROLE_TOKENS:-TAIL_TOKENS])
+    pads = tts_pad.expand(codec.shape[0] - 2, -1)
+    parts = [talker.embed_text(ids[:ROLE_TOKENS]), torch.cat((pads, tts_bos)) + codec[:-1]]
+    if request.instruct_ids and uses_instruction(cfg):
+        parts.insert(0, talker.embed_text(torch.tensor(request.instruct_ids, dtype=torch.long, device=device)))
+    if request.non_streaming:
+        pad_ids = torch.full((num_text + 1,), cfg.talker.codec_pad_id, device=device)
+        parts.append(torch.cat((text, tts_eos)) + talker.codec_embedding(pad_ids))
+        parts.append(tts_pad[None] + codec[-1:])
+        trailing = text[:0]
+    else:
+        parts.append(text[:1] + codec[-1:])
+        trailing = torch.cat((text[1:], tts_eos))
+    return Prompt(embeds=torch.cat(parts), trailing=trailing, tts_pad=tts_pad)
