@@ -68,7 +68,11 @@ def _check_number(name: str, value: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RowSampling:
-    """Per-row sampling state of a batch, as tensors of shape [B] on the logits' device."""
+    """Per-row sampling state of a batch, as tensors of shape [B] on the logits' device.
+
+    The three trailing fields summarise the rows on the host, so `sample` can pick its shapes
+    without reading device memory (no synchronisation); `build` and `select` fill them in.
+    """
 
     temperature: torch.Tensor
     """float32; 0 marks a greedy row."""
@@ -80,6 +84,12 @@ class RowSampling:
     """int64: the request's seed (any 64-bit value)."""
     frame: torch.Tensor
     """int64: index of the frame being generated (0 for the first frame)."""
+    max_top_k: int | None = None
+    """The largest top_k of the rows, or None when a row samples from the whole vocabulary (top_k 0)."""
+    uses_top_p: bool = True
+    """Whether some row has top_p < 1."""
+    is_all_greedy: bool = False
+    """Whether every row has temperature 0."""
 
     @staticmethod
     def build(
@@ -96,12 +106,16 @@ class RowSampling:
             )
         if any(frame < 0 for frame in frames):
             raise SamplingParamsError(f"frame indices must be >= 0, got {list(frames)}")
+        top_ks = [p.top_k for p in params_per_row]
         return RowSampling(
             temperature=torch.tensor([p.temperature for p in params_per_row], dtype=torch.float32, device=device),
-            top_k=torch.tensor([p.top_k for p in params_per_row], dtype=torch.int64, device=device),
+            top_k=torch.tensor(top_ks, dtype=torch.int64, device=device),
             top_p=torch.tensor([p.top_p for p in params_per_row], dtype=torch.float32, device=device),
             seed=torch.tensor([_as_int64(s) for s in seeds], dtype=torch.int64, device=device),
             frame=torch.tensor(list(frames), dtype=torch.int64, device=device),
+            max_top_k=None if 0 in top_ks or not top_ks else max(top_ks),
+            uses_top_p=any(p.top_p < 1.0 for p in params_per_row),
+            is_all_greedy=all(p.is_greedy for p in params_per_row),
         )
 
     @property
@@ -109,9 +123,13 @@ class RowSampling:
         return int(self.seed.shape[0])
 
     def select(self, index: torch.Tensor) -> RowSampling:
-        """The rows at `index` (a bool mask or integer indices), e.g. the rows that did not end."""
+        """The rows at `index` (a bool mask or integer indices), e.g. the rows that did not end.
+
+        The host-side summaries are kept as they were: still true bounds for any subset.
+        """
         return RowSampling(
-            self.temperature[index], self.top_k[index], self.top_p[index], self.seed[index], self.frame[index]
+            self.temperature[index], self.top_k[index], self.top_p[index], self.seed[index], self.frame[index],
+            self.max_top_k, self.uses_top_p, self.is_all_greedy,
         )
 
 
@@ -150,51 +168,63 @@ def _row_keys(seed: torch.Tensor, frame: torch.Tensor, codebook: int) -> tuple[t
     return lanes[0], lanes[1]
 
 
-def keyed_uniform(seed: torch.Tensor, frame: torch.Tensor, codebook: int, vocab_size: int) -> torch.Tensor:
-    """Uniform numbers in (0, 1), float64 [B, vocab_size], a pure function of (seed, frame, codebook, index)."""
+def keyed_uniform_at(seed: torch.Tensor, frame: torch.Tensor, codebook: int, index: torch.Tensor) -> torch.Tensor:
+    """Uniform numbers in (0, 1), float64 [B, K], for vocab ids index [B, K] of rows keyed (seed, frame, codebook)."""
     lane_a, lane_b = _row_keys(seed, frame, codebook)
-    index = torch.arange(vocab_size, dtype=torch.int64, device=seed.device)
-    bits = _hash32(_hash32(lane_a[:, None] ^ index[None, :]) ^ lane_b[:, None])
+    bits = _hash32(_hash32(lane_a[:, None] ^ index) ^ lane_b[:, None])
     return (bits.to(torch.float64) + 0.5) / 2.0**32
 
 
-def _filtered_logits(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor:
-    """logits / T with the tokens top-k and top-p drop set to -inf (float32 [B, V])."""
-    safe_temperature = torch.where(rows.temperature > 0, rows.temperature, torch.ones_like(rows.temperature))
-    scaled = logits.float() / safe_temperature[:, None]
+def keyed_uniform(seed: torch.Tensor, frame: torch.Tensor, codebook: int, vocab_size: int) -> torch.Tensor:
+    """`keyed_uniform_at` over the whole vocabulary: float64 [B, vocab_size]."""
+    index = torch.arange(vocab_size, dtype=torch.int64, device=seed.device)
+    return keyed_uniform_at(seed, frame, codebook, index.expand(seed.shape[0], vocab_size))
+
+
+def _candidates(scaled: torch.Tensor, rows: RowSampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens a row may draw, most likely first: values [B, K] (-inf where cut) and vocab ids [B, K].
+
+    K is the largest top_k of the batch (the vocabulary when a row has none): only these tokens need
+    noise. Rows with a smaller top_k mask their tail; top-p then cuts each row's low-probability tail.
+    """
     vocab_size = scaled.shape[1]
-    sorted_logits, sorted_index = scaled.sort(dim=1, descending=True, stable=True)
-    rank = torch.arange(vocab_size, device=scaled.device)[None, :]
+    if rows.max_top_k is None or rows.max_top_k >= vocab_size:
+        values, ids = scaled.sort(dim=1, descending=True, stable=True)
+    else:
+        values, ids = scaled.topk(rows.max_top_k, dim=1)
+    rank = torch.arange(values.shape[1], device=scaled.device)[None, :]
     top_k = torch.where(rows.top_k > 0, rows.top_k, torch.full_like(rows.top_k, vocab_size))
-    drop_sorted = rank >= top_k[:, None]
-    sorted_logits = sorted_logits.masked_fill(drop_sorted, float("-inf"))
-    probs = sorted_logits.softmax(dim=1)
-    mass_before = probs.cumsum(dim=1) - probs
-    # The most likely token always survives; top_p == 1 rows skip the cut so rounding never drops a tail.
-    drop_by_p = (mass_before >= rows.top_p[:, None]) & (rows.top_p[:, None] < 1.0) & (rank > 0)
-    drop_sorted = drop_sorted | drop_by_p
-    drop = torch.zeros_like(drop_sorted).scatter(1, sorted_index, drop_sorted)
-    return scaled.masked_fill(drop, float("-inf"))
+    drop = rank >= top_k[:, None]
+    values = values.masked_fill(drop, float("-inf"))
+    if rows.uses_top_p:
+        # float64 so the cut does not depend on K's effect on float32 summation order.
+        probs = values.double().softmax(dim=1)
+        mass_before = probs.cumsum(dim=1) - probs
+        # The most likely token always survives; top_p == 1 rows skip the cut so rounding never drops a tail.
+        top_p = rows.top_p.double()[:, None]
+        values = values.masked_fill((mass_before >= top_p) & (top_p < 1.0) & (rank > 0), float("-inf"))
+    return values, ids
 
 
 def sample(logits: torch.Tensor, rows: RowSampling, codebook: int) -> torch.Tensor:
     """Draw one token per row: LongTensor [B].
 
     Greedy rows (temperature 0) take the argmax of the raw logits. Other rows apply temperature,
-    top-k, top-p, then a Gumbel-max draw keyed by (seed, frame, codebook): the result of a row does
-    not depend on the other rows, their order or the batch size.
+    top-k, top-p, then a Gumbel-max draw keyed by (seed, frame, codebook, vocab id): the result of
+    a row does not depend on the other rows, their order or the batch size.
     """
     if logits.dim() != 2 or logits.shape[0] != rows.num_rows:
         raise SamplingParamsError(f"logits must be [B, V] with B == {rows.num_rows} rows, got {tuple(logits.shape)}")
     if codebook < 0:
         raise SamplingParamsError(f"codebook must be >= 0, got {codebook}")
     greedy = logits.argmax(dim=1)
-    if not bool((rows.temperature > 0).any()):
+    if rows.is_all_greedy:
         return greedy
-    filtered = _filtered_logits(logits, rows)
-    uniform = keyed_uniform(rows.seed, rows.frame, codebook, logits.shape[1])
-    gumbel = -torch.log(-torch.log(uniform))
-    drawn = (filtered.double() + gumbel).argmax(dim=1)
+    safe_temperature = torch.where(rows.temperature > 0, rows.temperature, torch.ones_like(rows.temperature))
+    values, ids = _candidates(logits.float() / safe_temperature[:, None], rows)
+    gumbel = -torch.log(-torch.log(keyed_uniform_at(rows.seed, rows.frame, codebook, ids)))
+    choice = (values.double() + gumbel).argmax(dim=1, keepdim=True)
+    drawn = ids.gather(1, choice)[:, 0]
     return torch.where(rows.temperature > 0, drawn, greedy)
 
 
