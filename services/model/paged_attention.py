@@ -55,6 +55,10 @@ def reference_kernel(q: torch.Tensor, pool: torch.Tensor, layer: int, batch: Att
     last_visible = (batch.seq_lens - num_queries)[:, None] + torch.arange(q_pad.shape[1], device=q.device)[None, :]
     keys = torch.arange(k.shape[2], device=q.device)
     mask = keys[None, None, :] <= last_visible[:, :, None]
+    # Slots past a sequence's length hold whatever an earlier owner left (NaN included): a masked score
+    # still multiplies its value, so those slots are zeroed rather than trusted.
+    stale = (keys[None, :] >= batch.seq_lens[:, None])[:, None, :, None]
+    k, v = k.masked_fill(stale, 0), v.masked_fill(stale, 0)
     out = F.scaled_dot_product_attention(
         q_pad.transpose(1, 2), k.to(q.dtype), v.to(q.dtype), attn_mask=mask[:, None], scale=scale,
         enable_gqa=k.shape[1] != q.shape[1],
