@@ -1,0 +1,75 @@
+"""What the served checkpoint offers a client: its name, speakers (voices) and languages.
+
+Read from the checkpoint's config.json only (no weights), so the gateway validates voice and language before a
+request costs the mesh anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from messages import subjects
+from services.model.config import TTSConfig
+from services.model.errors import ModelError
+
+
+class CatalogError(ValueError):
+    """The gateway cannot describe its model (no model dir, or an unreadable config.json); raised at startup."""
+
+    code = "invalid_config"
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceCatalog:
+    """The served model as clients see it.
+
+    Attributes:
+        model: the model name clients ask for (settings.model_name).
+        model_type: the checkpoint's tts_model_type (custom_voice, voice_design, base).
+        speakers: lower-cased speaker names (custom_voice checkpoints), in checkpoint order.
+        languages: "auto" and every language a request may name, lower-cased.
+    """
+
+    model: str
+    model_type: str
+    speakers: tuple[str, ...]
+    languages: tuple[str, ...]
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path | None, model: str) -> VoiceCatalog:
+        """Read `model_dir/config.json` (weights are not touched)."""
+        if model_dir is None:
+            raise CatalogError("the gateway needs --model-dir (VOXMESH_MODEL_DIR): it validates voices and "
+                               "languages against the checkpoint's config.json")
+        try:
+            config = _read_config(Path(model_dir))
+        except ModelError as exc:
+            raise CatalogError(f"cannot read the served model's config: {exc}") from exc
+        return cls.from_config(config, model)
+
+    @classmethod
+    def from_config(cls, config: TTSConfig, model: str) -> VoiceCatalog:
+        subjects.slug(model)  # a name that cannot be a subject token fails here, at startup
+        return cls(model=model, model_type=config.tts_model_type,
+                   speakers=tuple(name.lower() for name in config.talker.speaker_ids),
+                   languages=tuple(name.lower() for name in config.languages))
+
+    def serves(self, model: str) -> bool:
+        """Whether a client's `model` names this model (exactly, or the same after slugging)."""
+        if model == self.model:
+            return True
+        try:
+            return subjects.slug(model) == subjects.slug(self.model)
+        except ValueError:
+            return False
+
+
+def _read_config(model_dir: Path) -> TTSConfig:
+    from_dir = getattr(TTSConfig, "from_dir", None)
+    if from_dir is not None:
+        return from_dir(model_dir)
+    # Until the model package grows TTSConfig.from_dir, parse config.json the way it does.
+    from services.model.config import parse_config, read_json
+
+    return parse_config(read_json(model_dir / "config.json"), model_dir / "config.json")

@@ -1,0 +1,1 @@
+"""The gateway's endpoints, one router per feature."""

@@ -1,0 +1,100 @@
+"""The gateway's running parts, held for the app's lifetime: the NATS connection, the bucket, the supervisor, the
+gateway's own lease and its micro-service registration. Every background task is kept and stopped on exit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from nats.micro.service import Service
+
+from messages import subjects
+from services.bus.leases import LeaseKeeper
+from services.bus.micro import register_service
+from services.bus.provision import open_bucket
+from services.bus_session import connect_service
+from services.gateway.admission import AdmissionPolicy
+from services.gateway.auth import parse_keys
+from services.gateway.catalog import VoiceCatalog
+from services.gateway.repair import RepairPolicy
+from services.gateway.settings import GatewaySettings
+from services.gateway.supervisor import Supervisor, SupervisorPolicy
+from services.gateway.synthesis import Synthesizer
+from services.process import default_replica
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "voxmesh-gateway"
+
+
+@dataclass(slots=True)
+class Gateway:
+    """What the routes use.
+
+    Attributes:
+        synthesizer: starts requests and streams their audio.
+        catalog: the served model, voices and languages.
+        api_keys: accepted keys (empty: no authentication).
+        replica: this gateway's replica name.
+    """
+
+    synthesizer: Synthesizer
+    catalog: VoiceCatalog
+    api_keys: tuple[bytes, ...]
+    replica: str
+
+
+@contextlib.asynccontextmanager
+async def gateway_runtime(settings: GatewaySettings) -> AsyncIterator[Gateway]:
+    """Connect, bind the bucket, start supervision and the lease; on exit stop them and drain NATS."""
+    catalog = VoiceCatalog.from_dir(settings.model_dir, settings.model_name)
+    replica = settings.replica or default_replica("gateway")
+    subjects.token(replica)
+    nc = await connect_service(settings, f"{SERVICE_NAME}-{replica}")
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task] = []
+    service: Service | None = None
+    try:
+        js = nc.jetstream()
+        kv = await open_bucket(js)
+        supervisor = Supervisor(nc, js, kv, catalog.model, SupervisorPolicy(
+            check_interval_s=settings.supervise_interval_s, vocoder_grace_s=settings.vocoder_grace_s,
+            resume_window_s=settings.resume_window_s))
+        synthesizer = Synthesizer(nc, js, kv, AdmissionPolicy(catalog, settings.max_text_chars,
+                                                              settings.request_deadline_s),
+                                  supervisor, settings.num_partitions,
+                                  RepairPolicy(arrival_timeout_s=settings.redecode_timeout_s),
+                                  settings.retry_after_s)
+        service = await register_service(nc, SERVICE_NAME, description="voxmesh HTTP/WebSocket gateway",
+                                         metadata={"replica": replica, "model": catalog.model})
+        tasks = [asyncio.create_task(supervisor.run(stop), name="gateway-supervisor"),
+                 asyncio.create_task(LeaseKeeper(kv, replica, "gateway").run(stop), name="gateway-lease")]
+        for task in tasks:
+            task.add_done_callback(_report_crash)
+        log.info("gateway %s serving model %r (%d voices)", replica, catalog.model, len(catalog.speakers))
+        yield Gateway(synthesizer, catalog, parse_keys(settings.api_keys), replica)
+    finally:
+        stop.set()
+        if service is not None:
+            await service.stop()
+        await _finish(tasks, settings.drain_timeout_s)
+        if not nc.is_closed:
+            await nc.drain()
+
+
+async def _finish(tasks: list[asyncio.Task], timeout_s: float) -> None:
+    """Give the tasks `timeout_s` to return after `stop`, then cancel what is left."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _report_crash(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task %s failed", task.get_name(), exc_info=task.exception())

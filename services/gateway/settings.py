@@ -1,0 +1,48 @@
+"""The gateway's settings: flags, environment variables and the README table come from these declarations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messages.requests import MAX_TEXT_CHARS
+from services.common_settings import CommonSettings
+from services.settings import SettingsError, setting
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings(CommonSettings):
+    """Settings of `voxmesh serve gateway`."""
+
+    host: str = setting("127.0.0.1", "address the HTTP server binds (loopback by default: put a proxy in front "
+                                     "to expose it)")
+    port: int = setting(8000, "HTTP port")
+    request_deadline_s: float = setting(30.0, "seconds a request may wait in the queue before it fails with "
+                                              "code timeout")
+    resume_window_s: float = setting(30.0, "seconds a disconnected client's request lives on before it is "
+                                           "cancelled in every stage")
+    max_text_chars: int = setting(MAX_TEXT_CHARS, f"longest input text in characters (at most {MAX_TEXT_CHARS})")
+    retry_after_s: int = setting(1, "Retry-After seconds sent with a 429 when the request queue is full")
+    vocoder_grace_s: float = setting(5.0, "seconds a partition may lack a live vocoder before its requests fail "
+                                          "with code replica_lost")
+    supervise_interval_s: float = setting(0.5, "seconds between supervision passes (deadlines, vocoder leases, "
+                                               "resume windows)")
+    redecode_timeout_s: float = setting(5.0, "seconds to wait for a re-decoded chunk before asking again")
+    drain_timeout_s: float = setting(10.0, "seconds in-flight responses get to finish on shutdown")
+    api_keys: str | None = setting(None, "API keys, comma-separated; when set, /v1 calls need "
+                                         "Authorization: Bearer <key>", secret=True)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise SettingsError(f"--port / VOXMESH_PORT: {self.port} is not a TCP port (0..65535)")
+        if not 1 <= self.max_text_chars <= MAX_TEXT_CHARS:
+            raise SettingsError(f"--max-text-chars / VOXMESH_MAX_TEXT_CHARS: {self.max_text_chars} must be in "
+                                f"1..{MAX_TEXT_CHARS}")
+        if self.num_partitions < 1:
+            raise SettingsError(f"--num-partitions / VOXMESH_NUM_PARTITIONS: {self.num_partitions} must be >= 1")
+        for name in ("request_deadline_s", "resume_window_s", "vocoder_grace_s", "supervise_interval_s",
+                     "redecode_timeout_s", "drain_timeout_s"):
+            if getattr(self, name) <= 0:
+                flag = "--" + name.replace("_", "-")
+                raise SettingsError(f"{flag} / VOXMESH_{name.upper()}: must be > 0, got {getattr(self, name)}")
+        if self.retry_after_s < 0:
+            raise SettingsError(f"--retry-after-s / VOXMESH_RETRY_AFTER_S: must be >= 0, got {self.retry_after_s}")

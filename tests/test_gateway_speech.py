@@ -1,0 +1,135 @@
+"""POST /v1/audio/speech against a real nats-server, driven by the stand-in decode/vocoder."""
+
+from __future__ import annotations
+
+import io
+import wave
+
+import pytest
+
+from messages import decode, subjects
+from messages.errors import ErrorCode, Stage
+from messages.events import Accepted
+from messages.streams import EVENTS_STREAM
+from tests.fixtures.gateway_standin import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
+from tests.fixtures.gateway_standin import Plan, expected_pcm
+
+
+def read_wav(data: bytes) -> tuple[int, int, int, bytes]:
+    with wave.open(io.BytesIO(data)) as reader:
+        return reader.getframerate(), reader.getnchannels(), reader.getsampwidth(), reader.readframes(10**9)
+
+
+async def test_speech_returns_wav_of_every_chunk_in_order(standin, gateway_factory):
+    standin.plan = Plan(num_chunks=4)
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"model": "tiny", "input": "Hello there.",
+                                                                "voice": "Ryan"})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "audio/wav"
+    request_id = response.headers["x-request-id"]
+    rate, channels, width, pcm = read_wav(response.content)
+    assert (rate, channels, width) == (24000, 1, 2)
+    assert pcm == expected_pcm(4)
+    [queued] = standin.requests
+    assert queued.id == request_id
+    assert queued.speaker == "ryan" and queued.text == "Hello there."
+
+
+async def test_chunks_published_out_of_order_arrive_in_order(standin, gateway_factory):
+    standin.plan = Plan(num_chunks=5, order=(3, 0, 4, 2, 1))
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"input": "Out of order.", "voice": "vivian"})
+    assert response.status_code == 200, response.text
+    assert read_wav(response.content)[3] == expected_pcm(5)  # in order, nothing twice, nothing missing
+
+
+async def test_dropped_chunk_is_repaired_by_redecode(standin, gateway_factory):
+    standin.plan = Plan(num_chunks=4, drop=frozenset({1}))
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"input": "Lost one.", "voice": "ryan"})
+    assert response.status_code == 200, response.text
+    assert read_wav(response.content)[3] == expected_pcm(4)
+    request_id = response.headers["x-request-id"]
+    assert [(r.request_id, r.from_seq) for r in standin.redecodes][:1] == [(request_id, 1)]
+
+
+async def test_dropped_last_chunk_is_repaired_from_the_terminal_count(standin, gateway_factory):
+    # Nothing later arrives to reveal the gap: only the terminal's chunk_count says chunk 2 is missing.
+    standin.plan = Plan(num_chunks=3, drop=frozenset({2}))
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"input": "Lost the last.", "voice": "ryan"})
+    assert response.status_code == 200, response.text
+    assert read_wav(response.content)[3] == expected_pcm(3)
+    assert [r.from_seq for r in standin.redecodes] == [2]
+
+
+async def test_unrepairable_gap_fails_with_the_vocoders_reason(standin, gateway_factory):
+    standin.plan = Plan(num_chunks=3, drop=frozenset({1}), answer_redecode=False)
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"input": "Gone for good.", "voice": "ryan"})
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["code"] == "internal" and error["stage"] == "vocoder"
+    assert "scripted refusal" in error["message"] and "chunk 1" in error["message"]
+    assert error["request_id"] == response.headers["x-request-id"]
+
+
+async def test_failure_mid_stream_answers_the_error_with_its_status(standin, gateway_factory):
+    standin.plan = Plan(num_chunks=4, fail_after=2, failure=(ErrorCode.PREEMPTED, Stage.DECODE))
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"input": "Cut short.", "voice": "ryan"})
+    assert response.status_code == 503
+    error = response.json()["error"]
+    assert (error["code"], error["stage"]) == ("preempted", "decode")
+    assert "scripted failure after 2 chunks" in error["message"]
+    assert error["request_id"] == response.headers["x-request-id"]
+
+
+async def test_model_error_is_a_500(standin, gateway_factory):
+    standin.plan = Plan(num_chunks=2, fail_after=0)
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"input": "Broken.", "voice": "ryan"})
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "model_error"
+
+
+async def test_pcm_format_returns_raw_samples(standin, gateway_factory):
+    standin.plan = Plan(num_chunks=2)
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"input": "Raw.", "voice": "eric",
+                                                                "response_format": "pcm"})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "audio/pcm"
+    assert response.content == expected_pcm(2)
+
+
+async def test_request_carries_the_clients_fields_and_is_announced(standin, gateway_factory, gateway_bus):
+    standin.plan = Plan(num_chunks=1)
+    standin.start_consumer()
+    body = {"input": "Fields.", "voice": "Vivian", "language": "English", "seed": 1234, "temperature": 0.0,
+            "top_k": 5, "top_p": 0.5, "repetition_penalty": 1.1, "max_new_tokens": 40, "initial_chunk_frames": 1,
+            "text_mode": "streaming", "instructions": "calm"}
+    async with gateway_factory(request_deadline_s=7.0) as client:
+        response = await client.post("/v1/audio/speech", json=body)
+        second = await client.post("/v1/audio/speech", json={"input": "No seed.", "voice": "ryan"})
+    assert response.status_code == 200 and second.status_code == 200
+    first, unseeded = standin.requests
+    assert (first.speaker, first.language, first.seed, first.text_mode, first.instruct) == (
+        "vivian", "english", 1234, "streaming", "calm")
+    assert (first.sampling.temperature, first.sampling.top_k, first.sampling.top_p,
+            first.sampling.repetition_penalty) == (0.0, 5, 0.5, 1.1)
+    assert (first.max_new_tokens, first.initial_chunk_frames) == (40, 1)
+    assert first.deadline == pytest.approx(first.created_at + 7.0)
+    assert 0 <= unseeded.seed < 2**63 and unseeded.id != first.id
+    accepted = await gateway_bus.js.get_last_msg(EVENTS_STREAM, subjects.event(first.id, Accepted.KIND))
+    event = decode(accepted.data, Accepted)
+    assert (event.seed, event.model, event.text_chars) == (1234, "tiny", len("Fields."))
