@@ -95,6 +95,11 @@ class Capacity:
         self.in_use -= 1
         self._freed.set()
 
+    def nudge(self) -> None:
+        """Room may have changed for another reason than `release` (a subclass's `room()` gate opened): wake a
+        loop waiting for room so it looks again."""
+        self._freed.set()
+
     async def wait_for_room(self) -> None:
         while self.room() <= 0:
             self._freed.clear()
@@ -108,7 +113,8 @@ class PullConsumer(Generic[M]):
     """Fetches from a provisioned durable consumer, decodes each message as `message_type`, hands it to `handler`.
 
     The handler must settle the delivery (ack/nak/term) now or later; it owns one Capacity slot per message and
-    releases it when the work ends. A handler that raises gets the message nak'ed with `retry_delay_s`.
+    releases it when the work ends. A handler that raises (without having released its slot) gets the slot
+    released by the loop and the message nak'ed with `retry_delay_s`, unless it had settled it already.
     """
 
     def __init__(self, js: JetStreamContext, nc: Client, *, stream: str, durable: str, message_type: Any,
