@@ -208,3 +208,11 @@ def test_repetition_penalty_follows_the_sign_of_the_logit() -> None:
     seen = torch.tensor([[True, True, False], [True, True, False]])
     out = apply_repetition_penalty(logits, seen, torch.tensor([2.0, 1.0]))
     assert out.tolist() == [[1.0, -4.0, 3.0], [2.0, -2.0, 3.0]]
+
+
+def test_hand_built_rows_without_host_summaries_draw_the_same() -> None:
+    logits, params, seeds, frames = _mixed_batch(16)
+    built = _rows(params, seeds, frames)
+    bare = RowSampling(built.temperature, built.top_k, built.top_p, built.seed, built.frame)
+    for codebook in (0, 7):
+        assert torch.equal(sample(logits, bare, codebook), sample(logits, built, codebook))

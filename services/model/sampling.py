@@ -90,6 +90,8 @@ class RowSampling:
     """Whether some row has top_p < 1."""
     is_all_greedy: bool = False
     """Whether every row has temperature 0."""
+    keys: torch.Tensor | None = None
+    """int64 [B, 2]: `row_keys(seed, frame)`, hashed once per batch rather than once per codebook."""
 
     @staticmethod
     def build(
@@ -107,15 +109,19 @@ class RowSampling:
         if any(frame < 0 for frame in frames):
             raise SamplingParamsError(f"frame indices must be >= 0, got {list(frames)}")
         top_ks = [p.top_k for p in params_per_row]
+        seed = torch.tensor([_as_int64(s) for s in seeds], dtype=torch.int64, device=device)
+        frame = torch.tensor(list(frames), dtype=torch.int64, device=device)
+        is_all_greedy = all(p.is_greedy for p in params_per_row)
         return RowSampling(
             temperature=torch.tensor([p.temperature for p in params_per_row], dtype=torch.float32, device=device),
             top_k=torch.tensor(top_ks, dtype=torch.int64, device=device),
             top_p=torch.tensor([p.top_p for p in params_per_row], dtype=torch.float32, device=device),
-            seed=torch.tensor([_as_int64(s) for s in seeds], dtype=torch.int64, device=device),
-            frame=torch.tensor(list(frames), dtype=torch.int64, device=device),
+            seed=seed,
+            frame=frame,
             max_top_k=None if 0 in top_ks or not top_ks else max(top_ks),
             uses_top_p=any(p.top_p < 1.0 for p in params_per_row),
-            is_all_greedy=all(p.is_greedy for p in params_per_row),
+            is_all_greedy=is_all_greedy,
+            keys=None if is_all_greedy else row_keys(seed, frame),
         )
 
     @property
@@ -130,6 +136,7 @@ class RowSampling:
         return RowSampling(
             self.temperature[index], self.top_k[index], self.top_p[index], self.seed[index], self.frame[index],
             self.max_top_k, self.uses_top_p, self.is_all_greedy,
+            None if self.keys is None else self.keys[index],
         )
 
 
@@ -140,15 +147,18 @@ def _as_int64(seed: int) -> int:
     return seed - 2**64 if seed >= 2**63 else seed
 
 
-def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
-    """(x * constant) mod 2**32 for x in [0, 2**32), without int64 overflow (16-bit halves)."""
+def _mul32(x, constant: int):
+    """(x * constant) mod 2**32 for x in [0, 2**32), without int64 overflow (16-bit halves).
+
+    Works on Python ints and int64 tensors alike, with the same results.
+    """
     low = (x & 0xFFFF) * constant
     high = (((x >> 16) * constant) & 0xFFFF) << 16
     return (low + high) & _MASK32
 
 
-def _hash32(x: torch.Tensor) -> torch.Tensor:
-    """A bijective 32-bit integer mixer (xorshift-multiply, 'lowbias32' constants)."""
+def _hash32(x):
+    """A bijective 32-bit integer mixer (xorshift-multiply, 'lowbias32' constants); ints or int64 tensors."""
     x = x ^ (x >> 16)
     x = _mul32(x, 0x7FEB352D)
     x = x ^ (x >> 15)
@@ -156,23 +166,33 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def _row_keys(seed: torch.Tensor, frame: torch.Tensor, codebook: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two independent 32-bit lanes of key per row: 64 bits of (seed, frame, codebook) state."""
-    fields = (seed & _MASK32, (seed >> 32) & _MASK32, frame & _MASK32, torch.full_like(frame, codebook))
+def row_keys(seed: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
+    """int64 [B, 2]: two independent 32-bit hash lanes of each row's (seed, frame), 64 bits of key state."""
+    fields = (seed & _MASK32, (seed >> 32) & _MASK32, frame & _MASK32)
     lanes = []
     for lane_seed in _LANE_SEEDS:
         state = torch.full_like(seed, lane_seed)
         for field, salt in zip(fields, _FIELD_SALTS):
             state = _hash32(state ^ field ^ salt)
         lanes.append(state)
-    return lanes[0], lanes[1]
+    return torch.stack(lanes, dim=1)
+
+
+def _codebook_salts(codebook: int) -> tuple[int, int]:
+    """Per-codebook constants XORed into the two lanes (host ints: no device work per codebook)."""
+    return _hash32(codebook ^ _FIELD_SALTS[3]), _hash32(codebook ^ _FIELD_SALTS[3] ^ _LANE_SEEDS[1])
+
+
+def _uniform(keys: torch.Tensor, codebook: int, index: torch.Tensor) -> torch.Tensor:
+    salt_a, salt_b = _codebook_salts(codebook)
+    lane_a, lane_b = keys[:, 0:1] ^ salt_a, keys[:, 1:2] ^ salt_b
+    bits = _hash32(_hash32(lane_a ^ index) ^ lane_b)
+    return (bits.to(torch.float64) + 0.5) / 2.0**32
 
 
 def keyed_uniform_at(seed: torch.Tensor, frame: torch.Tensor, codebook: int, index: torch.Tensor) -> torch.Tensor:
     """Uniform numbers in (0, 1), float64 [B, K], for vocab ids index [B, K] of rows keyed (seed, frame, codebook)."""
-    lane_a, lane_b = _row_keys(seed, frame, codebook)
-    bits = _hash32(_hash32(lane_a[:, None] ^ index) ^ lane_b[:, None])
-    return (bits.to(torch.float64) + 0.5) / 2.0**32
+    return _uniform(row_keys(seed, frame), codebook, index)
 
 
 def keyed_uniform(seed: torch.Tensor, frame: torch.Tensor, codebook: int, vocab_size: int) -> torch.Tensor:
@@ -222,7 +242,8 @@ def sample(logits: torch.Tensor, rows: RowSampling, codebook: int) -> torch.Tens
         return greedy
     safe_temperature = torch.where(rows.temperature > 0, rows.temperature, torch.ones_like(rows.temperature))
     values, ids = _candidates(logits.float() / safe_temperature[:, None], rows)
-    gumbel = -torch.log(-torch.log(keyed_uniform_at(rows.seed, rows.frame, codebook, ids)))
+    keys = rows.keys if rows.keys is not None else row_keys(rows.seed, rows.frame)
+    gumbel = -torch.log(-torch.log(_uniform(keys, codebook, ids)))
     choice = (values.double() + gumbel).argmax(dim=1, keepdim=True)
     drawn = ids.gather(1, choice)[:, 0]
     return torch.where(rows.temperature > 0, drawn, greedy)
