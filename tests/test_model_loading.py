@@ -15,9 +15,11 @@ from services.model.errors import CheckpointError, RequestError, UnsupportedMode
 from services.model.generate import generate
 from services.model.loader import load_model
 from services.model.prompt import PromptRequest, assistant_text
+from services.model.sampling import SamplingParams
 from tests.model_fixtures import encode, reference_checkpoint
 
 Q_PROJ = "talker.model.layers.0.self_attn.q_proj.weight"
+GREEDY = (SamplingParams(temperature=0.0), SamplingParams(temperature=0.0))
 
 
 def _copy(name: str, tmp_path: Path) -> Path:
@@ -65,7 +67,7 @@ def test_base_checkpoint_parses_fully_but_refuses_to_generate():
     for name in expected:
         assert torch.equal(model.speaker_encoder[name], reference[name]), name
     with pytest.raises(UnsupportedModelError, match="base .*voice-cloning"):
-        generate(model, _request("base", speaker=None), 4, repetition_penalty=1.05)
+        generate(model, _request("base", speaker=None), 4, *GREEDY)
 
 
 @pytest.mark.parametrize("missing", ["config.json", "generation_config.json"])
@@ -204,7 +206,7 @@ def custom_voice():
 )
 def test_bad_request_is_refused_with_its_code(custom_voice, kwargs, code, message):
     with pytest.raises(RequestError, match=message) as error:
-        generate(custom_voice, _request("custom_voice", **kwargs), 4, repetition_penalty=1.05)
+        generate(custom_voice, _request("custom_voice", **kwargs), 4, *GREEDY)
     assert error.value.code == code
 
 
@@ -212,11 +214,11 @@ def test_bad_request_is_refused_with_its_code(custom_voice, kwargs, code, messag
 def test_empty_text_is_refused(custom_voice, text):
     request = _request("custom_voice", text=text.strip(), speaker="alice")
     with pytest.raises(RequestError, match="the text is empty") as error:
-        generate(custom_voice, request, 4, repetition_penalty=1.05)
+        generate(custom_voice, request, 4, *GREEDY)
     assert error.value.code == "empty_text"
 
 
 def test_voice_design_takes_no_speaker():
     model = load_model(reference_checkpoint("voice_design").directory)
     with pytest.raises(RequestError, match="a voice_design model takes no speaker"):
-        generate(model, _request("voice_design", speaker="alice"), 4, repetition_penalty=1.05)
+        generate(model, _request("voice_design", speaker="alice"), 4, *GREEDY)

@@ -9,6 +9,7 @@ import torch
 from services.model.generate import GenerationTrace, generate
 from services.model.loader import load_model
 from services.model.prompt import PromptRequest, assistant_text, build_prompt, instruct_text
+from services.model.sampling import SamplingParams
 from tests.model_fixtures import encode, reference_checkpoint
 from tests.model_oracle_runs import reference_generate
 
@@ -20,6 +21,11 @@ TEXTS = {
     "unicode": "Grüße aus Köln — 你好, wie geht's?",
 }
 INSTRUCT = "speak slowly, in a warm and low voice"
+
+
+def greedy(repetition_penalty: float) -> tuple[SamplingParams, SamplingParams]:
+    """The reference's do_sample=False / subtalker_dosample=False: argmax after the talker's logit processing."""
+    return SamplingParams(temperature=0.0, repetition_penalty=repetition_penalty), SamplingParams(temperature=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +78,7 @@ def test_greedy_codes_and_logits_match_reference(loaded, variant, text, speaker,
         torch.testing.assert_close(prompt.trailing, expected.trailing, atol=1e-5, rtol=0)
 
     trace = GenerationTrace()
-    codes = generate(model, request, FRAMES, repetition_penalty=1.05, trace=trace)
+    codes = generate(model, request, FRAMES, *greedy(1.05), trace=trace)
 
     assert codes.shape == (FRAMES, 16)
     for frame, (mine, theirs) in enumerate(zip(codes, expected.codes, strict=True)):
@@ -92,7 +98,7 @@ def test_small_custom_voice_model_ignores_instructions_like_the_reference(loaded
         reference_checkpoint("custom_voice_0b6").model, text_ids, None, "alice", "auto", True, FRAMES
     )
     request = PromptRequest(tuple(text_ids), tuple(instruct_ids), "alice", "auto", True)
-    assert torch.equal(generate(loaded("custom_voice_0b6"), request, FRAMES, repetition_penalty=1.05), expected.codes)
+    assert torch.equal(generate(loaded("custom_voice_0b6"), request, FRAMES, *greedy(1.05)), expected.codes)
 
 
 def test_repetition_penalty_is_applied_like_the_reference(loaded):
@@ -102,4 +108,4 @@ def test_repetition_penalty_is_applied_like_the_reference(loaded):
         reference_checkpoint("custom_voice").model, text_ids, None, "alice", "auto", True, FRAMES, repetition_penalty=3.0
     )
     request = PromptRequest(tuple(text_ids), None, "alice", "auto", True)
-    assert torch.equal(generate(loaded("custom_voice"), request, FRAMES, repetition_penalty=3.0), expected.codes)
+    assert torch.equal(generate(loaded("custom_voice"), request, FRAMES, *greedy(3.0)), expected.codes)

@@ -9,22 +9,17 @@ at most `max_new_tokens - 1` frames for the same value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from services.model.attention_batch import AttentionBatch
-from services.model.code_predictor import ChooseCodes, greedy
+from services.model.config import GenerationDefaults
 from services.model.loader import TTSModel
 from services.model.prompt import PromptRequest, build_prompt
+from services.model.sampling import RowSampling, SamplingParams, sample
 from services.model.talker_logits import TalkerLogitsProcessor
 
 BLOCK_SIZE = 16
-
-ChooseFirst = Callable[[torch.Tensor, int], torch.Tensor]
-"""(processed talker scores [B, V], frame index) -> codebook-0 ids [B]."""
-CodesChooser = Callable[[int], ChooseCodes]
-"""frame index -> the code predictor's chooser for that frame."""
 
 
 @dataclass(slots=True)
@@ -35,12 +30,17 @@ class GenerationTrace:
     code_logits: list[torch.Tensor] = field(default_factory=list)
 
 
-def greedy_first(scores: torch.Tensor, frame: int) -> torch.Tensor:
-    return scores.argmax(dim=-1)
-
-
-def _greedy_codes(frame: int) -> ChooseCodes:
-    return greedy
+def default_sampling(defaults: GenerationDefaults, greedy: bool = False) -> tuple[SamplingParams, SamplingParams]:
+    """(talker, code predictor) sampling from a checkpoint's generation_config; greedy keeps only the penalty."""
+    talker = SamplingParams(
+        temperature=defaults.temperature if defaults.do_sample and not greedy else 0.0,
+        top_k=defaults.top_k, top_p=defaults.top_p, repetition_penalty=defaults.repetition_penalty,
+    )
+    predictor = SamplingParams(
+        temperature=defaults.subtalker_temperature if defaults.subtalker_dosample and not greedy else 0.0,
+        top_k=defaults.subtalker_top_k, top_p=defaults.subtalker_top_p, repetition_penalty=1.0,
+    )
+    return talker, predictor
 
 
 def _one_sequence(start: int, count: int, num_blocks: int, device: torch.device) -> AttentionBatch:
@@ -55,12 +55,40 @@ def _one_sequence(start: int, count: int, num_blocks: int, device: torch.device)
     )
 
 
-def _recording(choose: ChooseCodes, sink: list[torch.Tensor]) -> ChooseCodes:
-    def choose_and_record(logits: torch.Tensor, codebook: int) -> torch.Tensor:
-        sink.append(logits.float())
-        return choose(logits, codebook)
+class _FrameSampler:
+    """Draws one frame's codes for a single request, keyed by (seed, frame, codebook) like the engine."""
 
-    return choose_and_record
+    def __init__(
+        self, model: TTSModel, talker: SamplingParams, predictor: SamplingParams, seed: int, trace: GenerationTrace | None
+    ) -> None:
+        self.model, self.talker, self.predictor, self.seed, self.trace = model, talker, predictor, seed, trace
+        self.process = TalkerLogitsProcessor.for_config(model.config.talker, talker.repetition_penalty)
+        self.seen = self.process.new_seen(1, model.device)
+
+    def first(self, hidden: torch.Tensor, frame: int) -> torch.Tensor:
+        """Codebook 0 [1] after the talker's logit processing; marks it seen."""
+        logits = self.model.talker.logits(hidden)
+        if self.trace is not None:
+            self.trace.talker_logits.append(logits[0].float())
+        device = logits.device
+        scores = self.process(logits, self.seen, torch.tensor([frame], device=device))
+        first = sample(scores, RowSampling.build([self.talker], [self.seed], [frame], device), codebook=0)
+        self.seen[0, first[0]] = True
+        return first
+
+    def rest(self, hidden: torch.Tensor, first: torch.Tensor, frame: int) -> torch.Tensor:
+        """Codebooks 1..15 [15] from the code predictor."""
+        rows = RowSampling.build([self.predictor], [self.seed], [frame], hidden.device)
+        seen_logits: list[torch.Tensor] = []
+
+        def choose(scores: torch.Tensor, codebook: int) -> torch.Tensor:
+            seen_logits.append(scores.float())
+            return sample(scores, rows, codebook)
+
+        codes = self.model.code_predictor.predict(hidden, first, choose)[0]
+        if self.trace is not None:
+            self.trace.code_logits.append(torch.cat(seen_logits))
+        return codes
 
 
 @torch.inference_mode()
@@ -68,36 +96,29 @@ def generate(
     model: TTSModel,
     request: PromptRequest,
     max_new_tokens: int,
-    repetition_penalty: float,
-    choose_first: ChooseFirst = greedy_first,
-    choose_codes: CodesChooser = _greedy_codes,
+    talker_sampling: SamplingParams,
+    predictor_sampling: SamplingParams,
+    seed: int = 0,
     trace: GenerationTrace | None = None,
 ) -> torch.Tensor:
-    """Codes [frames, 16] (int64, on the CPU) of one request, ending before EOS or after max_new_tokens frames."""
-    talker, predictor, device = model.talker, model.code_predictor, model.device
+    """Codes [frames, 16] (int64, on the CPU) of one request, ending before EOS or after max_new_tokens frames.
+
+    Draws are keyed by (seed, frame, codebook) exactly as in the engine, so a seeded run here gives the
+    codes a seeded request through the mesh gives.
+    """
+    talker, device = model.talker, model.device
     prompt = build_prompt(talker, model.config, request)
-    process = TalkerLogitsProcessor.for_config(model.config.talker, repetition_penalty)
+    sampler = _FrameSampler(model, talker_sampling, predictor_sampling, seed, trace)
     length = prompt.embeds.shape[0]
     num_blocks = -(-(length + max_new_tokens) // BLOCK_SIZE)
     pool = torch.zeros(talker.kv_pool_shape(num_blocks, BLOCK_SIZE), dtype=model.dtype, device=device)
-    seen = process.new_seen(1, device)
     hidden = talker(prompt.embeds, _one_sequence(0, length, num_blocks, device), pool)[-1:]
     frames: list[torch.Tensor] = []
     for frame in range(max_new_tokens):
-        logits = talker.logits(hidden)
-        if trace is not None:
-            trace.talker_logits.append(logits[0].float())
-        first = choose_first(process(logits, seen, torch.tensor([frame], device=device)), frame)
+        first = sampler.first(hidden, frame)
         if int(first[0]) == model.config.talker.codec_eos_id:
             break
-        seen[0, first[0]] = True
-        choose = choose_codes(frame)
-        if trace is not None:
-            sink: list[torch.Tensor] = []
-            choose = _recording(choose, sink)
-        codes = torch.cat((first, predictor.predict(hidden, first, choose)[0]))
-        if trace is not None:
-            trace.code_logits.append(torch.cat(sink))
+        codes = torch.cat((first, sampler.rest(hidden, first, frame)))
         frames.append(codes)
         if frame + 1 == max_new_tokens:
             break
