@@ -98,8 +98,8 @@ class SpeechSession:
                                "frames": getattr(terminal, "frames", None), "stop": getattr(terminal, "stop", None)})
 
     async def _send_error(self, error: GatewayError) -> None:
-        event = {"type": "error", **error.body()["error"]}
-        await self._send_json(event)
+        await self._send_json({"type": "error", "request_id": error.request_id, "code": error.code.value,
+                               "message": error.message, "param": error.param, "stage": error.stage.value})
 
     async def _send_json(self, event: dict) -> None:
         async with self._send_lock:

@@ -1,0 +1,124 @@
+"""The gateway's supervisor on a real nats-server: queue deadline (timeout), poison (MaxDeliver advisory), a lost
+vocoder (replica_lost), the resume window (cancel), and standing down when another stage ended the request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import websockets
+
+from messages import decode, subjects
+from messages.events import Failed, Finished, TerminalEvent
+from messages.records import CancelRecord
+from messages.requests import SynthesisRequest
+from messages.streams import EVENTS_STREAM, REQUESTS_STREAM
+from services.bus.terminal import publish_terminal
+from services.gateway.supervisor import Supervisor, SupervisorPolicy
+from tests.fixtures.gateway_standin import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
+from tests.fixtures.gateway_standin import MODEL, Plan, expected_pcm
+from tests.test_gateway_ws import PATH, receive_until_event
+
+
+async def terminals_of(gateway_bus, request_id: str) -> tuple[int, TerminalEvent | None]:
+    """How many terminal events EVENTS holds for the request (the guard allows one), and the last of them."""
+    subject = subjects.terminal(request_id)
+    info = await gateway_bus.js.stream_info(EVENTS_STREAM, subjects_filter=subject)
+    count = (info.state.subjects or {}).get(subject, 0)
+    if not count:
+        return 0, None
+    return count, decode((await gateway_bus.js.get_last_msg(EVENTS_STREAM, subject)).data, TerminalEvent)
+
+
+async def next_cancel(gateway_bus, request_id: str) -> CancelRecord:
+    """The request's cancel record, awaited on a KV watch (no polling)."""
+    watcher = await gateway_bus.kv.watch(subjects.cancel_key(request_id))
+    try:
+        async for entry in watcher:
+            if entry is not None and entry.value:
+                return decode(entry.value, CancelRecord)
+    finally:
+        await watcher.stop()
+    raise AssertionError("watch ended")
+
+
+async def test_request_queued_past_its_deadline_fails_with_timeout(standin, gateway_factory, gateway_bus):
+    # No consumer: the request stays on REQUESTS until the supervisor's deadline check ends it.
+    async with gateway_factory(request_deadline_s=0.3) as client:
+        started = time.monotonic()
+        response = await client.post("/v1/audio/speech", json={"input": "Nobody home.", "voice": "ryan"})
+    assert time.monotonic() - started >= 0.3
+    assert response.status_code == 504
+    error = response.json()["error"]
+    assert (error["code"], error["stage"]) == ("timeout", "gateway")
+    assert "no decode replica took it" in error["message"]
+    request_id = response.headers["x-request-id"]
+    count, terminal = await terminals_of(gateway_bus, request_id)
+    assert count == 1 and isinstance(terminal, Failed) and terminal.code == "timeout"
+    assert (await next_cancel(gateway_bus, request_id)).code == "timeout"
+    assert (await gateway_bus.js.stream_info(REQUESTS_STREAM)).state.messages == 0  # its queue slot is free
+
+
+@pytest.mark.parametrize("bus_overrides", [{"request_max_deliver": 2}])
+async def test_request_that_exhausts_max_deliver_fails_as_poison(standin, gateway_factory, gateway_bus):
+    standin.plan = Plan(consume="nak")  # every delivery fails, as if the request crashed decode
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"input": "Poison.", "voice": "ryan"})
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert (error["code"], error["stage"]) == ("poison", "decode")
+    assert "2 times" in error["message"]
+    assert len(standin.requests) == 2  # delivered exactly MaxDeliver times
+    count, terminal = await terminals_of(gateway_bus, response.headers["x-request-id"])
+    assert count == 1 and terminal.code == "poison"
+    assert (await gateway_bus.js.stream_info(REQUESTS_STREAM)).state.messages == 0
+
+
+async def test_lost_vocoder_fails_the_request_after_the_audio_so_far(standin, served_gateway, gateway_bus):
+    standin.plan = Plan(num_chunks=5, hang_after=2)  # two chunks, then the vocoder goes silent
+    standin.start_consumer()
+    async with served_gateway(vocoder_grace_s=0.3) as port, \
+            websockets.connect(f"ws://127.0.0.1:{port}{PATH}") as socket:
+        await socket.send(json.dumps({"input": "Vocoder dies.", "voice": "ryan"}))
+        start = json.loads(await socket.recv())
+        first_two = [await socket.recv(), await socket.recv()]
+        standin.kill_vocoder()  # its lease lapses (ttl 0.5s); nobody re-claims the partition
+        pcm, error = await receive_until_event(socket, "audio.done", "error")
+    assert b"".join(first_two) + pcm == expected_pcm(2)
+    assert (error["code"], error["stage"]) == ("replica_lost", "vocoder")
+    assert "vocoder-standin" in error["message"] and "lost its lease" in error["message"]
+    count, terminal = await terminals_of(gateway_bus, start["request_id"])
+    assert count == 1
+    assert (terminal.code, terminal.stage, terminal.chunk_count, terminal.frames) == (
+        "replica_lost", "vocoder", 2, 4)
+
+
+async def test_client_gone_past_the_resume_window_cancels_the_request(standin, served_gateway, gateway_bus):
+    standin.plan = Plan(num_chunks=5, hang_after=1)
+    standin.start_consumer()
+    async with served_gateway(resume_window_s=0.2) as port:
+        async with websockets.connect(f"ws://127.0.0.1:{port}{PATH}") as socket:
+            await socket.send(json.dumps({"input": "Goodbye.", "voice": "ryan"}))
+            request_id = json.loads(await socket.recv())["request_id"]
+            await socket.recv()  # the first chunk; then the client leaves
+        left = time.time()
+        cancel = await asyncio.wait_for(next_cancel(gateway_bus, request_id), 10)
+    assert cancel.code == "cancelled" and "did not resume" in cancel.reason
+    assert cancel.at - left >= 0.2 - 0.05  # not before the window (clock granularity aside)
+
+
+async def test_supervisor_stands_down_when_another_stage_ended_the_request(gateway_bus):
+    supervisor = Supervisor(gateway_bus.nc, gateway_bus.js, gateway_bus.kv, MODEL,
+                            SupervisorPolicy(check_interval_s=0.05))
+    request = SynthesisRequest(id="raced", model=MODEL, text="race", speaker="ryan", deadline=time.time() - 1,
+                               created_at=time.time() - 2)
+    supervisor.watch(request, partition=0, queue_seq=None, stream=None)
+    finished = Finished(request_id="raced", at=time.time(), frames=4, audio_seconds=0.32, chunk_count=2)
+    assert await publish_terminal(gateway_bus.js, "raced", finished)
+    await supervisor.check(time.time())  # past the deadline and unclaimed: it tries to fail it, and loses
+    assert not supervisor.is_watching("raced")
+    count, terminal = await terminals_of(gateway_bus, "raced")
+    assert count == 1 and isinstance(terminal, Finished)
