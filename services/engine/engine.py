@@ -73,8 +73,12 @@ class Engine:
         seed: int,
         params: SamplingParams,
         max_new_frames: int,
+        predictor_params: SamplingParams | None = None,
     ) -> RequestOutcome | None:
         """Queue a request. Returns its failed outcome at once (code `capacity`) if it can never fit the pool.
+
+        `params` samples the talker (codebook 0); `predictor_params` the code predictor (codebooks 1..15),
+        by default the same. Draws are keyed by (seed, frame, codebook), so any replay repeats them.
 
         Raises the model's `RequestError` for an unusable prompt (unknown speaker, empty text) and
         `InvalidRequestError` for bad engine fields; nothing is queued then.
@@ -86,7 +90,8 @@ class Engine:
         if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**64:
             raise InvalidRequestError(f"seed must be a 64-bit integer, got {seed!r}")
         prompt = model_ops.make_prompt(self.model, request)
-        seq = Sequence(request_id, model_ops.num_prompt_rows(prompt), seed, params, max_new_frames, prompt)
+        seq = Sequence(request_id, model_ops.num_prompt_rows(prompt), seed, params, max_new_frames, prompt,
+                       predictor_params)
         return self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> RequestOutcome | None:

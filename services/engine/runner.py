@@ -87,7 +87,9 @@ class ModelRunner:
 
     def _sample(self, hidden: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         device = self.model.device
-        rows = RowSampling.build([s.params for s in seqs], [s.seed for s in seqs], [s.num_frames for s in seqs], device)
+        seeds, frames = [s.seed for s in seqs], [s.num_frames for s in seqs]
+        talker_rows = RowSampling.build([s.params for s in seqs], seeds, frames, device)
+        predictor_rows = RowSampling.build([s.predictor_params for s in seqs], seeds, frames, device)
         vocab = self.model.config.talker.vocab_size
         seen = torch.zeros((len(seqs), vocab), dtype=torch.bool, device=device)
         counts = torch.tensor([s.num_frames for s in seqs])
@@ -96,7 +98,8 @@ class ModelRunner:
             firsts = torch.cat([s.frames[:, 0] for s in seqs])
             seen[owners.to(device), firsts.to(device)] = True
         penalty = torch.tensor([s.params.repetition_penalty for s in seqs], dtype=torch.float32, device=device)
-        return model_ops.sample_frames(self.model, hidden, seen, counts.to(device), penalty, rows)
+        return model_ops.sample_frames(self.model, hidden, seen, counts.to(device), penalty, talker_rows,
+                                       predictor_rows)
 
 
 def _is_decode(item: ScheduledSequence) -> bool:

@@ -54,7 +54,7 @@ class Sequence:
     """One request inside the engine. The scheduler reads token counts; the runner reads the prompt and frames."""
 
     __slots__ = (
-        "request_id", "prompt", "num_prompt_tokens", "seed", "params", "max_new_frames", "status",
+        "request_id", "prompt", "num_prompt_tokens", "seed", "params", "predictor_params", "max_new_frames", "status",
         "num_computed_tokens", "text_position", "block_table", "prefill_embeds", "num_preemptions",
         "_frames", "_num_frames",
     )
@@ -67,6 +67,7 @@ class Sequence:
         params: SamplingParams,
         max_new_frames: int,
         prompt: Any | None = None,
+        predictor_params: SamplingParams | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt = prompt
@@ -74,6 +75,9 @@ class Sequence:
         self.num_prompt_tokens = num_prompt_tokens
         self.seed = seed
         self.params = params
+        """How the talker samples codebook 0 (its repetition penalty included)."""
+        self.predictor_params = predictor_params or params
+        """How the code predictor samples codebooks 1..15 (the checkpoint's `subtalker_*` settings)."""
         self.max_new_frames = max_new_frames
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
