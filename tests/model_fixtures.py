@@ -2,7 +2,7 @@
 
 Each variant is built once per test session (cached here, in a temporary directory removed at exit): the
 reference model with re-initialised random weights (default init gives degenerate outputs, MODEL.md),
-saved with the reference's own `save_pretrained`, plus a small byte-level BPE tokenizer. The in-memory
+saved with the reference's own `save_pretrained`, plus the byte-level BPE tokenizer `voxmesh model init` writes. The in-memory
 reference model is kept as the oracle.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -18,73 +17,18 @@ from pathlib import Path
 
 import torch
 
+from services.model import text_tokenizer
+from services.model.text_tokenizer import TextTokenizer, build_byte_level_bpe
 from tests.oracle.reference import load as load_reference
 
 HIDDEN = 64
-TEXT_VOCAB = 384
-SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>", "<|tts_pad|>", "<|tts_text_bos|>", "<|tts_text_eod|>"]
-SPECIAL_BASE = TEXT_VOCAB - 16
-IM_START, IM_END, TTS_PAD, TTS_BOS, TTS_EOS = range(SPECIAL_BASE, SPECIAL_BASE + 5)
-WHOLE_WORDS = ["assistant", "user", "the", "and", "speak", "voice", "hello"]
-"""Words the tokenizer holds as one token; "assistant" must be one, so that the role is exactly 3 ids."""
+TEXT_VOCAB = 1024
+NUM_REGULAR_TEXT_TOKENS = 960
+"""Enough merges that "assistant" is one token, so the role is exactly 3 ids (as with the released tokenizer)."""
+_SPECIAL_IDS = text_tokenizer.special_token_ids(NUM_REGULAR_TEXT_TOKENS)
 
 _ROOT = Path(tempfile.mkdtemp(prefix="voxmesh-model-fixtures-"))
 atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)
-
-
-def _byte_level_alphabet() -> list[str]:
-    """GPT-2's printable stand-ins for the 256 byte values, in byte order."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = [], 0
-    for byte in range(256):
-        if byte in printable:
-            chars.append(chr(byte))
-        else:
-            chars.append(chr(256 + extra))
-            extra += 1
-    return chars
-
-
-def build_tokenizer():
-    """A byte-level BPE with the chat special tokens at the ids the tiny configs name."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-    vocab = {char: index for index, char in enumerate(_byte_level_alphabet())}
-    merges = []
-    for word in WHOLE_WORDS:
-        for spelled in (word, "Ġ" + word):
-            for end in range(2, len(spelled) + 1):
-                left, right = spelled[: end - 1], spelled[end - 1]
-                if spelled[:end] not in vocab:
-                    merges.append((left, right))
-                    vocab[spelled[:end]] = len(vocab)
-    if len(vocab) > SPECIAL_BASE:
-        raise ValueError("tiny tokenizer vocabulary overflows into the special ids")
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tokenizer.decoder = decoders.ByteLevel()
-    for index, token in enumerate(SPECIAL_TOKENS):
-        # Pad the vocabulary with placeholders so each special token lands on its configured id.
-        while tokenizer.get_vocab_size() < SPECIAL_BASE + index:
-            tokenizer.add_tokens([f"<|unused_{tokenizer.get_vocab_size()}|>"])
-        tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)])
-    return tokenizer
-
-
-def encode(tokenizer, text: str) -> list[int]:
-    return tokenizer.encode(text, add_special_tokens=False).ids
-
-
-def _write_tokenizer(directory: Path) -> None:
-    tokenizer = build_tokenizer()
-    tokenizer.save(str(directory / "tokenizer.json"))
-    model = json.loads(tokenizer.to_str())["model"]
-    (directory / "vocab.json").write_text(json.dumps(model["vocab"], ensure_ascii=False), encoding="utf-8")
-    merges = ["#version: 0.2"] + [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
-    (directory / "merges.txt").write_text("\n".join(merges) + "\n", encoding="utf-8")
-    added = {str(SPECIAL_BASE + i): {"content": t, "special": True} for i, t in enumerate(SPECIAL_TOKENS)}
-    config = {"tokenizer_class": "Qwen2Tokenizer", "added_tokens_decoder": added, "model_max_length": 32768}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -130,8 +74,9 @@ def reference_config(variant: Variant):
     return Qwen3TTSConfig(
         talker_config=talker, speaker_encoder_config=encoder, tts_model_type=variant.tts_model_type,
         tts_model_size=variant.tts_model_size, tokenizer_type="qwen3_tts_tokenizer_12hz",
-        im_start_token_id=IM_START, im_end_token_id=IM_END, tts_pad_token_id=TTS_PAD,
-        tts_bos_token_id=TTS_BOS, tts_eos_token_id=TTS_EOS,
+        im_start_token_id=_SPECIAL_IDS[text_tokenizer.IM_START], im_end_token_id=_SPECIAL_IDS[text_tokenizer.IM_END],
+        tts_pad_token_id=_SPECIAL_IDS[text_tokenizer.TTS_PAD], tts_bos_token_id=_SPECIAL_IDS[text_tokenizer.TTS_BOS],
+        tts_eos_token_id=_SPECIAL_IDS[text_tokenizer.TTS_EOS],
     )
 
 
@@ -154,7 +99,7 @@ class ReferenceCheckpoint:
     directory: Path
     model: torch.nn.Module
     """The reference `Qwen3TTSForConditionalGeneration` whose weights are on disk."""
-    tokenizer: object
+    tokenizer: TextTokenizer
 
 
 @functools.cache
@@ -169,5 +114,5 @@ def reference_checkpoint(name: str, seed: int = 0) -> ReferenceCheckpoint:
     directory = _ROOT / f"{name}-{seed}"
     kwargs = {"max_shard_size": variant.shard_size} if variant.shard_size else {}
     model.save_pretrained(directory, **kwargs)
-    _write_tokenizer(directory)
-    return ReferenceCheckpoint(directory, model, build_tokenizer())
+    tokenizer = build_byte_level_bpe(directory, NUM_REGULAR_TEXT_TOKENS)
+    return ReferenceCheckpoint(directory, model, tokenizer)

@@ -9,7 +9,7 @@ from services.model.generate import default_sampling, generate
 from services.model.loader import load_model
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
-from tests.model_fixtures import encode, reference_checkpoint
+from tests.model_fixtures import reference_checkpoint
 from tests.model_oracle_runs import reference_generate
 
 FRAMES = 10
@@ -17,7 +17,7 @@ GREEDY = (SamplingParams(temperature=0.0, repetition_penalty=1.05), SamplingPara
 
 
 def _request(speaker: str = "alice") -> PromptRequest:
-    ids = encode(reference_checkpoint("custom_voice").tokenizer, assistant_text("hello, the voice speaks"))
+    ids = reference_checkpoint("custom_voice").tokenizer.encode(assistant_text("hello, the voice speaks"))
     return PromptRequest(tuple(ids), None, speaker, "auto", True)
 
 

@@ -16,7 +16,7 @@ from services.model.generate import generate
 from services.model.loader import load_model
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
-from tests.model_fixtures import encode, reference_checkpoint
+from tests.model_fixtures import reference_checkpoint
 
 Q_PROJ = "talker.model.layers.0.self_attn.q_proj.weight"
 GREEDY = (SamplingParams(temperature=0.0), SamplingParams(temperature=0.0))
@@ -43,7 +43,7 @@ def _edit_weights(directory: Path, edit) -> None:
 
 
 def _request(name: str, text: str = "hello the voice", **kwargs) -> PromptRequest:
-    ids = encode(reference_checkpoint(name).tokenizer, assistant_text(text))
+    ids = reference_checkpoint(name).tokenizer.encode(assistant_text(text))
     return PromptRequest(tuple(ids), **kwargs)
 
 

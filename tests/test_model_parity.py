@@ -10,7 +10,7 @@ from services.model.generate import GenerationTrace, generate
 from services.model.loader import load_model
 from services.model.prompt import PromptRequest, assistant_text, build_prompt, instruct_text
 from services.model.sampling import SamplingParams
-from tests.model_fixtures import encode, reference_checkpoint
+from tests.model_fixtures import reference_checkpoint
 from tests.model_oracle_runs import reference_generate
 
 FRAMES = 10
@@ -61,7 +61,7 @@ CASES = [
 
 def _ids(variant: str, text: str, instruct: str | None) -> tuple[list[int], list[int] | None]:
     tokenizer = reference_checkpoint(variant).tokenizer
-    return encode(tokenizer, assistant_text(text)), encode(tokenizer, instruct_text(instruct)) if instruct else None
+    return tokenizer.encode(assistant_text(text)), tokenizer.encode(instruct_text(instruct)) if instruct else None
 
 
 @pytest.mark.parametrize("variant,text,speaker,language,non_streaming,instruct", CASES)
