@@ -7,6 +7,7 @@ ended requests with their reasons) instead of printing or publishing anything.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,6 +23,9 @@ from services.engine.sequence import RequestOutcome, Sequence
 from services.model.loader import TTSModel
 from services.model.prompt import PromptRequest
 from services.model.sampling import SamplingParams
+
+
+_log = logging.getLogger(__name__)
 
 
 class InvalidRequestError(EngineError, ValueError):
@@ -99,11 +103,22 @@ class Engine:
         return self.scheduler.abort(request_id)
 
     def step(self) -> StepOutput:
-        """Schedule, run the model once, apply the results. Every ended request appears in exactly one output."""
+        """Schedule, run the model once, apply the results. Every ended request appears in exactly one output.
+
+        If the model run raises, the requests of that step end with code `step_failed` (blocks freed)
+        and the engine keeps serving the others.
+        """
         scheduled = self.scheduler.schedule()
         if scheduled.is_empty:
             return StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
-        runner_output = self.runner.execute(scheduled.scheduled)
+        try:
+            runner_output = self.runner.execute(scheduled.scheduled)
+        except Exception as error:  # noqa: BLE001 - a failed step ends its requests, not the replica
+            _log.exception("decode step failed; ending its %d requests", len(scheduled.scheduled))
+            reason = (f"the decode step running this request failed ({type(error).__name__}: {error}); "
+                      "the output generated so far is truncated; retry the request")
+            failed = self.scheduler.fail_scheduled(scheduled, reason)
+            return StepOutput([], scheduled.outcomes + failed, scheduled.preempted_ids, 0)
         frames, outcomes = self.scheduler.update_from_output(scheduled, runner_output)
         return StepOutput(frames, scheduled.outcomes + outcomes, scheduled.preempted_ids,
                           scheduled.num_batched_tokens)

@@ -178,6 +178,16 @@ class Scheduler:
                 outcomes.append(self._end(seq, SequenceStatus.FINISHED_LENGTH))
         return frames, outcomes
 
+    def fail_scheduled(self, scheduled: SchedulerOutput, reason: str) -> list[RequestOutcome]:
+        """End every request of a step whose model run raised (their blocks back at once)."""
+        outcomes = []
+        for item in scheduled.scheduled:
+            seq = item.seq
+            if seq.status == SequenceStatus.RUNNING:
+                self.running.remove(seq)
+                outcomes.append(self._end(seq, SequenceStatus.FAILED, FailureCode.STEP_FAILED, reason))
+        return outcomes
+
     # -- operator drain -------------------------------------------------------------------------
     @property
     def is_draining(self) -> bool:

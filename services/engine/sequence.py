@@ -48,6 +48,7 @@ class FailureCode(enum.StrEnum):
     CAPACITY = "capacity"
     PREEMPTED = "preempted"
     DRAINED = "drained"
+    STEP_FAILED = "step_failed"
 
 
 class Sequence:
