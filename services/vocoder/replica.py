@@ -1,0 +1,158 @@
+"""One vocoder replica: its lease, its partitions (a codes consumer and a re-decode responder each), its streams.
+
+A control loop ticks once a period: it claims or notices the loss of partitions, and checks the decode owners of
+in-flight requests. Shutdown stops fetching, lets the work already taken finish (audio published, messages acked),
+releases the partitions, then the lease, so that a standby vocoder takes over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from services.bus.claims import PartitionClaim
+from services.bus.leases import LeaseKeeper
+from services.vocoder.audio import AudioPublisher
+from services.vocoder.codec_worker import CodecWorker
+from services.vocoder.consumer import PartitionConsumer
+from services.vocoder.handler import CodesHandler
+from services.vocoder.liveness import OwnerWatch
+from services.vocoder.partitions import PartitionManager
+from services.vocoder.redecode import Redecoder
+from services.vocoder.streams import StreamTable
+from services.vocoder.terminal import TerminalPublisher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """What a replica needs beyond its connections (service.py derives it from the settings)."""
+
+    replica: str
+    num_partitions: int
+    partitions: tuple[int, ...]
+    max_streams: int = 64
+    max_in_flight: int = 256
+    fetch_batch: int = 64
+    tick_s: float = 1.0
+    lease_ttl_s: float = 3.0
+    max_redecodes: int = 4
+
+
+@dataclass(slots=True)
+class _Served:
+    consumer: PartitionConsumer
+    stop: asyncio.Event
+    task: asyncio.Task
+    redecode: Subscription
+
+
+class VocoderReplica:
+    """Wires the parts of a vocoder together and runs them until stopped."""
+
+    def __init__(self, nc: Client, js: JetStreamContext, kv: KeyValue, codec: CodecWorker,
+                 config: ReplicaConfig) -> None:
+        self._nc, self._js, self._kv = nc, js, kv
+        self.config = config
+        self.codec = codec
+        self.table = StreamTable(config.max_streams)
+        self.audio = AudioPublisher(nc, js, replica=config.replica, sample_rate=codec.sample_rate,
+                                    samples_per_frame=codec.samples_per_frame)
+        self.terminal = TerminalPublisher(js, sample_rate=codec.sample_rate, samples_per_frame=codec.samples_per_frame)
+        self.handler = CodesHandler(js, self.table, codec, self.audio, self.terminal)
+        self.redecoder = Redecoder(nc, js, codec, self.audio, num_partitions=config.num_partitions,
+                                   max_concurrent=config.max_redecodes)
+        self.owner_watch = OwnerWatch(js, kv, self.table, self.terminal)
+        self.partitions = PartitionManager(kv, config.replica, config.partitions, on_gained=self._serve_partition,
+                                           on_lost=self._lose_partition)
+        self.lease = LeaseKeeper(kv, config.replica, "vocoder", interval_s=config.tick_s, ttl_s=config.lease_ttl_s)
+        self._served: dict[int, _Served] = {}
+        self.ready = asyncio.Event()  # set once the first control pass ran (partitions claimed where possible)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters since start and the present state, for the micro service's STATS and status endpoint."""
+        return {
+            "replica": self.config.replica,
+            "partitions": sorted(self._served),
+            "active_streams": len(self.table),
+            "audio_chunks": self.audio.num_published,
+            "codec_calls": self.codec.num_calls,
+            "max_codec_batch": self.codec.max_batch_seen,
+            "terminals_published": self.terminal.num_won,
+            "terminals_stood_down": self.terminal.num_lost,
+            "decode_owners_lost": self.owner_watch.num_lost,
+            "redecodes": self.redecoder.num_served,
+            "messages_termed": sum(s.consumer.pull.num_termed for s in self._served.values()),
+        }
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set, then drain and release."""
+        lease_stop = asyncio.Event()
+        await self.lease.renew()  # live before claiming: others judge our claims by this lease
+        lease_task = asyncio.get_running_loop().create_task(self.lease.run(lease_stop), name="vocoder-lease")
+        try:
+            await self._control_loop(stop)
+        finally:
+            await self._shutdown()
+            lease_stop.set()
+            await lease_task
+
+    async def _control_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.partitions.reconcile()
+                await self.owner_watch.check()
+            except Exception:  # a bus hiccup: keep serving, retry next tick
+                log.exception("control pass failed")
+            self.ready.set()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.config.tick_s)  # the control period, woken early by stop
+            self._raise_if_a_consumer_failed()
+
+    def _raise_if_a_consumer_failed(self) -> None:
+        for partition, served in self._served.items():
+            if served.task.done() and not served.stop.is_set() and served.task.exception() is not None:
+                raise RuntimeError(f"consumer of partition {partition} failed") from served.task.exception()
+
+    async def _serve_partition(self, partition: int, claim: PartitionClaim) -> None:
+        consumer = PartitionConsumer(self._js, self._nc, partition, self.handler,
+                                     max_in_flight=self.config.max_in_flight, fetch_batch=self.config.fetch_batch)
+        await consumer.bind()
+        redecode = await self.redecoder.subscribe(partition)
+        stop = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(consumer.run(stop), name=f"vocoder-p{partition}")
+        self._served[partition] = _Served(consumer, stop, task, redecode)
+        log.info("serving partition %d (epoch %d)", partition, claim.record.epoch)
+
+    async def _lose_partition(self, partition: int) -> None:
+        """Another vocoder owns it now: stop at once and forget its requests (the new owner rebuilds them)."""
+        served = self._served.pop(partition, None)
+        if served is not None:
+            served.stop.set()
+            await served.redecode.unsubscribe()
+            served.task.cancel()
+            await asyncio.gather(served.task, return_exceptions=True)
+            await served.consumer.abort()
+        for stream in self.table.in_partition(partition):
+            self.table.release(stream.request_id, ended=False)
+
+    async def _shutdown(self) -> None:
+        for served in self._served.values():
+            served.stop.set()
+        for partition, served in list(self._served.items()):
+            await served.redecode.unsubscribe()
+            await asyncio.gather(served.task, return_exceptions=True)
+        self._served.clear()
+        await self.redecoder.close()
+        await self.partitions.release_all()
+        log.info("vocoder %s stopped with %d requests in flight (a standby rebuilds them from CODES)",
+                 self.config.replica, len(self.table))

@@ -1,0 +1,138 @@
+"""voxmesh vocoder: turns the codec frames of its CODES partitions into streamed PCM, and ends each request.
+
+It claims vocoder partitions (`part.<n>`), consumes `tts.codes.<n>.*` with a durable pull consumer per partition,
+keeps one streaming codec state per request, publishes one AudioChunk per CodesChunk on `tts.audio.<id>`, publishes
+the terminal event after the last chunk, answers re-decode requests on `tts.redecode.<n>`, and fails requests whose
+decode replica died. Codec work runs on one worker thread, batched across requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from nats.aio.client import Client
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import EndpointStats, Service
+
+from messages import subjects
+from services.bus.provision import open_bucket
+from services.bus_session import connect_service
+from services.common_settings import CommonSettings
+from services.process import default_replica
+from services.settings import SettingsError, setting
+from services.vocoder.codec_worker import CodecWorker
+from services.vocoder.partitions import parse_partitions
+from services.vocoder.replica import ReplicaConfig, VocoderReplica
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "voxmesh-vocoder"
+VERSION = "0.1.0"
+ADMIN_ROOT = "tts.admin.vocoder"
+CODEC_SUBDIR = "speech_tokenizer"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True, slots=True)
+class VocoderSettings(CommonSettings):
+    """Settings of the vocoder service (plus the common ones)."""
+
+    partitions: str = setting("all", "partitions to claim: 'all' or a comma-separated list like '0,2'")
+    max_streams: int = setting(64, "requests voiced at once; further requests wait on CODES")
+    max_decode_batch: int = setting(32, "codec chunks decoded together in one call (across requests)")
+    max_in_flight: int = setting(256, "codes messages taken from a partition's consumer and not yet settled")
+    lease_ttl_s: float = setting(3.0, "seconds after which others consider this replica dead")
+    tick_s: float = setting(1.0, "lease renewal, partition and decode-owner check period (seconds)")
+    max_redecodes: int = setting(4, "re-decodes replayed at once")
+    codec_batching: bool = setting(True, "decode chunks of several requests in one codec call (faster on a GPU); "
+                                         "off: each chunk alone, so re-decoded bytes match the first time's exactly "
+                                         "even under load (a conv's result can differ by batch size in the last bit)")
+
+    def __post_init__(self) -> None:
+        for name in ("max_streams", "max_decode_batch", "max_in_flight", "max_redecodes", "num_partitions"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.tick_s < self.lease_ttl_s:
+            raise SettingsError(f"--tick-s ({self.tick_s}) must be > 0 and below --lease-ttl-s ({self.lease_ttl_s})")
+        parse_partitions(self.partitions, self.num_partitions)
+
+    def replica_config(self) -> ReplicaConfig:
+        return ReplicaConfig(
+            replica=self.replica or default_replica("vocoder"), num_partitions=self.num_partitions,
+            partitions=parse_partitions(self.partitions, self.num_partitions), max_streams=self.max_streams,
+            max_in_flight=self.max_in_flight, tick_s=self.tick_s, lease_ttl_s=self.lease_ttl_s,
+            max_redecodes=self.max_redecodes)
+
+
+SETTINGS = VocoderSettings
+
+
+def codec_dir(settings: CommonSettings) -> Path:
+    """`<model_dir>/speech_tokenizer`, checked to exist."""
+    if not settings.model_dir:
+        raise SettingsError("--model-dir / VOXMESH_MODEL_DIR: the vocoder needs a checkpoint directory")
+    path = Path(settings.model_dir) / CODEC_SUBDIR
+    if not path.is_dir():
+        raise SettingsError(f"--model-dir: {path} does not exist (a checkpoint has its codec in {CODEC_SUBDIR}/)")
+    return path
+
+
+async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
+    """Load the codec decoder on the worker thread that will run it (torch never runs on the event loop)."""
+    from services.model.codec import load_codec_decoder
+
+    return await CodecWorker.load(load_codec_decoder, codec_dir(settings), settings.device, _DTYPES[settings.dtype],
+                                  max_batch=max_batch, batch_across_requests=settings.codec_batching)
+
+
+async def serve(settings: VocoderSettings, stop: asyncio.Event) -> None:
+    """Run one vocoder replica until `stop` is set, then drain."""
+    config = settings.replica_config()
+    codec = await load_codec(settings, settings.max_decode_batch)
+    try:
+        nc = await connect_service(settings, f"{SERVICE_NAME}-{config.replica}")
+        try:
+            await _serve_connected(nc, config, codec, stop)
+        finally:
+            if not nc.is_closed:
+                await nc.drain()
+    finally:
+        await codec.close()
+
+
+async def _serve_connected(nc: Client, config: ReplicaConfig, codec: CodecWorker, stop: asyncio.Event) -> None:
+    js = nc.jetstream()
+    kv = await open_bucket(js)
+    replica = VocoderReplica(nc, js, kv, codec, config)
+    micro = await register(nc, replica)
+    try:
+        await replica.run(stop)
+    finally:
+        await micro.stop()
+
+
+def status_subject(replica: str) -> str:
+    """Per-replica admin subject of the status endpoint (not in messages/subjects.py yet: asked the bus owner)."""
+    return f"{ADMIN_ROOT}.{subjects.token(replica)}.status"
+
+
+async def register(nc: Client, replica: VocoderReplica) -> Service:
+    """The `voxmesh-vocoder` micro service: PING/INFO, STATS carrying the replica's counters, and `status`."""
+
+    def stats_handler(_endpoint: EndpointStats) -> dict[str, Any]:
+        return replica.stats()
+
+    async def status(request: Request) -> None:
+        await request.respond(json.dumps(replica.stats()).encode())
+
+    micro = await add_service(nc, name=SERVICE_NAME, version=VERSION, description=__doc__.splitlines()[0],
+                              metadata={"replica": replica.config.replica}, stats_handler=stats_handler)
+    await micro.add_endpoint(name="status", subject=status_subject(replica.config.replica), handler=status)
+    return micro
