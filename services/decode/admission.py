@@ -1,0 +1,88 @@
+"""From a SynthesisRequest to what the engine takes: checked against the served checkpoint, tokenized, budgeted.
+
+The checks here need no weights (config.json and the tokenizer), so a bad request is refused before any torch work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messages.errors import ErrorCode
+from messages.requests import SamplingSpec, SynthesisRequest
+from services.decode.settings import DecodeSettings
+from services.model.config import GenerationDefaults, TTSConfig
+from services.model.errors import RequestError
+from services.model.prompt import ROLE_TOKENS, TAIL_TOKENS, PromptRequest, assistant_text, codec_prefix, instruct_text
+from services.model.sampling import SamplingParams, SamplingParamsError
+from services.model.text_tokenizer import TextTokenizer
+
+
+class AdmissionError(ValueError):
+    """A request this replica cannot serve as asked; `code` is the ErrorCode its CodesEnd carries."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A request ready for `Engine.add_request`, with the counts its usage reports."""
+
+    request: SynthesisRequest
+    prompt: PromptRequest
+    params: SamplingParams
+    max_new_frames: int
+    input_tokens: int
+
+    @property
+    def request_id(self) -> str:
+        return self.request.id
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """What admission needs to know about the checkpoint this replica serves (no weights)."""
+
+    name: str
+    config: TTSConfig
+    generation: GenerationDefaults
+    tokenizer: TextTokenizer
+
+
+def admit(request: SynthesisRequest, model: ServedModel, settings: DecodeSettings) -> Admission:
+    """Check and translate one request. Raises AdmissionError (code invalid_request) naming what is wrong."""
+    try:
+        codec_prefix(model.config, request.speaker, request.language)  # unknown speaker/language raise here
+    except RequestError as exc:
+        raise AdmissionError(ErrorCode.INVALID_REQUEST, exc.message) from exc
+    if model.config.tts_model_type == "base":
+        raise AdmissionError(ErrorCode.INVALID_REQUEST, "this replica serves a base (voice-cloning) checkpoint, which "
+                             "needs a reference voice; voice cloning is not served yet")
+    text_ids = tuple(model.tokenizer.encode(assistant_text(request.text)))
+    input_tokens = len(text_ids) - ROLE_TOKENS - TAIL_TOKENS
+    if input_tokens <= 0:
+        raise AdmissionError(ErrorCode.INVALID_REQUEST, "the text tokenizes to nothing: give at least one word")
+    instruct_ids = tuple(model.tokenizer.encode(instruct_text(request.instruct))) if request.instruct else None
+    prompt = PromptRequest(text_ids=text_ids, instruct_ids=instruct_ids, speaker=request.speaker,
+                           language=request.language, non_streaming=request.text_mode == "non-streaming")
+    budget = settings.frame_budget(len(request.text), request.max_new_tokens)
+    return Admission(request, prompt, sampling_params(request.sampling, model.generation), budget, input_tokens)
+
+
+def sampling_params(spec: SamplingSpec, defaults: GenerationDefaults) -> SamplingParams:
+    """The request's talker sampling, each unset field taken from the checkpoint's generation_config."""
+    temperature = spec.temperature
+    if temperature is None:
+        temperature = defaults.temperature if defaults.do_sample else 0.0
+    try:
+        return SamplingParams(
+            temperature=float(temperature),
+            top_k=spec.top_k if spec.top_k is not None else defaults.top_k,
+            top_p=float(spec.top_p if spec.top_p is not None else defaults.top_p),
+            repetition_penalty=float(spec.repetition_penalty if spec.repetition_penalty is not None
+                                     else defaults.repetition_penalty),
+        )
+    except SamplingParamsError as exc:
+        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"sampling: {exc}") from exc

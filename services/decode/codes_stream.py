@@ -1,0 +1,96 @@
+"""One request's codes as decode publishes them: frames gathered into numbered CodesChunks, then one CodesEnd.
+
+The chunking rule is deterministic (the vocoder's audio chunks follow it, so a re-decode yields the same numbered
+chunks): chunk 0 holds `initial_chunk_frames` frames, every later chunk `chunk_frames`, and only the last chunk, sent
+when the request ends, may be shorter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from messages.base import ErrorInfo, Usage
+from messages.frames import NUM_CODEBOOKS, CodesChunk, CodesEnd
+from services.bus.codes_publisher import CodesPublisher
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRule:
+    """Frames per chunk: `initial` for chunk 0 (a low first packet), `later` for the others."""
+
+    initial: int
+    later: int
+
+    def size(self, seq: int) -> int:
+        return self.initial if seq == 0 else self.later
+
+
+@dataclass(slots=True)
+class CodesStream:
+    """The publishing side of one request: pending frames, the next chunk number, and the fenced publisher."""
+
+    request_id: str
+    epoch: int
+    publisher: CodesPublisher
+    rule: ChunkRule
+    next_seq: int = 0
+    """The seq of the next CodesChunk (also the CodesEnd's seq once the request ends)."""
+    num_published_frames: int = 0
+    _pending: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def num_pending_frames(self) -> int:
+        return len(self._pending)
+
+    @property
+    def num_frames(self) -> int:
+        """Frames emitted so far, published or pending."""
+        return self.num_published_frames + len(self._pending)
+
+    def add_frame(self, index: int, codes: np.ndarray) -> None:
+        """Queue frame `index` (int [16]); frames must arrive in order, exactly once."""
+        if index != self.num_frames:
+            raise ValueError(f"request {self.request_id}: frame {index} arrived, expected frame {self.num_frames}")
+        if codes.shape != (NUM_CODEBOOKS,):
+            raise ValueError(f"request {self.request_id}: a frame has 16 codes, got shape {codes.shape}")
+        self._pending.append(codes)
+
+    def take_ready_chunks(self) -> list[CodesChunk]:
+        """Every full chunk the pending frames make (possibly none); they count as published from now on."""
+        chunks = []
+        while self._pending and len(self._pending) >= self.rule.size(self.next_seq):
+            chunks.append(self._take(self.rule.size(self.next_seq)))
+        return chunks
+
+    def take_rest(self) -> list[CodesChunk]:
+        """At the end of a request: full chunks, then the shorter last one."""
+        chunks = self.take_ready_chunks()
+        if self._pending:
+            chunks.append(self._take(len(self._pending)))
+        return chunks
+
+    def _take(self, count: int) -> CodesChunk:
+        frames, self._pending = self._pending[:count], self._pending[count:]
+        chunk = CodesChunk.from_frames(request_id=self.request_id, seq=self.next_seq,
+                                       first_frame=self.num_published_frames, epoch=self.epoch,
+                                       frames=np.stack(frames))
+        self.next_seq += 1
+        self.num_published_frames += count
+        return chunk
+
+    def finished(self, stop: str, usage: Usage) -> CodesEnd:
+        """The CodesEnd of a request that ended normally (stop "eos" or "length"); call after `take_rest`."""
+        return CodesEnd(request_id=self.request_id, seq=self.next_seq, epoch=self.epoch, reason="finished",
+                        total_frames=self.num_published_frames, stop=stop, usage=usage)
+
+    def failed(self, error: ErrorInfo, usage: Usage) -> CodesEnd:
+        """The CodesEnd of a failed request; frames already published stay valid (the client gets their audio)."""
+        return CodesEnd(request_id=self.request_id, seq=self.next_seq, epoch=self.epoch, reason="failed",
+                        total_frames=self.num_published_frames, error=error, usage=usage)
+
+    async def publish(self, messages: list[CodesChunk | CodesEnd]) -> None:
+        """Append `messages` in order. Raises StaleOwner when another owner has taken the request over."""
+        for message in messages:
+            await self.publisher.publish(message)

@@ -1,0 +1,145 @@
+"""What the decode service's parts share: the engine and its thread, the owned requests, and the ways a request's
+codes are published and ended (exactly one CodesEnd per request, unless another owner fenced this one out)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from messages import encode
+from messages.base import ErrorInfo
+from messages.errors import ErrorCode, Stage
+from messages.events import Event, event_subject
+from messages.frames import CodesChunk, CodesEnd
+from services.bus.errors import StaleOwner
+from services.bus.logs import request_context
+from services.decode.active import ActiveRequest, ActiveRequests
+from services.decode.admission import ServedModel
+from services.decode.capacity import EngineCapacity
+from services.decode.settings import DecodeSettings
+from services.decode.stats import DecodeStats
+from services.decode.worker import EngineWorker
+from services.engine.engine import Engine
+from services.engine.sequence import RequestOutcome, SequenceStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a request ends on the wire: finished with `stop`, or failed with `error`."""
+
+    stop: str | None = None
+    error: ErrorInfo | None = None
+
+
+def ending_of(outcome: RequestOutcome) -> Ending:
+    """The CodesEnd content of an engine outcome."""
+    if outcome.status == SequenceStatus.FINISHED_EOS:
+        return Ending(stop="eos")
+    if outcome.status == SequenceStatus.FINISHED_LENGTH:
+        return Ending(stop="length")
+    if outcome.status == SequenceStatus.CANCELLED:
+        return Ending(error=ErrorInfo(code=ErrorCode.CANCELLED, stage=Stage.GATEWAY, message="cancelled"))
+    code = ErrorCode(outcome.code.value) if outcome.code is not None else ErrorCode.INTERNAL
+    return Ending(error=ErrorInfo(code=code, stage=Stage.DECODE, message=outcome.reason or code.value))
+
+
+class DecodeCore:
+    """Shared state and the publishing rules. Every engine call goes through `worker`."""
+
+    def __init__(self, *, nc: Client, js: JetStreamContext, kv: KeyValue, engine: Engine, worker: EngineWorker,
+                 served: ServedModel, settings: DecodeSettings, replica: str) -> None:
+        self.nc, self.js, self.kv = nc, js, kv
+        self.engine, self.worker = engine, worker
+        self.served, self.settings, self.replica = served, settings, replica
+        self.capacity = EngineCapacity(engine)
+        self.active = ActiveRequests()
+        self.stats = DecodeStats()
+        self.work = asyncio.Event()
+        """Set when the engine may have work (a request was queued, a drain ended); the frame loop waits on it."""
+
+    def wake(self) -> None:
+        self.work.set()
+
+    async def emit(self, event: Event) -> None:
+        """Publish a lifecycle event on EVENTS. A lost event is logged, never fatal to the request."""
+        try:
+            await self.js.publish(event_subject(event), encode(event))
+        except Exception as exc:  # noqa: BLE001 - events are informational; the codes path carries the truth
+            log.warning("could not publish %s for %s: %r", type(event).__name__, event.request_id, exc)
+
+    def now(self) -> float:
+        return time.time()
+
+    async def flush(self, active: ActiveRequest) -> None:
+        """Publish every full chunk its pending frames make."""
+        async with active.lock:
+            if active.is_closed:
+                return
+            await self._publish(active, active.stream.take_ready_chunks())
+
+    async def end(self, active: ActiveRequest, ending: Ending) -> bool:
+        """Publish the remaining frames (a shorter last chunk) and the CodesEnd; release the request.
+
+        False when it had already ended here or another owner fenced this replica out.
+        """
+        async with active.lock:
+            if active.is_closed:
+                return False
+            stream = active.stream
+            messages: list[CodesChunk | CodesEnd] = list(stream.take_rest())
+            if ending.error is None:
+                messages.append(stream.finished(ending.stop or "eos", active.usage()))
+            else:
+                messages.append(stream.failed(ending.error, active.usage()))
+            if not await self._publish(active, messages):
+                return False
+            active.is_closed = True
+        self._count(ending)
+        self._release(active)
+        log.info("request %s ended: %s (%d frames, %d chunks)", active.request_id,
+                 ending.stop or (ending.error.code.value if ending.error else "?"),
+                 stream.num_published_frames, stream.next_seq)
+        return True
+
+    async def end_outcome(self, outcome: RequestOutcome) -> None:
+        """End the request an engine outcome names (finished, preempted, drained, capacity...)."""
+        active = self.active.get(outcome.request_id)
+        if active is not None:
+            with request_context(outcome.request_id):
+                await self.end(active, ending_of(outcome))
+
+    async def _publish(self, active: ActiveRequest, messages: list[CodesChunk | CodesEnd]) -> bool:
+        """Append under the request's lock; on StaleOwner stop the request here without a terminal."""
+        try:
+            await active.stream.publish(messages)
+            return True
+        except StaleOwner as exc:
+            log.warning("request %s: %s", active.request_id, exc)
+            active.is_closed = True
+            self.stats.requests_stood_down += 1
+            self._release(active)
+            await self.worker.run(self.engine.abort_request, active.request_id)
+            return False
+
+    def _count(self, ending: Ending) -> None:
+        if ending.error is None:
+            self.stats.requests_finished += 1
+        elif ending.error.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT):
+            self.stats.requests_cancelled += 1
+        elif ending.error.code == ErrorCode.INVALID_REQUEST:
+            self.stats.requests_invalid += 1
+        else:
+            self.stats.requests_failed += 1
+
+    def _release(self, active: ActiveRequest) -> None:
+        """Forget the request and give its intake slot back (once)."""
+        if self.active.remove(active.request_id) is not None:
+            self.capacity.release()

@@ -1,0 +1,144 @@
+"""Taking requests from REQUESTS: pull only when the engine has room, claim, ack, announce, hand to the engine.
+
+Per request: check it against the checkpoint (no weights needed); claim `owner.<id>` by compare-and-set (epoch 1;
+a lost claim means another replica owns it: ack and skip); ack; publish the TakeoverMarker (so the vocoder learns
+the owner at once) and Started; queue it in the engine. A request the checkpoint cannot serve ends with CodesEnd
+failed `invalid_request`. Undecodable messages are termed by the bus's PullConsumer, which keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from messages import subjects
+from messages.base import ErrorInfo
+from messages.errors import ErrorCode, Stage
+from messages.events import Started
+from messages.requests import SynthesisRequest
+from messages.streams import REQUESTS_STREAM, requests_consumer
+from services.bus.claims import claim_request
+from services.bus.codes_publisher import CodesPublisher
+from services.bus.consumer import Delivery, PullConsumer
+from services.bus.errors import OwnershipConflict
+from services.bus.kvstore import read_cancel
+from services.decode.active import ActiveRequest
+from services.decode.admission import Admission, AdmissionError, admit
+from services.decode.codes_stream import ChunkRule, CodesStream
+from services.decode.core import DecodeCore, Ending
+from services.engine.engine import Engine
+from services.engine.sequence import RequestOutcome
+from services.model.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+EPOCH = 1  # a first claim; takeovers (migration) claim epoch + 1 over the record they read
+
+
+class Intake:
+    """The REQUESTS side of the decode service."""
+
+    def __init__(self, core: DecodeCore, *, fetch_timeout_s: float = 1.0) -> None:
+        self.core = core
+        self.consumer = PullConsumer(
+            core.js, core.nc, stream=REQUESTS_STREAM, durable=requests_consumer(core.served.name),
+            message_type=SynthesisRequest, handler=self.handle, capacity=core.capacity,
+            max_batch=core.settings.max_num_seqs, fetch_timeout_s=fetch_timeout_s)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Pull and admit until `stop` is set."""
+        await self.consumer.bind()
+        try:
+            await self.consumer.run(stop)
+        finally:
+            await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
+        """Drop the pull subscription before the connection drains. A pull that expired after its fetch gave up
+        leaves a status message in the subscription's queue that nobody reads, and `nc.drain()` would wait for it
+        until its timeout (30 s). PullConsumer has no close() yet (reported to the bus owner)."""
+        sub = getattr(self.consumer, "_sub", None)
+        if sub is not None and not self.core.nc.is_closed:
+            await sub.unsubscribe()
+
+    async def handle(self, request: SynthesisRequest, delivery: Delivery) -> None:
+        """One delivered request (this call holds one capacity slot; it is released when the request ends)."""
+        core = self.core
+        try:
+            admission: Admission | AdmissionError = admit(request, core.served, core.settings)
+        except AdmissionError as exc:
+            admission = exc
+        try:
+            await claim_request(core.kv, request.id, core.replica)
+        except OwnershipConflict:
+            log.info("request %s is owned by another replica; acking and skipping", request.id)
+            await delivery.ack()
+            core.capacity.release()
+            return
+        await delivery.ack()
+        active = await self._take_over(request, admission)
+        if active is None:
+            return
+        if isinstance(admission, AdmissionError):
+            log.warning("request %s refused: %s", request.id, admission.message)
+            error = ErrorInfo(code=admission.code, stage=Stage.DECODE, message=admission.message)
+            await core.end(active, Ending(error=error))
+            return
+        await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=EPOCH,
+                                queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
+        await self._start(active, admission)
+
+    async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError
+                         ) -> ActiveRequest | None:
+        """Publish the TakeoverMarker and register the request as owned here."""
+        core = self.core
+        partition = subjects.partition_for(request.id, core.settings.num_partitions)
+        try:
+            publisher = await CodesPublisher.take_over(
+                core.js, partition=partition, request_id=request.id, epoch=EPOCH, replica=core.replica,
+                last_sequence=0, resume_frame=0, next_seq=0)
+        except OwnershipConflict as exc:
+            log.warning("request %s: %s; standing down", request.id, exc)
+            core.capacity.release()
+            return None
+        initial = request.initial_chunk_frames or core.settings.initial_chunk_frames
+        stream = CodesStream(request.id, EPOCH, publisher, ChunkRule(initial, core.settings.chunk_frames))
+        input_tokens = admission.input_tokens if isinstance(admission, Admission) else 0
+        active = ActiveRequest(request, stream, input_tokens=input_tokens)
+        core.active.add(active)
+        core.stats.requests_started += 1
+        return active
+
+    async def _start(self, active: ActiveRequest, admission: Admission) -> None:
+        """Queue the request in the engine, unless it was cancelled while it waited on REQUESTS."""
+        core = self.core
+        cancel = await read_cancel(core.kv, admission.request_id)
+        if cancel is not None:
+            error = ErrorInfo(code=cancel.code, stage=Stage.GATEWAY, message=cancel.reason)
+            await core.end(active, Ending(error=error))
+            return
+        try:
+            outcome, active.num_prompt_tokens = await core.worker.run(_add_to_engine, core.engine, admission)
+        except ModelError as exc:
+            code = ErrorCode.INVALID_REQUEST if exc.code.startswith(("unknown", "empty")) else ErrorCode.MODEL_ERROR
+            await core.end(active, Ending(error=ErrorInfo(code=code, stage=Stage.DECODE, message=exc.message)))
+            return
+        except Exception as exc:  # noqa: BLE001 - a request the model chokes on fails alone; the replica serves on
+            log.exception("request %s: the engine refused it", admission.request_id)
+            message = f"the decode engine could not start this request ({type(exc).__name__}: {exc})"
+            await core.end(active, Ending(error=ErrorInfo(code=ErrorCode.MODEL_ERROR, stage=Stage.DECODE,
+                                                          message=message)))
+            return
+        if outcome is not None:  # cannot fit the KV pool even alone: capacity, at once
+            await core.end_outcome(outcome)
+            return
+        core.wake()
+
+
+def _add_to_engine(engine: Engine, admission: Admission) -> tuple[RequestOutcome | None, int]:
+    """(On the engine thread.) Queue the request; its immediate outcome (capacity) if any, and its prompt length."""
+    outcome = engine.add_request(admission.request_id, admission.prompt, admission.request.seed, admission.params,
+                                 admission.max_new_frames)
+    seq = engine.scheduler.get(admission.request_id)
+    return outcome, seq.num_prompt_tokens if seq is not None else 0
+

@@ -1,0 +1,137 @@
+"""The frame loop: `engine.step()` on the engine thread, then publish what it produced, request by request.
+
+Step N+1 runs while step N's codes are being published (the engine thread and the event loop overlap); each
+request's messages still go out in order, because a step's publishing finishes before the next step's starts and
+every request publishes under its own lock. A step that raises fails the requests it was running (`model_error`)
+and the loop serves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+
+from messages.base import ErrorInfo
+from messages.errors import ErrorCode, Stage
+from messages.events import FirstFrame, Preempted, Resumed
+from services.bus.logs import request_context
+from services.decode.active import ActiveRequest
+from services.decode.core import DecodeCore, Ending, ending_of
+from services.engine.outputs import FrameOutput, StepOutput
+from services.engine.sequence import FailureCode, RequestOutcome
+
+log = logging.getLogger(__name__)
+
+
+class FrameLoop:
+    """Runs engine steps while there is work, and turns their outputs into codes, events and ends."""
+
+    def __init__(self, core: DecodeCore) -> None:
+        self.core = core
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Step until `stop` is set; idle (no thread work) while the engine has nothing to run."""
+        core = self.core
+        publishing: asyncio.Task | None = None
+        try:
+            while not stop.is_set():
+                if not self._has_work():
+                    if publishing is not None:
+                        await publishing
+                        publishing = None
+                    await self._idle(stop)
+                    continue
+                step = asyncio.ensure_future(core.worker.run(core.engine.step))
+                if publishing is not None:
+                    await publishing
+                output = await self._await_step(step)
+                publishing = asyncio.create_task(self.publish(output)) if output is not None else None
+        finally:
+            if publishing is not None:
+                await publishing
+
+    def _has_work(self) -> bool:
+        engine = self.core.engine
+        return engine.has_unfinished() and not engine.scheduler.is_draining
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        core = self.core
+        core.work.clear()
+        if self._has_work():
+            return
+        waits = [asyncio.ensure_future(core.work.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    async def _await_step(self, step: asyncio.Future) -> StepOutput | None:
+        try:
+            return await step
+        except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, never the replica
+            log.exception("engine step failed")
+            self.core.stats.step_errors += 1
+            await self._fail_all(f"the decode model raised during a step ({type(exc).__name__}: {exc}); retry "
+                                 "the request, and report it if it repeats")
+            return None
+
+    async def _fail_all(self, message: str) -> None:
+        core = self.core
+        error = ErrorInfo(code=ErrorCode.MODEL_ERROR, stage=Stage.DECODE, message=message)
+        for active in core.active.all():
+            await core.worker.run(core.engine.abort_request, active.request_id)
+            await core.end(active, Ending(error=error))
+
+    async def publish(self, output: StepOutput) -> None:
+        """Publish one step's frames, events and ends; requests in parallel, each in order."""
+        core = self.core
+        core.stats.record_step(len(output.frames))
+        core.stats.preemptions += len(output.preempted_ids)
+        frames: dict[str, list[FrameOutput]] = defaultdict(list)
+        for frame in output.frames:
+            frames[frame.request_id].append(frame)
+        outcomes = {outcome.request_id: outcome for outcome in output.outcomes}
+        preempted = set(output.preempted_ids)
+        ids = set(frames) | set(outcomes) | preempted
+        work = [self._publish_request(active, frames.get(rid, []), outcomes.get(rid), rid in preempted)
+                for rid in ids if (active := core.active.get(rid)) is not None]
+        await asyncio.gather(*work)
+        core.capacity.nudge()  # a step may have freed KV blocks: the intake may pull again
+
+    async def _publish_request(self, active: ActiveRequest, frames: list[FrameOutput],
+                               outcome: RequestOutcome | None, was_preempted: bool) -> None:
+        core = self.core
+        with request_context(active.request_id):
+            if active.is_closed:
+                return
+            for frame in frames:
+                active.stream.add_frame(frame.index, frame.codes.numpy())
+            if outcome is not None and outcome.code == FailureCode.PREEMPTED:
+                core.stats.preemptions += 1
+                await self._preempted_event(active)
+            if outcome is not None:
+                await core.end(active, ending_of(outcome))
+            else:
+                await core.flush(active)  # codes first: they are the first packet's latency, events are not
+            if frames:
+                await self._frame_events(active, frames[0])
+            if was_preempted:
+                active.is_preempted = True
+                await self._preempted_event(active)
+
+    async def _preempted_event(self, active: ActiveRequest, cause: str = "capacity") -> None:
+        core = self.core
+        await core.emit(Preempted(request_id=active.request_id, at=core.now(), replica=core.replica,
+                                  frames_done=active.stream.num_frames, cause=cause))
+
+    async def _frame_events(self, active: ActiveRequest, first: FrameOutput) -> None:
+        core = self.core
+        if first.index == 0:
+            await core.emit(FirstFrame(request_id=active.request_id, at=core.now(), replica=core.replica))
+        if active.is_preempted:
+            active.is_preempted = False
+            await core.emit(Resumed(request_id=active.request_id, at=core.now(), replica=core.replica,
+                                    frames_done=first.index))
+

@@ -1,0 +1,63 @@
+"""Settings of the decode service: the engine's limits, the preemption contract, chunking and the runaway guard."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from services.common_settings import CommonSettings
+from services.engine.config import EngineConfig, PreemptionMode
+from services.settings import SettingsError, setting
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSettings(CommonSettings):
+    """Flags and environment of `voxmesh serve decode` (issue 4 item 6 names the first three knobs)."""
+
+    kv_cache_blocks: int = setting(1024, "KV blocks in the paged pool (each holds every layer's K/V for block-size tokens)")
+    max_num_seqs: int = setting(64, "most requests decoding at once; decode pulls from REQUESTS only below this")
+    recompute_preemption: str = setting(
+        "allow", "when the KV pool is full: allow (re-queue, replay faithfully) or fail (end with code preempted)",
+        choices=("allow", "fail"))
+    block_size: int = setting(16, "tokens per KV block")
+    max_num_batched_tokens: int = setting(2048, "most new tokens in one engine step (prefill chunks + 1 per decode)")
+    max_model_len: int = setting(4096, "most tokens (prompt + frames) one request may reach")
+    initial_chunk_frames: int = setting(2, "frames in a request's first codes chunk (low first-packet latency)")
+    chunk_frames: int = setting(8, "frames in every later codes chunk (the last one may be shorter)")
+    runaway_min_frames: int = setting(60, "runaway guard: frames any text may reach (60 frames = 4.8 s of audio)")
+    runaway_frames_per_char: float = setting(
+        4.0, "runaway guard: extra frames per character of text (4.0 = 0.32 s of audio per character)")
+    max_new_frames: int = setting(2048, "hard cap on frames per request, whatever the text or the request asks")
+    shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
+
+    def __post_init__(self) -> None:
+        for name in ("kv_cache_blocks", "max_num_seqs", "block_size", "max_num_batched_tokens", "max_model_len",
+                     "initial_chunk_frames", "chunk_frames", "runaway_min_frames", "max_new_frames",
+                     "num_partitions", "torch_threads"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
+        if not (math.isfinite(self.shutdown_grace_s) and self.shutdown_grace_s >= 0):
+            raise SettingsError(f"--shutdown-grace-s: must be a finite number >= 0, got {self.shutdown_grace_s}")
+        if not (math.isfinite(self.runaway_frames_per_char) and self.runaway_frames_per_char >= 0):
+            raise SettingsError(f"--runaway-frames-per-char: must be a finite number >= 0, "
+                                f"got {self.runaway_frames_per_char}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise SettingsError(f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
+                                f"({self.max_num_seqs}): every running request needs one token per step")
+
+    @property
+    def preemption_mode(self) -> PreemptionMode:
+        return PreemptionMode(self.recompute_preemption)
+
+    def engine_config(self) -> EngineConfig:
+        """The engine's limits from these settings."""
+        return EngineConfig(kv_cache_blocks=self.kv_cache_blocks, block_size=self.block_size,
+                            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                            max_model_len=self.max_model_len)
+
+    def frame_budget(self, text_chars: int, requested: int | None) -> int:
+        """Most frames a request may produce: the runaway guard (DESIGN.md invariant 7), the request's own cap and
+        the service's hard cap, whichever is lowest. Random weights never emit EOS; real models sometimes miss it."""
+        guard = self.runaway_min_frames + math.ceil(self.runaway_frames_per_char * text_chars)
+        caps = [guard, self.max_new_frames] + ([requested] if requested is not None else [])
+        return min(caps)

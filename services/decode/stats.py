@@ -1,0 +1,50 @@
+"""Counters of the decode service, reported in its micro service STATS (`$SRV.STATS.voxmesh-decode`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from services.engine.engine import Engine
+
+
+@dataclass(slots=True)
+class DecodeStats:
+    """Counts since start. Batch size is the number of requests that produced a frame in one engine step."""
+
+    requests_started: int = 0
+    requests_finished: int = 0
+    requests_failed: int = 0
+    requests_cancelled: int = 0
+    requests_invalid: int = 0
+    requests_stood_down: int = 0
+    """Fenced out by a newer owner: stopped locally, no CodesEnd (the new owner ends the request)."""
+    preemptions: int = 0
+    steps: int = 0
+    frames: int = 0
+    last_batch_size: int = 0
+    max_batch_size: int = 0
+    step_errors: int = 0
+
+    def record_step(self, batch_size: int) -> None:
+        self.steps += 1
+        self.frames += batch_size
+        self.last_batch_size = batch_size
+        self.max_batch_size = max(self.max_batch_size, batch_size)
+
+    def report(self, engine: Engine, num_active: int, messages_termed: int) -> dict[str, Any]:
+        """Counters plus the engine's present state. Read from the event loop while the engine thread works: each
+        number is a plain read of a size, so the worst case is a value one step old."""
+        scheduler = engine.scheduler
+        blocks = scheduler.block_manager
+        return {
+            **asdict(self),
+            "active_requests": num_active,
+            "active_sequences": scheduler.num_unfinished,
+            "running_sequences": len(scheduler.running),
+            "waiting_sequences": len(scheduler.waiting),
+            "kv_blocks_total": blocks.num_blocks,
+            "kv_blocks_in_use": blocks.num_blocks - blocks.num_free_blocks,
+            "is_draining": scheduler.is_draining,
+            "messages_termed": messages_termed,
+        }

@@ -1,0 +1,85 @@
+"""The decode service against a real nats-server and the real tiny model: batching, bad input, cancel."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from messages.errors import ErrorCode, Stage
+from messages.frames import CodesEnd
+from messages.records import CancelRecord
+from services.bus.kvstore import cancel_request
+from tests.test_decode_support import (  # noqa: F401 - fixtures
+    Oracle,
+    decode_checkpoint,
+    running_decode,
+    synthesis,
+    takeover_then,
+)
+
+TEXTS = ["hello the voice", "speak and the voice", "the hello", "and speak hello the voice and"]
+
+
+async def test_staggered_greedy_requests_share_batches_and_match_the_offline_oracle(nats_server, decode_checkpoint):
+    requests = [synthesis(f"stagger-{n}", text, frames=20 + 3 * n) for n, text in enumerate(TEXTS)]
+    async with running_decode(nats_server.url, decode_checkpoint) as decode:
+        for request in requests:  # each joins while the ones before it are decoding
+            await decode.submit(request)
+            await decode.log.first_chunk(request.id)
+        ends = [await decode.log.end(request.id) for request in requests]
+        stats = await decode.stats()
+    oracle = Oracle(decode_checkpoint)
+    for request, end in zip(requests, ends):
+        expected = oracle.codes(request)
+        np.testing.assert_array_equal(decode.log.frames(request.id), expected, err_msg=request.id)
+        assert end.reason == "finished" and end.total_frames == len(expected)
+        assert end.stop == ("length" if len(expected) == request.max_new_tokens else "eos")
+        assert end.usage.output_frames == len(expected) and end.usage.prompt_tokens > end.usage.input_tokens > 0
+        marker, _ = takeover_then(decode.log, request.id)
+        assert (marker.epoch, marker.resume_frame, marker.next_seq) == (1, 0, 0)
+        sizes = decode.log.chunk_sizes(request.id)
+        assert sizes[0] == 2 and all(size == 8 for size in sizes[1:-1]) and 0 < sizes[-1] <= 8
+        assert end.seq == len(sizes)
+        assert decode.log.kinds(request.id)[:2] == ["Started", "FirstFrame"]
+    assert stats["max_batch_size"] > 1, stats
+    assert stats["requests_finished"] == len(requests)
+    assert stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0
+
+
+async def test_an_undecodable_request_is_termed_and_the_next_is_served(nats_server, decode_checkpoint):
+    good = synthesis("after-garbage", "hello the voice", frames=6)
+    async with running_decode(nats_server.url, decode_checkpoint) as decode:
+        await decode.js.publish("tts.req.tiny", b"\xc1 not msgpack")
+        await decode.submit(good)
+        end = await decode.log.end(good.id)
+        stats = await decode.stats()
+        consumer = await decode.js.consumer_info("REQUESTS", "decode-tiny")
+    assert end.reason == "finished"
+    assert stats["messages_termed"] == 1
+    assert consumer.num_pending == 0 and consumer.num_ack_pending == 0  # termed: gone, never redelivered
+
+
+async def test_an_unknown_speaker_ends_with_invalid_request(nats_server, decode_checkpoint):
+    bad = synthesis("no-such-voice", "hello the voice", frames=6, speaker="nobody")
+    async with running_decode(nats_server.url, decode_checkpoint) as decode:
+        await decode.submit(bad)
+        end = await decode.log.end(bad.id)
+    _, last = takeover_then(decode.log, bad.id)
+    assert last == end
+    assert end.reason == "failed" and end.error.code == ErrorCode.INVALID_REQUEST
+    assert end.error.stage == Stage.DECODE and "nobody" in end.error.message
+    assert end.total_frames == 0 and end.seq == 0
+
+
+async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nats_server, decode_checkpoint):
+    long = synthesis("to-cancel", "hello the voice and speak", frames=2000)
+    async with running_decode(nats_server.url, decode_checkpoint) as decode:
+        await decode.submit(long)
+        await decode.log.first_chunk(long.id)
+        await cancel_request(decode.kv, CancelRecord(request_id=long.id, reason="the client went away"))
+        end = await decode.log.end(long.id)
+        stats = await decode.stats()
+    assert isinstance(end, CodesEnd) and end.reason == "failed"
+    assert end.error.code == ErrorCode.CANCELLED and end.error.stage == Stage.GATEWAY
+    assert end.error.message == "the client went away"
+    assert 0 < end.total_frames < 2000 and end.total_frames == len(decode.log.frames(long.id))
+    assert stats["requests_cancelled"] == 1 and stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0
