@@ -48,12 +48,13 @@ class PresetError(ValueError):
         self.code = code
 
 
-def _decoder(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, ffn: int) -> dict[str, Any]:
+def _decoder(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, ffn: int,
+             max_positions: int = 32768) -> dict[str, Any]:
     return {
         "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
         "num_key_value_heads": kv_heads, "head_dim": head_dim, "intermediate_size": ffn, "hidden_act": "silu",
         "rms_norm_eps": 1e-06, "rope_theta": 1000000, "attention_bias": False, "attention_dropout": 0.0,
-        "max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": None,
+        "max_position_embeddings": max_positions, "use_sliding_window": False, "sliding_window": None,
     }
 
 
@@ -104,7 +105,7 @@ def _top(size: str, talker: dict, speaker_encoder: dict, num_regular_text_tokens
 
 def _released(size: str, hidden: int, ffn: int) -> dict[str, Any]:
     talker = _talker(
-        _decoder(hidden, 28, 16, 8, 128, ffn), _decoder(1024, 5, 16, 8, 128, 3072), [24, 20, 20],
+        _decoder(hidden, 28, 16, 8, 128, ffn), _decoder(1024, 5, 16, 8, 128, 3072, 65536), [24, 20, 20],
         text_vocab=151936, text_hidden=2048, speakers=dict(RELEASED_SPEAKERS), languages=dict(RELEASED_LANGUAGES),
     )
     encoder = _speaker_encoder(hidden, [512, 512, 512, 512, 1536], 128, 8, 128)
@@ -114,7 +115,7 @@ def _released(size: str, hidden: int, ffn: int) -> dict[str, Any]:
 def _tiny() -> dict[str, Any]:
     # The code predictor is narrower than the talker (as in 1.7b), so small_to_mtp_projection exists.
     talker = _talker(
-        _decoder(64, 2, 4, 2, 16, 128), _decoder(48, 2, 4, 2, 16, 96), [4, 2, 2],
+        _decoder(64, 2, 4, 2, 16, 128), _decoder(48, 2, 4, 2, 16, 96, 65536), [4, 2, 2],
         text_vocab=1024, text_hidden=64,
         speakers={name: RELEASED_SPEAKERS[name] for name in TINY_SPEAKERS},
         languages={name: RELEASED_LANGUAGES[name] for name in TINY_LANGUAGES},
