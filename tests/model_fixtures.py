@@ -102,15 +102,21 @@ class ReferenceCheckpoint:
     tokenizer: TextTokenizer
 
 
-@functools.cache
-def reference_checkpoint(name: str, seed: int = 0) -> ReferenceCheckpoint:
+def reference_model(name: str, seed: int = 0) -> torch.nn.Module:
+    """A fresh reference `Qwen3TTSForConditionalGeneration` of a variant; equal seeds give equal weights."""
     load_reference()
     from qwen_tts.core.models import Qwen3TTSForConditionalGeneration
 
-    variant = VARIANTS[name]
     torch.manual_seed(seed)
-    model = Qwen3TTSForConditionalGeneration(reference_config(variant)).eval()
+    model = Qwen3TTSForConditionalGeneration(reference_config(VARIANTS[name])).eval()
     _reinitialise(model, seed)
+    return model
+
+
+@functools.cache
+def reference_checkpoint(name: str, seed: int = 0) -> ReferenceCheckpoint:
+    variant = VARIANTS[name]
+    model = reference_model(name, seed)
     directory = _ROOT / f"{name}-{seed}"
     kwargs = {"max_shard_size": variant.shard_size} if variant.shard_size else {}
     model.save_pretrained(directory, **kwargs)

@@ -11,6 +11,7 @@ it into embeddings where the talker's weights are. Two text modes:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -57,6 +58,21 @@ class Prompt:
         """The text rows [B, hidden] for frame indices [B] (frame k's input also holds its codes)."""
         rows = torch.cat((self.trailing, self.tts_pad[None]), dim=0)
         return rows[frames.clamp(max=self.trailing.shape[0])]
+
+
+class TextEncoder(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+
+def make_request(
+    tokenizer: TextEncoder, text: str, *, instruct: str | None = None, speaker: str | None = None,
+    language: str = "auto", non_streaming: bool = True,
+) -> PromptRequest:
+    """Tokenize a request's text and instruction in their templates; blank text is refused."""
+    if not text.strip():
+        raise RequestError("empty_text", "the text is empty: give at least one word to speak")
+    instruct_ids = tuple(tokenizer.encode(instruct_text(instruct))) if instruct else None
+    return PromptRequest(tuple(tokenizer.encode(assistant_text(text))), instruct_ids, speaker, language, non_streaming)
 
 
 def check_can_generate(cfg: TTSConfig) -> None:
