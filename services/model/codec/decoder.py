@@ -1,0 +1,154 @@
+"""The Qwen3-TTS-12Hz codec decoder (code2wav): 16 codes per frame -> 1920 samples at 24 kHz.
+
+codes -> split RVQ lookup -> causal pre-conv -> sliding-window transformer -> 2 x (causal
+transposed conv + ConvNeXt) -> SEANet vocoder -> clamp. Every stage is causal with a bounded
+look-back, so streaming with `CodecStreamState` is exact: a stream's chunks concatenate to
+the full decode (up to float rounding), and each chunk's cost is independent of the past.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from torch import nn
+
+from services.model.codec.causal_conv import CausalConv1d, StreamingConv
+from services.model.codec.config import CodecConfig
+from services.model.codec.errors import CodecInputError
+from services.model.codec.quantizer import SplitQuantizerDecoder
+from services.model.codec.stream_state import CodecStreamState, StreamBatch, StreamLayout, check_states
+from services.model.codec.transformer import PreTransformer
+from services.model.codec.upsampler import build_upsampler, run_upsampler
+from services.model.codec.vocoder import build_vocoder, run_vocoder
+
+FULL_DECODE_CHUNK_FRAMES = 300
+"""`decode()` streams long inputs through a fresh state in chunks of this many frames, which
+bounds memory; up to this length it is one forward pass, as in the reference."""
+
+
+class CodecDecoder(nn.Module):
+    """Full and exact streaming decode. Module names mirror the checkpoint's `decoder.*` tensors."""
+
+    def __init__(self, config: CodecConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.quantizer = SplitQuantizerDecoder(config)
+        self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, kernel_size=3)
+        self.pre_transformer = PreTransformer(config)
+        self.upsample = build_upsampler(config)
+        self.decoder = build_vocoder(config)
+        self.stream_layout = self._assign_history_slots()
+
+    def _assign_history_slots(self) -> StreamLayout:
+        shapes = []
+        for module in self.modules():
+            if isinstance(module, StreamingConv) and module.history_len > 0:
+                module.history_slot = len(shapes)
+                shapes.append((module.in_channels, module.history_len))
+        config = self.config
+        return StreamLayout(
+            conv_history_shapes=tuple(shapes),
+            num_layers=config.num_hidden_layers,
+            num_kv_heads=config.num_key_value_heads,
+            window=config.sliding_window - 1,
+            head_dim=config.head_dim,
+        )
+
+    @property
+    def sample_rate(self) -> int:
+        """24000 for the released codec."""
+        return self.config.sample_rate
+
+    @property
+    def samples_per_frame(self) -> int:
+        """1920 for the released codec (80 ms at 24 kHz)."""
+        return self.config.samples_per_frame
+
+    @property
+    def device(self) -> torch.device:
+        return self.pre_conv.conv.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.pre_conv.conv.weight.dtype
+
+    def new_stream(self) -> CodecStreamState:
+        """A fresh per-request state (constant size) on this decoder's device and dtype."""
+        return CodecStreamState(self.stream_layout, self.device, self.dtype)
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """LongTensor[T, 16] -> float32 Tensor[T * 1920] in [-1, 1], on this decoder's device."""
+        codes = self._checked_codes(codes)
+        state = self.new_stream()
+        chunks = [
+            self._decode_group([state], codes[None, start : start + FULL_DECODE_CHUNK_FRAMES])[0]
+            for start in range(0, codes.shape[0], FULL_DECODE_CHUNK_FRAMES)
+        ]
+        return torch.cat(chunks) if chunks else self._empty_audio()
+
+    @torch.inference_mode()
+    def decode_chunk(self, state: CodecStreamState, codes: torch.Tensor) -> torch.Tensor:
+        """Decode the next n frames of one stream: LongTensor[n, 16] -> float32 Tensor[n * 1920].
+
+        Updates `state` in place. Chunk sizes are free; the concatenated output equals `decode`
+        of all frames so far.
+        """
+        return self.decode_chunks([state], [codes])[0]
+
+    @torch.inference_mode()
+    def decode_chunks(self, states: list[CodecStreamState], codes: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Decode one chunk for each of several streams, batching streams whose chunks have the
+        same length into one forward pass. Returns each stream's samples, in input order."""
+        if len(states) != len(codes):
+            raise CodecInputError("length_mismatch", f"{len(states)} states but {len(codes)} code chunks")
+        check_states(states, self.stream_layout)
+        checked = [self._checked_codes(c) for c in codes]
+        results: list[torch.Tensor] = [self._empty_audio()] * len(states)
+        rows_by_length: dict[int, list[int]] = defaultdict(list)
+        for row, chunk in enumerate(checked):
+            if chunk.shape[0] > 0:
+                rows_by_length[chunk.shape[0]].append(row)
+        for rows in rows_by_length.values():
+            audio = self._decode_group([states[r] for r in rows], torch.stack([checked[r] for r in rows]))
+            for row, samples in zip(rows, audio):
+                results[row] = samples
+        return results
+
+    def _decode_group(self, states: list[CodecStreamState], codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, n, Q] for B streams at any positions -> float32 [B, n * samples_per_frame]."""
+        stream = StreamBatch(states)
+        audio = self.forward(codes, stream)
+        stream.scatter(states, codes.shape[1])
+        return audio.float()
+
+    def forward(self, codes: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+        """[B, n, Q] codes -> [B, n * samples_per_frame] samples, reading and updating `stream`."""
+        latents = self.pre_conv(self.quantizer(codes), stream)  # [B, latent, n]
+        latents = self.pre_transformer(latents.transpose(1, 2), stream).transpose(1, 2)
+        return run_vocoder(self.decoder, run_upsampler(self.upsample, latents, stream), stream)
+
+    def _empty_audio(self) -> torch.Tensor:
+        return torch.zeros(0, dtype=torch.float32, device=self.device)
+
+    def _checked_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """Validate a [n, Q] integer tensor of codes in range; return it as int64 on our device."""
+        config = self.config
+        if not isinstance(codes, torch.Tensor):
+            raise CodecInputError("codes_type", f"codes must be a torch.Tensor, got {type(codes).__name__}")
+        if codes.dtype.is_floating_point or codes.dtype.is_complex or codes.dtype == torch.bool:
+            raise CodecInputError("codes_dtype", f"codes must be an integer tensor, got {codes.dtype}")
+        if codes.dim() != 2 or codes.shape[1] != config.num_quantizers:
+            raise CodecInputError(
+                "codes_shape",
+                f"codes must have shape [frames, {config.num_quantizers}], got {list(codes.shape)}",
+            )
+        if codes.numel() > 0:
+            low, high = int(codes.min()), int(codes.max())
+            if low < 0 or high >= config.codebook_size:
+                raise CodecInputError(
+                    "codes_out_of_range",
+                    f"codes must lie in [0, {config.codebook_size}), got values in [{low}, {high}]",
+                )
+        return codes.to(device=self.device, dtype=torch.long)
