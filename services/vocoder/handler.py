@@ -42,6 +42,7 @@ class CodesHandler:
         self._audio = audio
         self._terminal = terminal
         self.full_retry_delay_s = full_retry_delay_s
+        self.num_deferred = 0  # messages put back because max_streams requests were in flight
 
     async def handle(self, partition: int, message: CodesMessage, delivery: Delivery) -> None:
         """Do the message's work and settle its delivery (ack, nak when at capacity, term when undecodable)."""
@@ -53,13 +54,17 @@ class CodesHandler:
         if stream is None:
             if self.table.is_full():
                 log.info("at max_streams (%d): request %s waits", self.table.max_streams, request_id)
+                self.num_deferred += 1
                 await delivery.nak(self.full_retry_delay_s)
                 return
-            stream = self.table.add(RequestStream(request_id, partition, await self._codec.new_stream()))
+            # Into the table before any await, so that concurrent lanes see the slot taken.
+            stream = self.table.add(RequestStream(request_id, partition, codec_state=None))
         async with stream.lock:
             if self.table.get(request_id) is not stream:  # ended while we waited (owner watch)
                 await delivery.ack()
                 return
+            if stream.codec_state is None:
+                stream.codec_state = await self._codec.new_stream()
             await self._handle_locked(stream, message, delivery)
 
     async def _handle_locked(self, stream: RequestStream, message: CodesMessage, delivery: Delivery) -> None:

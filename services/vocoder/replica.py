@@ -84,6 +84,7 @@ class VocoderReplica:
             "replica": self.config.replica,
             "partitions": sorted(self._served),
             "active_streams": len(self.table),
+            "messages_deferred": self.handler.num_deferred,
             "audio_chunks": self.audio.num_published,
             "codec_calls": self.codec.num_calls,
             "max_codec_batch": self.codec.max_batch_seen,

@@ -22,7 +22,8 @@ class RequestStream:
     Attributes:
         request_id: the request.
         partition: its vocoder partition.
-        codec_state: the streaming codec state (`CodecDecoder.new_stream()`).
+        codec_state: the streaming codec state (`CodecDecoder.new_stream()`); None until the first message is
+            handled (it is made on the codec thread).
         epoch: the newest decode-owner epoch seen (TakeoverMarker or chunk); chunks of lower epochs are stale.
         owner: the decode replica producing its codes, once known (TakeoverMarker or `owner.<id>`).
         next_seq: the seq of the next CodesChunk to voice (= audio chunks published so far).
