@@ -77,3 +77,22 @@ def test_greedy_codes_equal_the_reference(checkpoints, reference_models, case):
     assert ours.shape[1] == 16 and ours.shape[0] >= 2
     assert torch.equal(ours, expected.to(ours.dtype))
     assert len(set(ours[:, 0].tolist())) > 1, "a lively checkpoint does not repeat one code"
+
+
+def test_the_reference_high_level_api_loads_and_speaks(tiny_checkpoint):
+    """Qwen3TTSModel.from_pretrained: AutoModel + AutoProcessor + speech_tokenizer/ + generation_config.json."""
+    if not (tiny_checkpoint / "speech_tokenizer" / "config.json").is_file():
+        pytest.skip("the codec writer (services.model.codec.write_codec_checkpoint) has not landed")
+    qwen_tts = load()
+    tts = qwen_tts.Qwen3TTSModel.from_pretrained(str(tiny_checkpoint))
+    assert sorted(tts.get_supported_speakers()) == ["eric", "ryan", "vivian"]
+    assert tts.generate_defaults["top_k"] == 50
+    text = assistant_text("Hello, world! 123 ünïcödé")
+    reference_ids = tts.processor(text=text, return_tensors="pt", padding=True)["input_ids"][0].tolist()
+    assert reference_ids == TextTokenizer.from_dir(tiny_checkpoint).encode(text)
+    wavs, sample_rate = tts.generate_custom_voice(
+        text="Hello there.", speaker="ryan", language="english", do_sample=False, subtalker_dosample=False,
+        max_new_tokens=12,
+    )
+    assert sample_rate == 24000 and wavs[0].shape[0] % 1920 == 0 and wavs[0].shape[0] > 0
+    assert float((wavs[0] ** 2).mean() ** 0.5) > 0.01, "the codec should make audible audio"

@@ -23,7 +23,6 @@ from services.model.text_tokenizer import build_byte_level_bpe
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 WEIGHTS_FILE = "model.safetensors"
-SPEECH_TOKENIZER_DIR = "speech_tokenizer"
 _CHUNK_ELEMENTS = 1 << 23  # rows per chunk are chosen so a chunk stays near this many values
 _PROGRESS_MIN_BYTES = 256 * 1024**2  # smaller writes finish too fast to need a progress line
 
@@ -64,7 +63,8 @@ def write_checkpoint(
     build_byte_level_bpe(out, num_regular_text_tokens(config))
     write_weights(out / WEIGHTS_FILE, config, seed, torch_dtype, show_progress)
     if codec_writer is not None:
-        codec_writer(out / SPEECH_TOKENIZER_DIR, preset, seed, torch_dtype)
+        # The codec package writes <out>/speech_tokenizer/ itself.
+        codec_writer(out, preset, seed, dtype, progress=show_progress)
     return out
 
 
