@@ -122,6 +122,17 @@ def test_decode_chunks_batches_streams_at_different_positions(decoder):
         assert error <= TOLERANCE
 
 
+def test_decode_chunks_takes_a_streams_chunks_in_order(decoder, codes):
+    """A stream listed twice in one call (two chunks queued) advances chunk after chunk."""
+    state, other = decoder.new_stream(), decoder.new_stream()
+    other_codes = random_codes(5, 16, CODEBOOK_SIZE, seed=12)
+    first, _, second, third = decoder.decode_chunks(
+        [state, other, state, state], [codes[:3], other_codes, codes[3:6], codes[6:]]
+    )
+    assert state.num_frames == NUM_FRAMES and other.num_frames == 5
+    assert float((torch.cat([first, second, third]) - decoder.decode(codes)).abs().max()) <= TOLERANCE
+
+
 def test_empty_chunk_is_a_no_op(decoder, codes):
     state = decoder.new_stream()
     first = decoder.decode_chunk(state, codes[:3])

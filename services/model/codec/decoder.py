@@ -99,21 +99,30 @@ class CodecDecoder(nn.Module):
 
     @torch.inference_mode()
     def decode_chunks(self, states: list[CodecStreamState], codes: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Decode one chunk for each of several streams, batching streams whose chunks have the
-        same length into one forward pass. Returns each stream's samples, in input order."""
+        """Decode one chunk for each entry of `states`, batching streams whose chunks have the
+        same length into one forward pass. A state listed more than once gets its chunks in list
+        order. Every chunk is validated before any state changes. Returns samples in input order."""
         if len(states) != len(codes):
             raise CodecInputError("length_mismatch", f"{len(states)} states but {len(codes)} code chunks")
         check_states(states, self.stream_layout)
         checked = [self._checked_codes(c) for c in codes]
         results: list[torch.Tensor] = [self._empty_audio()] * len(states)
-        rows_by_length: dict[int, list[int]] = defaultdict(list)
+        # Round r holds each state's r-th chunk of this call; within a round, group by length.
+        rounds: list[dict[int, list[int]]] = []
+        seen: dict[int, int] = defaultdict(int)
         for row, chunk in enumerate(checked):
-            if chunk.shape[0] > 0:
-                rows_by_length[chunk.shape[0]].append(row)
-        for rows in rows_by_length.values():
-            audio = self._decode_group([states[r] for r in rows], torch.stack([checked[r] for r in rows]))
-            for row, samples in zip(rows, audio):
-                results[row] = samples
+            if chunk.shape[0] == 0:
+                continue
+            index = seen[id(states[row])]
+            seen[id(states[row])] += 1
+            if index == len(rounds):
+                rounds.append(defaultdict(list))
+            rounds[index][chunk.shape[0]].append(row)
+        for groups in rounds:
+            for rows in groups.values():
+                audio = self._decode_group([states[r] for r in rows], torch.stack([checked[r] for r in rows]))
+                for row, samples in zip(rows, audio):
+                    results[row] = samples
         return results
 
     def _decode_group(self, states: list[CodecStreamState], codes: torch.Tensor) -> torch.Tensor:
