@@ -10,6 +10,8 @@ Time is attributed exclusively (nested calls are subtracted from their caller):
 - sampling: every `sample` call (codebook 0 and codebooks 1..15);
 - other: everything else in `Engine.step` (scheduling, batch building, input rows, logits processing,
   copies, bookkeeping). `outside_forward_share` = (sampling + other) / step time.
+On CUDA the split is of host time (launches are asynchronous; the per-step copy of the codes to the
+host waits for the device and lands in `other`), while steps and frames per second are exact.
 
     python -m loadtest.engine_step_bench --out engine_step_bench.json [--batch-sizes 1 8 32] [--steps 50]
 """
@@ -135,12 +137,12 @@ def bench_batch(model: TTSModel, tokenizer: TextTokenizer, timers: ExclusiveTime
     }
 
 
-def _load(checkpoint: Path | None) -> tuple[TTSModel, TextTokenizer]:
+def _load(checkpoint: Path | None, device: torch.device) -> tuple[TTSModel, TextTokenizer]:
     if checkpoint is not None:
-        return load_model(checkpoint), TextTokenizer.from_dir(checkpoint)
+        return load_model(checkpoint, device=device), TextTokenizer.from_dir(checkpoint)
     with tempfile.TemporaryDirectory() as scratch:
         written = write_checkpoint(Path(scratch) / "tiny", "tiny", seed=0, with_codec=False)
-        return load_model(written), TextTokenizer.from_dir(written)
+        return load_model(written, device=device), TextTokenizer.from_dir(written)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,15 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5, help="untimed decode steps before timing")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--checkpoint", type=Path, help="a tiny checkpoint directory (default: write one)")
+    parser.add_argument("--device", default="cpu", help="torch device of the model and the KV pool")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tokenizer = _load(args.checkpoint)
+    model, tokenizer = _load(args.checkpoint, torch.device(args.device))
     with instrumented(model) as timers:
         results = [bench_batch(model, tokenizer, timers, b, args.steps, args.warmup) for b in args.batch_sizes]
     report = {
         "benchmark": "engine_step_bench",
         "model": str(args.checkpoint) if args.checkpoint else "tiny preset, seed 0 (random weights)",
-        "device": "cpu",
+        "device": args.device,
         "torch": torch.__version__,
         "threads": args.threads,
         "machine": platform.machine(),

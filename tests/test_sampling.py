@@ -216,3 +216,10 @@ def test_hand_built_rows_without_host_summaries_draw_the_same() -> None:
     bare = RowSampling(built.temperature, built.top_k, built.top_p, built.seed, built.frame)
     for codebook in (0, 7):
         assert torch.equal(sample(logits, bare, codebook), sample(logits, built, codebook))
+
+
+def test_reused_keys_draw_like_fresh_ones() -> None:
+    logits, params, seeds, frames = _mixed_batch(12)
+    fresh = _rows(params, seeds, frames)
+    reused = RowSampling.build(params, seeds, frames, keys=fresh.keys)
+    assert torch.equal(sample(logits, reused, 3), sample(logits, fresh, 3))

@@ -36,10 +36,13 @@ def prompt_rows(prompt: Prompt) -> torch.Tensor:
 def frame_input_rows(
     model: TTSModel, prompts: Sequence[Prompt], codes: torch.Tensor, text_positions: Sequence[int]
 ) -> torch.Tensor:
-    """Input rows [B, H] after each row's frame: E0(c0) + sum_j Ej(cj) + the request's trailing text row."""
-    device = codes.device
+    """Input rows [B, H] after each row's frame: E0(c0) + sum_j Ej(cj) + the request's trailing text row.
+
+    Text row k is `trailing[k]`, or tts_pad past the end (as `Prompt.trailing_rows`); picking views and
+    stacking them costs one kernel for the whole batch.
+    """
     text = torch.stack(
-        [p.trailing_rows(torch.tensor([k], device=device))[0] for p, k in zip(prompts, text_positions)]
+        [p.trailing[k] if k < p.trailing.shape[0] else p.tts_pad for p, k in zip(prompts, text_positions)]
     )
     return model.talker.embed_codes(codes) + text
 
@@ -77,5 +80,9 @@ def sample_frames(
     process = TalkerLogitsProcessor.for_config(model.config.talker, repetition_penalty=1.0)
     first = sample(process(logits, seen, num_frames), talker_rows, codebook=0)
     # Every row goes through the predictor (EOS rows too): static shapes, and no device sync to filter them.
-    rest = model.code_predictor.predict(hidden, first, lambda scores, codebook: sample(scores, predictor_rows, codebook))
+
+    def choose(scores: torch.Tensor, codebook: int) -> torch.Tensor:
+        return sample(scores, predictor_rows, codebook)
+
+    rest = model.code_predictor.predict(hidden, first, choose)
     return torch.cat((first[:, None], rest), dim=1)

@@ -89,7 +89,8 @@ class ModelRunner:
         device = self.model.device
         seeds, frames = [s.seed for s in seqs], [s.num_frames for s in seqs]
         talker_rows = RowSampling.build([s.params for s in seqs], seeds, frames, device)
-        predictor_rows = RowSampling.build([s.predictor_params for s in seqs], seeds, frames, device)
+        predictor_rows = RowSampling.build([s.predictor_params for s in seqs], seeds, frames, device,
+                                           keys=talker_rows.keys)
         vocab = self.model.config.talker.vocab_size
         seen = torch.zeros((len(seqs), vocab), dtype=torch.bool, device=device)
         counts = torch.tensor([s.num_frames for s in seqs])

@@ -99,8 +99,13 @@ class RowSampling:
         seeds: Sequence[int],
         frames: Sequence[int],
         device: torch.device | str = "cpu",
+        keys: torch.Tensor | None = None,
     ) -> RowSampling:
-        """Gather per-request parameters into batch tensors (one row per request)."""
+        """Gather per-request parameters into batch tensors (one row per request).
+
+        `keys`: the `keys` of another RowSampling built for the same seeds and frames (e.g. the
+        talker's, reused for the code predictor's rows), saving the hashing.
+        """
         num_rows = len(params_per_row)
         if len(seeds) != num_rows or len(frames) != num_rows:
             raise SamplingParamsError(
@@ -109,19 +114,26 @@ class RowSampling:
         if any(frame < 0 for frame in frames):
             raise SamplingParamsError(f"frame indices must be >= 0, got {list(frames)}")
         top_ks = [p.top_k for p in params_per_row]
-        seed = torch.tensor([_as_int64(s) for s in seeds], dtype=torch.int64, device=device)
-        frame = torch.tensor(list(frames), dtype=torch.int64, device=device)
         is_all_greedy = all(p.is_greedy for p in params_per_row)
+        # Built on the host and moved in two copies: a handful of tiny kernels instead of dozens per batch.
+        ints = torch.tensor([top_ks, [_as_int64(s) for s in seeds], list(frames)], dtype=torch.int64)
+        if not is_all_greedy and keys is None:
+            ints = torch.cat((ints, row_keys(ints[1], ints[2]).T))
+        ints = ints.to(device)
+        floats = torch.tensor([[p.temperature for p in params_per_row], [p.top_p for p in params_per_row]],
+                              dtype=torch.float32).to(device)
+        if not is_all_greedy and keys is None:
+            keys = ints[3:5].T
         return RowSampling(
-            temperature=torch.tensor([p.temperature for p in params_per_row], dtype=torch.float32, device=device),
-            top_k=torch.tensor(top_ks, dtype=torch.int64, device=device),
-            top_p=torch.tensor([p.top_p for p in params_per_row], dtype=torch.float32, device=device),
-            seed=seed,
-            frame=frame,
+            temperature=floats[0],
+            top_k=ints[0],
+            top_p=floats[1],
+            seed=ints[1],
+            frame=ints[2],
             max_top_k=None if 0 in top_ks or not top_ks else max(top_ks),
             uses_top_p=any(p.top_p < 1.0 for p in params_per_row),
             is_all_greedy=is_all_greedy,
-            keys=None if is_all_greedy else row_keys(seed, frame),
+            keys=None if is_all_greedy else keys,
         )
 
     @property
