@@ -8,6 +8,7 @@ pile up and go together in the next call, so batching grows with load without an
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from services.vocoder.errors import UndecodableCodes
+from services.vocoder.errors import CodecFailure, UndecodableCodes
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,9 @@ class CodecWorker:
 
     def _ensure_batcher(self) -> None:
         if self._batcher is None or self._batcher.done():
-            self._batcher = asyncio.get_running_loop().create_task(self._run_batches(), name="vocoder-codec-batcher")
+            # A fresh context: the batcher serves every request, so its log lines carry none of their ids.
+            self._batcher = asyncio.get_running_loop().create_task(self._run_batches(), name="vocoder-codec-batcher",
+                                                                   context=contextvars.Context())
 
     async def _run_batches(self) -> None:
         while True:
@@ -114,7 +117,9 @@ class CodecWorker:
             outputs = await self.run_on_thread(self._decode_on_thread, [j.state for j in jobs], [j.codes for j in jobs])
         except Exception as exc:  # a model error fails this batch's requests, never the batcher
             log.exception("codec call of %d chunks failed", len(jobs))
-            outputs = [exc] * len(jobs)
+            failure = CodecFailure(f"the codec failed: {exc!r}")
+            failure.__cause__ = exc
+            outputs = [failure] * len(jobs)
         for job, output in zip(jobs, outputs):
             if job.done.cancelled():
                 continue

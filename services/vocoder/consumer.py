@@ -114,6 +114,9 @@ class PartitionConsumer:
             log.exception("codes message %d of %s failed; redelivering in %.1fs", delivery.stream_sequence,
                           message.request_id, self._retry_delay_s)
             if not delivery.settled:
-                await delivery.nak(self._retry_delay_s)
+                try:
+                    await delivery.nak(self._retry_delay_s)
+                except Exception as exc:  # connection gone: the server redelivers after the ack wait anyway
+                    log.warning("could not nak message %d: %r", delivery.stream_sequence, exc)
         finally:
             self.capacity.release()

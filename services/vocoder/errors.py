@@ -22,3 +22,9 @@ class MissingCodes(VocoderError):
 
     code = ErrorCode.INTERNAL
 
+
+
+class CodecFailure(VocoderError):
+    """The codec raised while decoding (a model error, e.g. out of device memory): the request fails."""
+
+    code = ErrorCode.MODEL_ERROR

@@ -22,7 +22,7 @@ from services.bus.consumer import Delivery
 from services.vocoder.audio import AudioPublisher
 from services.vocoder.codec_worker import CodecWorker
 from services.vocoder.codes_reader import ack_floor, effective_codes, read_codes
-from services.vocoder.errors import MissingCodes, UndecodableCodes
+from services.vocoder.errors import CodecFailure, MissingCodes, UndecodableCodes
 from services.vocoder.streams import RequestStream, StreamTable
 from services.vocoder.terminal import TerminalPublisher
 
@@ -81,7 +81,7 @@ class CodesHandler:
             await delivery.term(f"{exc.code}: {exc}")
             await self._fail(stream, exc.code, f"decode sent codes the vocoder cannot voice: {exc}. This is a bug "
                                                f"in the decode stage or a checkpoint mismatch between stages.")
-        except MissingCodes as exc:
+        except (MissingCodes, CodecFailure) as exc:
             log.error("request %s: %s", stream.request_id, exc)
             await self._fail(stream, exc.code, f"{exc}; the audio cannot be completed. Retry the request.")
             await delivery.ack()

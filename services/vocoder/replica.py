@@ -76,7 +76,6 @@ class VocoderReplica:
                                            on_lost=self._lose_partition)
         self.lease = LeaseKeeper(kv, config.replica, "vocoder", interval_s=config.tick_s, ttl_s=config.lease_ttl_s)
         self._served: dict[int, _Served] = {}
-        self.ready = asyncio.Event()  # set once the first control pass ran (partitions claimed where possible)
 
     def stats(self) -> dict[str, Any]:
         """Counters since start and the present state, for the micro service's STATS and status endpoint."""
@@ -110,19 +109,27 @@ class VocoderReplica:
     async def _control_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
+                await self._restart_failed_consumers()
                 await self.partitions.reconcile()
                 await self.owner_watch.check()
             except Exception:  # a bus hiccup: keep serving, retry next tick
                 log.exception("control pass failed")
-            self.ready.set()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.config.tick_s)  # the control period, woken early by stop
-            self._raise_if_a_consumer_failed()
 
-    def _raise_if_a_consumer_failed(self) -> None:
-        for partition, served in self._served.items():
-            if served.task.done() and not served.stop.is_set() and served.task.exception() is not None:
-                raise RuntimeError(f"consumer of partition {partition} failed") from served.task.exception()
+    async def _restart_failed_consumers(self) -> None:
+        """Serve every owned partition: a consumer that died (e.g. a fetch error while NATS reconnects) or never
+        bound is bound again; the partition stays ours meanwhile."""
+        for partition, served in list(self._served.items()):
+            if not served.task.done() or served.stop.is_set():
+                continue
+            error = served.task.exception() if not served.task.cancelled() else None
+            log.error("consumer of partition %d ended (%r); starting it again", partition, error)
+            del self._served[partition]
+            await served.redecode.unsubscribe()
+        for partition, claim in self.partitions.owned.items():
+            if partition not in self._served:  # claimed, but binding its consumer failed last time
+                await self._serve_partition(partition, claim)
 
     async def _serve_partition(self, partition: int, claim: PartitionClaim) -> None:
         consumer = PartitionConsumer(self._js, self._nc, partition, self.handler,
