@@ -55,7 +55,8 @@ def write_codec_checkpoint(
     target.mkdir(parents=True, exist_ok=True)
     report(f"speech_tokenizer ({preset}): generating decoder weights")
     tensors = {name: t.to(torch_dtype) for name, t in decoder_tensors(config, seed).items()}
-    _add_encoder_tensors(tensors, encoder_shapes, seed, torch_dtype, report)
+    report(f"speech_tokenizer ({preset}): generating encoder weights")
+    _add_encoder_tensors(tensors, encoder_shapes, seed, torch_dtype)
     total_mb = sum(t.numel() * t.element_size() for t in tensors.values()) / 2**20
     report(f"speech_tokenizer ({preset}): writing {WEIGHTS_FILE} ({len(tensors)} tensors, {total_mb:.0f} MiB)")
     _write_atomically(target / WEIGHTS_FILE, lambda path: save_file(tensors, str(path), metadata={"format": "pt"}))
@@ -86,14 +87,9 @@ def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     raise CodecConfigError("unsupported_dtype", f"checkpoint dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
 
 
-def _add_encoder_tensors(tensors, shapes, seed: int, dtype: torch.dtype, report: Callable[[str], None]) -> None:
-    """Generate the encoder half tensor by tensor, reporting every tenth of the way."""
-    names = sorted(shapes)
-    step = max(1, len(names) // 10)
-    for index, name in enumerate(names, start=1):
+def _add_encoder_tensors(tensors, shapes, seed: int, dtype: torch.dtype) -> None:
+    for name in sorted(shapes):
         tensors[name] = encoder_tensor(name, shapes[name], seed).to(dtype)
-        if index % step == 0 or index == len(names):
-            report(f"speech_tokenizer: encoder weights {index}/{len(names)}")
 
 
 def _reporter(progress: bool | None, config: CodecConfig, encoder_shapes, dtype: torch.dtype) -> Callable[[str], None]:
