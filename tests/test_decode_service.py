@@ -7,10 +7,17 @@ import numpy as np
 from messages.errors import ErrorCode, Stage
 from messages.frames import CodesEnd
 from messages.records import CancelRecord
+from messages import subjects
+from messages.streams import CODES_STREAM
+from services.bus.claims import claim_request, read_owner
+from services.bus.codes_publisher import CodesPublisher
+from services.bus.fencing import last_subject_sequence
 from services.bus.kvstore import cancel_request
-from tests.test_decode_support import (  # noqa: F401 - fixtures
+from services.bus.leases import is_alive
+from tests.test_decode_support import (
+    NUM_PARTITIONS,
+    REPLICA,
     Oracle,
-    decode_checkpoint,
     running_decode,
     synthesis,
     takeover_then,
@@ -19,15 +26,15 @@ from tests.test_decode_support import (  # noqa: F401 - fixtures
 TEXTS = ["hello the voice", "speak and the voice", "the hello", "and speak hello the voice and"]
 
 
-async def test_staggered_greedy_requests_share_batches_and_match_the_offline_oracle(nats_server, decode_checkpoint):
+async def test_staggered_greedy_requests_share_batches_and_match_the_offline_oracle(nats_server, tiny_checkpoint):
     requests = [synthesis(f"stagger-{n}", text, frames=20 + 3 * n) for n, text in enumerate(TEXTS)]
-    async with running_decode(nats_server.url, decode_checkpoint) as decode:
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
         for request in requests:  # each joins while the ones before it are decoding
             await decode.submit(request)
             await decode.log.first_chunk(request.id)
         ends = [await decode.log.end(request.id) for request in requests]
         stats = await decode.stats()
-    oracle = Oracle(decode_checkpoint)
+    oracle = Oracle(tiny_checkpoint)
     for request, end in zip(requests, ends):
         expected = oracle.codes(request)
         np.testing.assert_array_equal(decode.log.frames(request.id), expected, err_msg=request.id)
@@ -45,9 +52,9 @@ async def test_staggered_greedy_requests_share_batches_and_match_the_offline_ora
     assert stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0
 
 
-async def test_an_undecodable_request_is_termed_and_the_next_is_served(nats_server, decode_checkpoint):
+async def test_an_undecodable_request_is_termed_and_the_next_is_served(nats_server, tiny_checkpoint):
     good = synthesis("after-garbage", "hello the voice", frames=6)
-    async with running_decode(nats_server.url, decode_checkpoint) as decode:
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
         await decode.js.publish("tts.req.tiny", b"\xc1 not msgpack")
         await decode.submit(good)
         end = await decode.log.end(good.id)
@@ -58,9 +65,9 @@ async def test_an_undecodable_request_is_termed_and_the_next_is_served(nats_serv
     assert consumer.num_pending == 0 and consumer.num_ack_pending == 0  # termed: gone, never redelivered
 
 
-async def test_an_unknown_speaker_ends_with_invalid_request(nats_server, decode_checkpoint):
+async def test_an_unknown_speaker_ends_with_invalid_request(nats_server, tiny_checkpoint):
     bad = synthesis("no-such-voice", "hello the voice", frames=6, speaker="nobody")
-    async with running_decode(nats_server.url, decode_checkpoint) as decode:
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
         await decode.submit(bad)
         end = await decode.log.end(bad.id)
     _, last = takeover_then(decode.log, bad.id)
@@ -70,9 +77,9 @@ async def test_an_unknown_speaker_ends_with_invalid_request(nats_server, decode_
     assert end.total_frames == 0 and end.seq == 0
 
 
-async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nats_server, decode_checkpoint):
+async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nats_server, tiny_checkpoint):
     long = synthesis("to-cancel", "hello the voice and speak", frames=2000)
-    async with running_decode(nats_server.url, decode_checkpoint) as decode:
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
         await decode.submit(long)
         await decode.log.first_chunk(long.id)
         await cancel_request(decode.kv, CancelRecord(request_id=long.id, reason="the client went away"))
@@ -83,3 +90,32 @@ async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nat
     assert end.error.message == "the client went away"
     assert 0 < end.total_frames < 2000 and end.total_frames == len(decode.log.frames(long.id))
     assert stats["requests_cancelled"] == 1 and stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0
+
+
+async def test_a_newer_owner_fences_this_replica_out_and_it_stands_down_without_an_end(nats_server, tiny_checkpoint):
+    long = synthesis("taken-over", "speak and the voice", frames=60)
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+        assert await is_alive(decode.kv, REPLICA)  # the lease is renewed while it serves
+        await decode.submit(long)
+        await decode.log.first_chunk(long.id)
+        # Another replica takes the request over (epoch 2), fenced on the subject's last sequence.
+        subject = subjects.codes(subjects.partition_for(long.id, NUM_PARTITIONS), long.id)
+        claim = await read_owner(decode.kv, long.id)
+        await claim_request(decode.kv, long.id, "decode-other", current=claim)
+        last = await last_subject_sequence(decode.js, CODES_STREAM, subject)
+        await CodesPublisher.take_over(decode.js, partition=subjects.partition_for(long.id, NUM_PARTITIONS),
+                                       request_id=long.id, epoch=2, replica="decode-other", last_sequence=last,
+                                       resume_frame=0, next_seq=0)
+        stats = await until(decode, lambda s: s["requests_stood_down"] == 1)
+    assert not any(isinstance(m, CodesEnd) for m in decode.log.codes[long.id])  # the new owner ends it, not us
+    assert all(m.epoch == 1 for m in decode.log.codes[long.id][:-1]) and decode.log.codes[long.id][-1].epoch == 2
+    assert stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0 and stats["active_requests"] == 0
+
+
+async def until(decode, condition, attempts: int = 600) -> dict:
+    """STATS once the service reports `condition` (each request is a round trip to the service, no sleeping)."""
+    for _ in range(attempts):
+        stats = await decode.stats()
+        if condition(stats):
+            return stats
+    raise AssertionError(f"the service never reported the expected state: {stats}")

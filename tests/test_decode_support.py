@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import tempfile
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -40,18 +39,6 @@ REPLICA = "decode-test"
 NUM_PARTITIONS = 2
 WAIT_S = 120.0  # a guard against a hang, never a synchronisation
 GREEDY = SamplingSpec(temperature=0.0)
-
-
-@pytest.fixture(scope="session")
-def decode_checkpoint(request: pytest.FixtureRequest) -> Path:
-    """The CHECKPOINT helper's `tiny_checkpoint` when it is there, else the same preset written here."""
-    try:
-        return request.getfixturevalue("tiny_checkpoint")
-    except pytest.FixtureLookupError:
-        from services.model.init_checkpoint import write_checkpoint
-
-        out = Path(tempfile.mkdtemp(prefix="voxmesh-decode-ckpt-")) / "tiny"
-        return write_checkpoint(out, "tiny", seed=0, with_codec=False)
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from services.bus.consumer import Capacity
 from services.engine.engine import Engine
 
@@ -16,7 +18,13 @@ class EngineCapacity(Capacity):
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine.config.max_num_seqs)
         self._engine = engine
-        self.is_paused = False
+        self.unpaused = asyncio.Event()
+        """Clear while a drain holds the replica: a message a fetch already had in flight waits on it."""
+        self.unpaused.set()
+
+    @property
+    def is_paused(self) -> bool:
+        return not self.unpaused.is_set()
 
     def room(self) -> int:
         if self.is_paused or self._engine.scheduler.block_manager.num_free_blocks == 0:
@@ -24,8 +32,8 @@ class EngineCapacity(Capacity):
         return super().room()
 
     def pause(self) -> None:
-        self.is_paused = True
+        self.unpaused.clear()
 
     def resume(self) -> None:
-        self.is_paused = False
+        self.unpaused.set()
         self.nudge()

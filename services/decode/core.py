@@ -124,9 +124,9 @@ class DecodeCore:
         except StaleOwner as exc:
             log.warning("request %s: %s", active.request_id, exc)
             active.is_closed = True
+            await self.worker.run(self.engine.abort_request, active.request_id)
             self.stats.requests_stood_down += 1
             self._release(active)
-            await self.worker.run(self.engine.abort_request, active.request_id)
             return False
 
     def _count(self, ending: Ending) -> None:

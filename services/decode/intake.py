@@ -32,6 +32,7 @@ from services.model.errors import ModelError
 
 log = logging.getLogger(__name__)
 
+IN_PROGRESS_EVERY_S = 5.0  # well inside REQUESTS' ack wait (30 s)
 EPOCH = 1  # a first claim; takeovers (migration) claim epoch + 1 over the record they read
 
 
@@ -64,6 +65,7 @@ class Intake:
     async def handle(self, request: SynthesisRequest, delivery: Delivery) -> None:
         """One delivered request (this call holds one capacity slot; it is released when the request ends)."""
         core = self.core
+        await self._while_paused(delivery)
         try:
             admission: Admission | AdmissionError = admit(request, core.served, core.settings)
         except AdmissionError as exc:
@@ -87,6 +89,15 @@ class Intake:
         await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=EPOCH,
                                 queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
         await self._start(active, admission)
+
+    async def _while_paused(self, delivery: Delivery) -> None:
+        """A drain began while this message's fetch was in flight: keep it (unclaimed, unacked) until the drain
+        ends, telling the server we are still on it so it is not redelivered meanwhile."""
+        while self.core.capacity.is_paused:
+            try:
+                await asyncio.wait_for(self.core.capacity.unpaused.wait(), IN_PROGRESS_EVERY_S)
+            except asyncio.TimeoutError:
+                await delivery.in_progress()
 
     async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError
                          ) -> ActiveRequest | None:

@@ -96,10 +96,10 @@ async def _serve_connected(nc: Client, settings: DecodeSettings, replica: str, e
     halt = asyncio.Event()  # stops everything but the intake, once owned requests are done
     parts = DecodeParts(core, Intake(core), FrameLoop(core), CancelWatcher(core), Drainer(core, stop))
     lease = LeaseKeeper(kv, replica, "decode")
-    await lease.renew()  # live before the first pull, so a vocoder never sees an owner without a lease
     async with AsyncExitStack() as stack:
         micro = await register(nc, parts, replica)
         stack.push_async_callback(micro.stop)
+        await lease.renew()  # live before the first pull, so a vocoder never sees an owner without a lease
         log.info("decode %s serving %s (%d KV blocks, max %d sequences, preemption %s)", replica,
                  settings.model_name, engine.num_blocks, settings.max_num_seqs, settings.recompute_preemption)
         async with asyncio.TaskGroup() as group:

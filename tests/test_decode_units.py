@@ -1,0 +1,113 @@
+"""The decode service's pure parts: the chunking rule, settings, and admission against a real checkpoint's files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from messages.base import ErrorInfo, Usage
+from messages.errors import ErrorCode, Stage
+from messages.requests import SamplingSpec
+from services.decode.admission import AdmissionError, ServedModel, admit, sampling_params
+from services.decode.codes_stream import ChunkRule, CodesStream
+from services.decode.settings import DecodeSettings
+from services.engine.config import PreemptionMode
+from services.model.config import GenerationDefaults, load_config
+from services.model.text_tokenizer import TextTokenizer
+from services.settings import SettingsError, resolve
+from tests.test_decode_support import synthesis
+
+
+def frame(value: int) -> np.ndarray:
+    return np.full(16, value, dtype=np.int64)
+
+
+def stream(initial: int = 2, later: int = 8) -> CodesStream:
+    return CodesStream("req", 1, publisher=None, rule=ChunkRule(initial, later))  # publishing is not used here
+
+
+def test_chunks_are_initial_then_later_sized_and_the_rest_goes_last():
+    codes = stream()
+    sizes = []
+    for index in range(21):
+        codes.add_frame(index, frame(index))
+        sizes += [chunk.num_frames for chunk in codes.take_ready_chunks()]
+    assert sizes == [2, 8, 8] and codes.num_pending_frames == 3
+    last = codes.take_rest()
+    assert [c.num_frames for c in last] == [3] and last[0].seq == 3 and last[0].first_frame == 18
+    np.testing.assert_array_equal(last[0].frames()[:, 0], [18, 19, 20])
+    end = codes.finished("length", Usage(output_frames=21))
+    assert (end.seq, end.total_frames, end.reason, end.stop) == (4, 21, "finished", "length")
+
+
+def test_a_request_ending_before_its_first_full_chunk_sends_one_short_chunk_then_a_failure():
+    codes = stream(initial=4)
+    codes.add_frame(0, frame(7))
+    assert codes.take_ready_chunks() == []
+    (only,) = codes.take_rest()
+    assert (only.seq, only.first_frame, only.num_frames) == (0, 0, 1)
+    error = ErrorInfo(code=ErrorCode.PREEMPTED, stage=Stage.DECODE, message="truncated")
+    end = codes.failed(error, Usage())
+    assert (end.seq, end.total_frames, end.error) == (1, 1, error)
+
+
+def test_frames_must_arrive_in_order():
+    codes = stream()
+    codes.add_frame(0, frame(0))
+    with pytest.raises(ValueError, match="frame 2 arrived, expected frame 1"):
+        codes.add_frame(2, frame(2))
+
+
+def test_settings_come_from_flags_and_environment_and_map_to_the_engine():
+    settings = resolve(DecodeSettings, None, {"VOXMESH_KV_CACHE_BLOCKS": "64", "VOXMESH_MAX_NUM_SEQS": "4",
+                                              "VOXMESH_RECOMPUTE_PREEMPTION": "fail"})
+    config = settings.engine_config()
+    assert (config.kv_cache_blocks, config.max_num_seqs) == (64, 4)
+    assert settings.preemption_mode is PreemptionMode.FAIL
+
+
+@pytest.mark.parametrize("environ, message", [
+    ({"VOXMESH_RECOMPUTE_PREEMPTION": "sometimes"}, "allow, fail"),
+    ({"VOXMESH_CHUNK_FRAMES": "0"}, "--chunk-frames"),
+    ({"VOXMESH_MAX_NUM_SEQS": "64", "VOXMESH_MAX_NUM_BATCHED_TOKENS": "8"}, "--max-num-batched-tokens"),
+    ({"VOXMESH_RUNAWAY_FRAMES_PER_CHAR": "nan"}, "--runaway-frames-per-char"),
+])
+def test_bad_settings_name_the_flag(environ, message):
+    with pytest.raises(SettingsError, match=message):
+        resolve(DecodeSettings, None, environ)
+
+
+def test_the_runaway_guard_grows_with_the_text_and_the_lowest_cap_wins():
+    settings = DecodeSettings(runaway_min_frames=10, runaway_frames_per_char=2.0, max_new_frames=500)
+    assert settings.frame_budget(5, None) == 20
+    assert settings.frame_budget(5, 7) == 7
+    assert settings.frame_budget(4000, None) == 500
+
+
+@pytest.fixture(scope="module")
+def served(tiny_checkpoint) -> ServedModel:
+    config, generation = load_config(tiny_checkpoint)
+    return ServedModel("tiny", config, generation, TextTokenizer.from_dir(tiny_checkpoint))
+
+
+def test_admission_tokenizes_budgets_and_keeps_the_text_mode(served):
+    settings = DecodeSettings(runaway_min_frames=10, runaway_frames_per_char=1.0)
+    admission = admit(synthesis("a", "hello the voice", frames=1000, text_mode="streaming"), served, settings)
+    assert admission.max_new_frames == 10 + len("hello the voice")
+    assert admission.prompt.non_streaming is False and admission.prompt.speaker == "ryan"
+    assert admission.input_tokens == len(admission.prompt.text_ids) - 8 > 0
+    assert admission.params.temperature == 0.0
+
+
+@pytest.mark.parametrize("fields, words", [({"speaker": "nobody"}, "nobody"), ({"language": "klingon"}, "klingon")])
+def test_admission_refuses_what_the_checkpoint_does_not_know(served, fields, words):
+    with pytest.raises(AdmissionError) as caught:
+        admit(synthesis("a", "hello", frames=5, **fields), served, DecodeSettings())
+    assert caught.value.code == ErrorCode.INVALID_REQUEST and words in caught.value.message
+
+
+def test_unset_sampling_fields_come_from_the_generation_config():
+    defaults = GenerationDefaults(do_sample=False, top_k=7, top_p=0.5, temperature=0.7, repetition_penalty=1.2)
+    params = sampling_params(SamplingSpec(top_k=3), defaults)
+    assert (params.temperature, params.top_k, params.top_p, params.repetition_penalty) == (0.0, 3, 0.5, 1.2)
+    assert sampling_params(SamplingSpec(), GenerationDefaults()).temperature == 0.9
