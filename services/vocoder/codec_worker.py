@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -33,6 +33,7 @@ class RequestLanes:
         self._tasks: dict[str, asyncio.Task] = {}
 
     def submit(self, key: str, work: Work) -> None:
+        """Queue `work` behind the key's earlier work; start the key's task if it has none."""
         self._pending.setdefault(key, deque()).append(work)
         if key not in self._tasks:
             self._tasks[key] = asyncio.get_running_loop().create_task(self._run(key), name=f"vocoder-lane-{key}")
@@ -55,6 +56,7 @@ class RequestLanes:
             await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
 
     async def cancel(self) -> None:
+        """Cancel every lane (queued work is dropped; its messages are redelivered by the server)."""
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
