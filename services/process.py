@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import logging
 import os
 import signal
 import socket
@@ -26,14 +25,6 @@ def default_replica(service: str) -> str:
     """A replica name unique per process and usable as a subject token."""
     host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:40]
     return f"{service}-{host}-{os.getpid()}"
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
 
 
 def build_parser(service: str) -> argparse.ArgumentParser:
@@ -55,7 +46,9 @@ def main(service: str, argv: list[str] | None = None) -> int:
     except settings_lib.SettingsError as error:
         print(f"voxmesh {service}: {error}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level)
+    from services.bus.logs import configure_logging
+
+    configure_logging(service, settings.log_level)
     import torch
 
     torch.set_num_threads(settings.torch_threads)

@@ -148,6 +148,14 @@ class PullConsumer(Generic[M]):
             for msg in await self._fetch(min(self.capacity.room(), self._max_batch)):
                 await self._dispatch(Delivery(self._nc, msg))
 
+    async def close(self) -> None:
+        """Drop the pull subscription. Call it before the connection drains: an expired pull leaves a status
+        message in the subscription's queue that nobody reads, and `nc.drain()` would wait for it until its
+        drain timeout."""
+        sub, self._sub = self._sub, None
+        if sub is not None and not self._nc.is_closed:
+            await sub.unsubscribe()
+
     async def _fetch(self, batch: int) -> list[Msg]:
         try:
             return await self._sub.fetch(batch, timeout=self._fetch_timeout_s)

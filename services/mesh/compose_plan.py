@@ -30,6 +30,7 @@ class ServicePlan:
     environment: dict[str, str] = field(default_factory=dict)
     replicas: int = 1
     one_shot: bool = False
+    restart: str = "no"  # compose's policy: no | always | on-failure | unless-stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,4 +87,5 @@ def _service_plan(path: Path, name: str, spec: dict) -> ServicePlan:
         environment={str(k): "" if v is None else str(v) for k, v in environment.items()},
         replicas=replicas,
         one_shot=str(spec.get("restart", "")) == "no",
+        restart=str(spec.get("restart", "no")),
     )

@@ -1,8 +1,9 @@
-"""Local child processes of `voxmesh up`: started from a launch plan, stopped in order, none left behind.
+"""Local child processes of `voxmesh up`: started from a launch plan, restarted as compose would, none left behind.
 
 Children get SIGTERM when this process dies for any reason (Linux parent-death signal), so
-even a `kill -9` of `voxmesh up` leaves no service running. A service that exits on its own
-while the mesh runs is reported, and the mesh stops: a half mesh would serve nothing right.
+even a `kill -9` of `voxmesh up` leaves no service running. A service that exits while the
+mesh runs is restarted when its compose `restart` policy says so (as `docker compose` would);
+one that keeps dying, or has no restart policy, stops the mesh: a half mesh serves nothing right.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from services.mesh.compose_plan import ServicePlan
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+MAX_RESTARTS = 5  # within RESTART_WINDOW_S, then the mesh gives up
+RESTART_WINDOW_S = 60.0
 
 
 def _die_with_parent() -> None:
@@ -41,17 +45,21 @@ def local_command(command: tuple[str, ...]) -> list[str]:
 @dataclass
 class Child:
     name: str
+    plan: ServicePlan
+    env: dict[str, str]
     process: subprocess.Popen
+    restarts: list[float] = field(default_factory=list)
 
 
 class ProcessGroup:
-    """The mesh's processes. `wake` is set when any child ends while the group is not stopping."""
+    """The mesh's processes. `wake` is set when the mesh must stop (a child died past its restart policy)."""
 
     def __init__(self, wake: threading.Event) -> None:
         self.children: list[Child] = []
         self.wake = wake
         self.exited_child: Child | None = None
         self._stopping = False
+        self._lock = threading.Lock()
 
     def run_one_shot(self, plan: ServicePlan, env: dict[str, str], timeout_s: float) -> None:
         """Run a one-shot step (provisioning) to completion; raise with its output if it fails."""
@@ -63,25 +71,46 @@ class ProcessGroup:
     def start(self, plan: ServicePlan, env: dict[str, str]) -> None:
         for index in range(plan.replicas):
             name = plan.name if plan.replicas == 1 else f"{plan.name}-{index}"
-            # A session of its own: a terminal's Ctrl-C reaches only `voxmesh up`, which then
-            # stops the children once, in order, instead of every process at the same time.
-            process = subprocess.Popen(local_command(plan.command), env=env, stdin=subprocess.DEVNULL,
-                                       preexec_fn=_die_with_parent, start_new_session=True)
-            child = Child(name, process)
+            child = Child(name, plan, env, self._spawn(plan, env))
             self.children.append(child)
+            log.info("started %s (pid %d)", name, child.process.pid)
             threading.Thread(target=self._watch, args=(child,), name=f"watch-{name}", daemon=True).start()
-            log.info("started %s (pid %d)", name, process.pid)
+
+    @staticmethod
+    def _spawn(plan: ServicePlan, env: dict[str, str]) -> subprocess.Popen:
+        # A session of its own: a terminal's Ctrl-C reaches only `voxmesh up`, which then
+        # stops the children once, in order, instead of every process at the same time.
+        return subprocess.Popen(local_command(plan.command), env=env, stdin=subprocess.DEVNULL,
+                                preexec_fn=_die_with_parent, start_new_session=True)
 
     def _watch(self, child: Child) -> None:
-        code = child.process.wait()
-        if not self._stopping:
-            log.error("%s exited with code %s while the mesh was running", child.name, code)
-            self.exited_child = child
-            self.wake.set()
+        while True:
+            code = child.process.wait()
+            with self._lock:
+                if self._stopping:
+                    return
+                if not self._may_restart(child, code):
+                    log.error("%s exited with code %s; stopping the mesh", child.name, code)
+                    self.exited_child = child
+                    self.wake.set()
+                    return
+                child.restarts.append(time.monotonic())
+                child.process = self._spawn(child.plan, child.env)
+                log.warning("%s exited with code %s; restarted it (pid %d)", child.name, code, child.process.pid)
+
+    @staticmethod
+    def _may_restart(child: Child, code: int) -> bool:
+        policy = child.plan.restart
+        if policy in ("always", "unless-stopped") or (policy == "on-failure" and code != 0):
+            recent = [t for t in child.restarts if time.monotonic() - t < RESTART_WINDOW_S]
+            child.restarts = recent
+            return len(recent) < MAX_RESTARTS
+        return False
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM every child (they drain), wait, then SIGKILL whatever is still there."""
-        self._stopping = True
+        with self._lock:
+            self._stopping = True
         for child in self.children:
             if child.process.poll() is None:
                 child.process.send_signal(signal.SIGTERM)
