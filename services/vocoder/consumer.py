@@ -91,13 +91,8 @@ class PartitionConsumer:
 
     async def _unsubscribe(self) -> None:
         """Close the pull subscription: left open, it holds the connection's drain until the drain timeout."""
-        close = getattr(self.pull, "close", None)  # the bus's PullConsumer has no close() yet: reach its subscription
-        subscription = getattr(self.pull, "_sub", None)
         try:
-            if close is not None:
-                await close()
-            elif subscription is not None:
-                await subscription.unsubscribe()
+            await self.pull.close()
         except Exception as exc:  # a connection already closed: nothing left to release
             log.debug("partition %d: unsubscribe failed: %r", self.partition, exc)
 
