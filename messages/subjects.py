@@ -22,6 +22,7 @@ AUDIO_ROOT = "tts.audio"
 REDECODE_ROOT = "tts.redecode"
 MTP_ROOT = "tts.mtp"
 HANDOFF_ROOT = "tts.handoff"
+ADMIN_ROOT = "tts.admin"
 
 TERMINAL_KIND = "terminal"
 
@@ -131,6 +132,11 @@ def mtp_step(model: str) -> str:
 def handoff(replica: str) -> str:
     """Core NATS request to one decode replica: take over a remotely prefilled request."""
     return f"{HANDOFF_ROOT}.{token(replica)}"
+
+
+def admin(service: str, replica: str, verb: str) -> str:
+    """Core NATS request to one replica's operator endpoint (e.g. decode's `drain`, vocoder's `status`)."""
+    return f"{ADMIN_ROOT}.{token(service)}.{token(replica)}.{token(verb)}"
 
 
 def max_deliveries_advisory(stream: str, consumer: str) -> str:

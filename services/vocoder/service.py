@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "voxmesh-vocoder"
 VERSION = "0.1.0"
-ADMIN_ROOT = "tts.admin.vocoder"
 CODEC_SUBDIR = "speech_tokenizer"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -120,7 +119,7 @@ async def _serve_connected(nc: Client, config: ReplicaConfig, codec: CodecWorker
 
 def status_subject(replica: str) -> str:
     """Per-replica admin subject of the status endpoint (not in messages/subjects.py yet: asked the bus owner)."""
-    return f"{ADMIN_ROOT}.{subjects.token(replica)}.status"
+    return subjects.admin("vocoder", replica, "status")
 
 
 async def register(nc: Client, replica: VocoderReplica) -> Service:
