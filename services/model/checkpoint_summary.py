@@ -15,7 +15,6 @@ from typing import Any
 
 _SAMPLES_PER_FILE = 16
 _SAMPLE_BYTES = 64 * 1024
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 class CheckpointInfoError(ValueError):
