@@ -8,7 +8,7 @@ the field.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +149,6 @@ class GenerationDefaults:
     subtalker_top_p: float = 1.0
     subtalker_temperature: float = 0.9
     max_new_tokens: int = 2048
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Keys of the file that this implementation does not use."""
 
 
 def read_json(path: Path) -> Any:
@@ -272,18 +270,17 @@ def parse_config(data: Any, file: Path) -> TTSConfig:
 
 
 def parse_generation_config(data: Any, file: Path) -> GenerationDefaults:
-    """Read the sampling defaults; unknown keys are kept in `extra`, known ones are type-checked."""
+    """Read the sampling defaults the reference reads; other keys (e.g. transformers' own) are ignored."""
     f = _Fields(data, file)
     defaults = GenerationDefaults()
-    known = {}
+    known: dict[str, Any] = {"max_new_tokens": f.positive("max_new_tokens", defaults.max_new_tokens)}
     for name in ("do_sample", "subtalker_dosample"):
         known[name] = f.get(name, bool, getattr(defaults, name))
-    for name in ("top_k", "subtalker_top_k", "max_new_tokens"):
+    for name in ("top_k", "subtalker_top_k"):
         known[name] = f.get(name, int, getattr(defaults, name))
     for name in ("top_p", "temperature", "repetition_penalty", "subtalker_top_p", "subtalker_temperature"):
         known[name] = f.number(name, getattr(defaults, name))
-    extra = {key: value for key, value in data.items() if key not in known}
-    return GenerationDefaults(**known, extra=extra)
+    return GenerationDefaults(**known)
 
 
 def load_config(directory: Path) -> tuple[TTSConfig, GenerationDefaults]:
