@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -216,6 +217,15 @@ def test_empty_text_is_refused(custom_voice, text):
     with pytest.raises(RequestError, match="the text is empty") as error:
         generate(custom_voice, request, 4, *GREEDY)
     assert error.value.code == "empty_text"
+
+
+@pytest.mark.parametrize("field", ["text_ids", "instruct_ids"])
+def test_token_ids_outside_the_vocabulary_are_refused(custom_voice, field):
+    request = _request("custom_voice", speaker="alice", instruct_ids=(1, 2))
+    bad = replace(request, **{field: getattr(request, field) + (custom_voice.config.talker.text_vocab_size,)})
+    with pytest.raises(RequestError, match="token ids outside the text vocabulary") as error:
+        generate(custom_voice, bad, 4, *GREEDY)
+    assert error.value.code == "bad_token_ids"
 
 
 def test_voice_design_takes_no_speaker():

@@ -112,11 +112,19 @@ def uses_instruction(cfg: TTSConfig) -> bool:
     return not (cfg.tts_model_type == "custom_voice" and cfg.tts_model_size == "0b6")
 
 
+def _check_ids(ids: tuple[int, ...], vocab_size: int, what: str) -> None:
+    # Requests arrive as ids over the bus: a bad one must fail alone, not index out of an embedding.
+    if any(not 0 <= i < vocab_size for i in ids):
+        raise RequestError("bad_token_ids", f"the {what} holds token ids outside the text vocabulary [0, {vocab_size})")
+
+
 def build_prompt(talker: Talker, cfg: TTSConfig, request: PromptRequest) -> Prompt:
     check_can_generate(cfg)
     num_text = len(request.text_ids) - ROLE_TOKENS - TAIL_TOKENS
     if num_text <= 0:
         raise RequestError("empty_text", "the text is empty: give at least one word to speak")
+    _check_ids(request.text_ids, cfg.talker.text_vocab_size, "text")
+    _check_ids(request.instruct_ids or (), cfg.talker.text_vocab_size, "instruction")
     device = talker.codec_head.weight.device
     ids = torch.tensor(request.text_ids, dtype=torch.long, device=device)
     codec = talker.codec_embedding(torch.tensor(codec_prefix(cfg, request.speaker, request.language), device=device))
