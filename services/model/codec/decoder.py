@@ -8,6 +8,7 @@ the full decode (up to float rounding), and each chunk's cost is independent of 
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 
 import torch
@@ -128,9 +129,18 @@ class CodecDecoder(nn.Module):
     def _decode_group(self, states: list[CodecStreamState], codes: torch.Tensor) -> torch.Tensor:
         """codes [B, n, Q] for B streams at any positions -> float32 [B, n * samples_per_frame]."""
         stream = StreamBatch(states)
-        audio = self.forward(codes, stream)
+        with self._float32_convolutions():
+            audio = self.forward(codes, stream)
         stream.scatter(states, codes.shape[1])
         return audio.float()
+
+    def _float32_convolutions(self) -> contextlib.AbstractContextManager:
+        """On CUDA, cuDNN runs float32 convolutions in TF32 by default: ~1e-3 off, and off
+        differently for different chunk lengths, which would break exact streaming. A float32
+        decoder turns TF32 off for the length of its own calls."""
+        if self.device.type != "cuda" or self.dtype != torch.float32:
+            return contextlib.nullcontext()
+        return _cudnn_tf32_disabled()
 
     def forward(self, codes: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
         """[B, n, Q] codes -> [B, n * samples_per_frame] samples, reading and updating `stream`."""
@@ -161,3 +171,14 @@ class CodecDecoder(nn.Module):
                     f"codes must lie in [0, {config.codebook_size}), got values in [{low}, {high}]",
                 )
         return codes.to(device=self.device, dtype=torch.long)
+
+
+@contextlib.contextmanager
+def _cudnn_tf32_disabled():
+    # The flag is process-wide: restore exactly what the caller had.
+    previous = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = previous
