@@ -1,0 +1,112 @@
+"""What the end-to-end tests do to a running mesh: stream over WebSocket, read the bus, ask the services."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+
+import nats
+import numpy as np
+import websockets
+
+from messages import CodesChunk, CodesEnd, CodesMessage, LifecycleEvent, decode, subjects
+from messages.streams import CODES_STREAM, EVENTS_STREAM
+
+NUM_PARTITIONS = 4  # compose/single.yml's VOXMESH_NUM_PARTITIONS
+WAIT_S = 120.0  # bound on any single wait against the mesh
+
+
+@dataclass
+class StreamResult:
+    """One WebSocket request as the client saw it."""
+
+    start: dict
+    pcm: bytes = b""
+    end: dict = field(default_factory=dict)
+
+    @property
+    def request_id(self) -> str:
+        return self.start["request_id"]
+
+
+async def stream_speech(gateway_url: str, body: dict, first_audio: asyncio.Event | None = None) -> StreamResult:
+    """Send one request over `/v1/audio/speech/stream`; collect PCM until `audio.done` or `error`."""
+    url = gateway_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    async with websockets.connect(url, max_size=None) as socket:
+        await socket.send(json.dumps(body))
+        start = json.loads(await asyncio.wait_for(socket.recv(), WAIT_S))
+        if start.get("type") != "audio.start":
+            return StreamResult(start={"request_id": start.get("request_id")}, end=start)
+        result = StreamResult(start=start)
+        pcm = bytearray()
+        while True:
+            message = await asyncio.wait_for(socket.recv(), WAIT_S)
+            if isinstance(message, bytes):
+                pcm += message
+                if first_audio is not None:
+                    first_audio.set()
+                continue
+            result.end = json.loads(message)
+            break
+        result.pcm = bytes(pcm)
+        return result
+
+
+async def codes_on_bus(nats_url: str, request_id: str) -> tuple[np.ndarray, CodesEnd]:
+    """The request's frames as recorded in CODES (newest epoch wins), and its CodesEnd."""
+    nc = await nats.connect(nats_url)
+    try:
+        subject = subjects.codes(subjects.partition_for(request_id, NUM_PARTITIONS), request_id)
+        sub = await nc.jetstream().subscribe(subject, stream=CODES_STREAM, ordered_consumer=True)
+        frames: dict[int, np.ndarray] = {}
+        while True:
+            msg = await sub.next_msg(timeout=WAIT_S)
+            message = decode(msg.data, CodesMessage)
+            if isinstance(message, CodesChunk):
+                for offset, row in enumerate(message.frames()):
+                    frames[message.first_frame + offset] = row
+            elif isinstance(message, CodesEnd):
+                ordered = [frames[i] for i in range(len(frames))]
+                return (np.stack(ordered) if ordered else np.zeros((0, 16), np.int64)), message
+    finally:
+        await nc.close()
+
+
+async def events_of(nats_url: str, request_id: str) -> list:
+    """Every lifecycle event of a request, from the EVENTS stream, up to and including its terminal."""
+    nc = await nats.connect(nats_url)
+    try:
+        sub = await nc.jetstream().subscribe(subjects.events_of(request_id), stream=EVENTS_STREAM,
+                                             ordered_consumer=True)
+        found = []
+        while True:
+            msg = await sub.next_msg(timeout=WAIT_S)
+            found.append(decode(msg.data, LifecycleEvent))
+            if msg.subject == subjects.terminal(request_id):
+                return found
+    finally:
+        await nc.close()
+
+
+async def terminal_count(nats_url: str, request_id: str) -> int:
+    """How many messages the request's terminal subject holds in EVENTS."""
+    nc = await nats.connect(nats_url)
+    try:
+        info = await nc.jetstream().stream_info(EVENTS_STREAM, subjects_filter=subjects.terminal(request_id))
+        return (info.state.subjects or {}).get(subjects.terminal(request_id), 0)
+    finally:
+        await nc.close()
+
+
+async def service_stats(nats_url: str, service: str) -> list[dict]:
+    """The `data` of every endpoint of every replica of `service` answering `$SRV.STATS`."""
+    nc = await nats.connect(nats_url)
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish(f"$SRV.STATS.{service}", b"", reply=inbox)
+        reply = json.loads((await sub.next_msg(timeout=10)).data)
+        return [endpoint.get("data") or {} for endpoint in reply.get("endpoints", [])]
+    finally:
+        await nc.close()

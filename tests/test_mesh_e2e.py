@@ -1,0 +1,97 @@
+"""The `single` topology end to end, as a user runs it: `voxmesh up`, three service processes, a real
+nats-server, HTTP and WebSocket clients. The offline `generate` is the oracle for the codes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import wave
+
+import subprocess
+import sys
+
+import httpx
+import nats
+import numpy as np
+import pytest
+
+from messages import subjects
+from tests.mesh_client import codes_on_bus, events_of, service_stats, stream_speech, terminal_count
+
+TEXTS = ["The quick brown fox.", "Hello there, how are you?", "Streaming speech, one frame at a time."]
+MAX_FRAMES = 24
+
+
+def greedy_body(text: str, voice: str = "vivian") -> dict:
+    return {"input": text, "voice": voice, "temperature": 0, "max_new_tokens": MAX_FRAMES, "seed": 7}
+
+
+def synth_codes(checkpoint, tmp_path, text: str, voice: str = "vivian") -> np.ndarray:
+    """`voxmesh synth --greedy`'s codes: the offline oracle the mesh must equal."""
+    codes_file = tmp_path / f"{abs(hash(text))}.npy"
+    subprocess.run([sys.executable, "-m", "services.cli", "synth", "--model", str(checkpoint), "--text", text,
+                    "--speaker", voice, "--greedy", "--max-new-tokens", str(MAX_FRAMES),
+                    "--output", str(tmp_path / "synth.wav"), "--codes-out", str(codes_file)], check=True)
+    return np.load(codes_file)
+
+
+async def test_staggered_greedy_requests_batch_together_and_equal_offline_synthesis(mesh, tiny_checkpoint, tmp_path):
+    results, tasks = [], []
+    for text in TEXTS:
+        # Stagger on events, not time: the next request starts once the previous one is streaming audio.
+        first_audio = asyncio.Event()
+        tasks.append(asyncio.create_task(stream_speech(mesh.gateway_url, greedy_body(text), first_audio)))
+        await asyncio.wait_for(first_audio.wait(), 120)
+    results = await asyncio.gather(*tasks)
+    for text, result in zip(TEXTS, results):
+        assert result.end["type"] == "audio.done", result.end
+        codes, end = await codes_on_bus(mesh.nats_url, result.request_id)
+        assert end.reason == "finished"
+        np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, tmp_path, text))
+        assert len(result.pcm) == 2 * 1920 * codes.shape[0]
+        assert result.end["chunk_count"] == end.seq
+    stats = await service_stats(mesh.nats_url, "voxmesh-decode")
+    assert max(s.get("max_batch_size", 0) for s in stats) > 1, stats
+
+
+async def test_http_speech_returns_a_wav_with_request_id_and_one_terminal_event(mesh):
+    async with httpx.AsyncClient(timeout=120) as client:
+        response = await client.post(f"{mesh.gateway_url}/v1/audio/speech",
+                                     json={"model": "tiny", "input": "A short sentence.", "voice": "ryan",
+                                           "max_new_tokens": 10})
+    assert response.status_code == 200, response.text
+    request_id = response.headers["x-request-id"]
+    with wave.open(io.BytesIO(response.content)) as wav:
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (24000, 1, 2)
+        assert wav.getnframes() == 1920 * 10
+    events = await events_of(mesh.nats_url, request_id)
+    kinds = [type(e).__name__ for e in events]
+    # Stages publish independently, so only the terminal's place is fixed: it is the last word.
+    assert kinds[-1] == "Finished", kinds
+    assert {"Accepted", "Started", "FirstFrame", "FirstAudio"} <= set(kinds), kinds
+    assert await terminal_count(mesh.nats_url, request_id) == 1
+
+
+async def test_undecodable_request_is_termed_and_the_next_is_served(mesh):
+    nc = await nats.connect(mesh.nats_url)
+    try:
+        await nc.jetstream().publish(subjects.request("tiny"), b"\x93not a request")
+    finally:
+        await nc.close()
+    result = await stream_speech(mesh.gateway_url, {"input": "Still serving.", "voice": "eric", "max_new_tokens": 6})
+    assert result.end["type"] == "audio.done", result.end
+    stats = await service_stats(mesh.nats_url, "voxmesh-decode")
+    assert max(s.get("messages_termed", 0) for s in stats) >= 1, stats
+
+
+@pytest.mark.parametrize("body, code", [
+    ({"input": ""}, "invalid_request"),
+    ({"input": "x" * 4097}, "text_too_long"),
+    ({"input": "hi", "voice": "nobody"}, "unknown_voice"),
+    ({"input": "hi", "voice": "ryan", "language": "klingon"}, "unknown_language"),
+])
+async def test_bad_requests_get_specific_errors(mesh, body, code):
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.post(f"{mesh.gateway_url}/v1/audio/speech", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == code
