@@ -199,10 +199,13 @@ def test_config_that_is_not_json(broken_dir):
     assert error.value.code == "invalid_json"
 
 
-def test_writer_rejects_unknown_preset_and_dtype(tmp_path):
+def test_writer_rejects_unknown_preset_dtype_and_seed(tmp_path):
     with pytest.raises(CodecConfigError) as error:
         write_codec_checkpoint(tmp_path, "7b", seed=0)
     assert error.value.code == "unknown_preset" and "tiny" in str(error.value)
     with pytest.raises(CodecConfigError) as error:
         write_codec_checkpoint(tmp_path, "tiny", seed=0, dtype="float16")
     assert error.value.code == "unsupported_dtype"
+    with pytest.raises(CodecConfigError) as error:
+        write_codec_checkpoint(tmp_path, "tiny", seed=-1)
+    assert error.value.code == "invalid_seed"

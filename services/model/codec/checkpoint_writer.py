@@ -45,6 +45,8 @@ def write_codec_checkpoint(
     `progress` prints steps to stderr: True always, False never, None for large checkpoints.
     """
     torch_dtype = _resolve_dtype(dtype)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise CodecConfigError("invalid_seed", f"seed must be a non-negative integer, got {seed!r}")
     config_dict = codec_preset(preset)
     config_dict["dtype"] = str(torch_dtype).removeprefix("torch.")
     config = CodecConfig.from_dict(config_dict, source=f"codec preset {preset!r}")

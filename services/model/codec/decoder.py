@@ -108,22 +108,10 @@ class CodecDecoder(nn.Module):
         check_states(states, self.stream_layout)
         checked = [self._checked_codes(c) for c in codes]
         results: list[torch.Tensor] = [self._empty_audio()] * len(states)
-        # Round r holds each state's r-th chunk of this call; within a round, group by length.
-        rounds: list[dict[int, list[int]]] = []
-        seen: dict[int, int] = defaultdict(int)
-        for row, chunk in enumerate(checked):
-            if chunk.shape[0] == 0:
-                continue
-            index = seen[id(states[row])]
-            seen[id(states[row])] += 1
-            if index == len(rounds):
-                rounds.append(defaultdict(list))
-            rounds[index][chunk.shape[0]].append(row)
-        for groups in rounds:
-            for rows in groups.values():
-                audio = self._decode_group([states[r] for r in rows], torch.stack([checked[r] for r in rows]))
-                for row, samples in zip(rows, audio):
-                    results[row] = samples
+        for rows in _forward_passes(states, [chunk.shape[0] for chunk in checked]):
+            audio = self._decode_group([states[r] for r in rows], torch.stack([checked[r] for r in rows]))
+            for row, samples in zip(rows, audio):
+                results[row] = samples
         return results
 
     def _decode_group(self, states: list[CodecStreamState], codes: torch.Tensor) -> torch.Tensor:
@@ -182,3 +170,22 @@ def _cudnn_tf32_disabled():
         yield
     finally:
         torch.backends.cudnn.allow_tf32 = previous
+
+
+def _forward_passes(states: list[CodecStreamState], lengths: list[int]) -> list[list[int]]:
+    """Rows of a `decode_chunks` call grouped into forward passes, in the order to run them.
+
+    Pass round r holds each state's r-th chunk (so a state listed twice advances in order),
+    split by chunk length (one batch needs one length). Empty chunks need no pass.
+    """
+    rounds: list[dict[int, list[int]]] = []
+    chunks_seen: dict[int, int] = defaultdict(int)
+    for row, length in enumerate(lengths):
+        if length == 0:
+            continue
+        index = chunks_seen[id(states[row])]
+        chunks_seen[id(states[row])] += 1
+        if index == len(rounds):
+            rounds.append(defaultdict(list))
+        rounds[index][length].append(row)
+    return [rows for groups in rounds for rows in groups.values()]

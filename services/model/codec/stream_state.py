@@ -44,8 +44,7 @@ class CodecStreamState:
 
     def __init__(self, layout: StreamLayout, device: torch.device, dtype: torch.dtype) -> None:
         self.layout = layout
-        self.num_frames = 0
-        """Frames decoded so far: the RoPE position of the next frame."""
+        self.num_frames = 0  # frames decoded so far = the RoPE position of the next frame
         # Zero history is exactly the zero padding a full decode applies at the start.
         self.conv_histories = [torch.zeros(shape, device=device, dtype=dtype) for shape in layout.conv_history_shapes]
         self.keys = [torch.zeros(layout.kv_shape, device=device, dtype=dtype) for _ in range(layout.num_layers)]
