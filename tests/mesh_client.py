@@ -30,8 +30,11 @@ class StreamResult:
         return self.start["request_id"]
 
 
-async def stream_speech(gateway_url: str, body: dict, first_audio: asyncio.Event | None = None) -> StreamResult:
-    """Send one request over `/v1/audio/speech/stream`; collect PCM until `audio.done` or `error`."""
+async def stream_speech(gateway_url: str, body: dict, first_audio: asyncio.Event | None = None,
+                        started: dict | None = None) -> StreamResult:
+    """Send one request over `/v1/audio/speech/stream`; collect PCM until `audio.done` or `error`.
+
+    `first_audio` is set at the first PCM frame; `started` is filled with the `audio.start` event."""
     url = gateway_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     async with websockets.connect(url, max_size=None) as socket:
         await socket.send(json.dumps(body))
@@ -39,6 +42,8 @@ async def stream_speech(gateway_url: str, body: dict, first_audio: asyncio.Event
         if start.get("type") != "audio.start":
             return StreamResult(start={"request_id": start.get("request_id")}, end=start)
         result = StreamResult(start=start)
+        if started is not None:
+            started.update(start)
         pcm = bytearray()
         while True:
             message = await asyncio.wait_for(socket.recv(), WAIT_S)
