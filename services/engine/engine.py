@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import torch
 
+from services.model.talker_logits import MIN_NEW_TOKENS
 from services.engine import model_ops
 from services.engine.config import EngineConfig, StageConfig, StageKind
 from services.engine.errors import ConfigError, EngineError
@@ -78,11 +79,13 @@ class Engine:
         params: SamplingParams,
         max_new_frames: int,
         predictor_params: SamplingParams | None = None,
+        ignore_eos: bool = False,
     ) -> RequestOutcome | None:
         """Queue a request. Returns its failed outcome at once (code `capacity`) if it can never fit the pool.
 
         `params` samples the talker (codebook 0); `predictor_params` the code predictor (codebooks 1..15),
-        by default the same. Draws are keyed by (seed, frame, codebook), so any replay repeats them.
+        by default the same. `ignore_eos` keeps EOS from being drawn before max_new_frames (fixed-length
+        benchmarks). Draws are keyed by (seed, frame, codebook), so any replay repeats them.
 
         Raises the model's `RequestError` for an unusable prompt (unknown speaker, empty text) and
         `InvalidRequestError` for bad engine fields; nothing is queued then.
@@ -95,7 +98,7 @@ class Engine:
             raise InvalidRequestError(f"seed must be a 64-bit integer, got {seed!r}")
         prompt = model_ops.make_prompt(self.model, request)
         seq = Sequence(request_id, model_ops.num_prompt_rows(prompt), seed, params, max_new_frames, prompt,
-                       predictor_params)
+                       predictor_params, min_new_frames=max_new_frames if ignore_eos else MIN_NEW_TOKENS)
         return self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> RequestOutcome | None:

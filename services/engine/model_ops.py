@@ -66,11 +66,13 @@ def eos_id(model: TTSModel) -> int:
 def sample_frames(
     model: TTSModel, hidden: torch.Tensor, seen: torch.Tensor, num_frames: torch.Tensor,
     repetition_penalty: torch.Tensor, talker_rows: RowSampling, predictor_rows: RowSampling,
+    min_new_frames: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """All 16 codes [B, 16] of the next frame of each row; rows whose codebook 0 is EOS carry junk after it.
 
     hidden [B, H]: the talker's last hidden state per row; seen [B, V]: codebook-0 ids each row already
-    generated; num_frames [B]; repetition_penalty [B]. Codebook 0 is processed as the reference does
+    generated; num_frames [B]; repetition_penalty [B]; min_new_frames [B] (frames before EOS may be drawn;
+    None: the model's default of 2). Codebook 0 is processed as the reference does
     (penalty, EOS before min frames, control ids), then drawn with `sample(talker_rows, codebook=0)`;
     the code predictor draws codebook j with `sample(predictor_rows, codebook=j)`.
     """
@@ -78,7 +80,7 @@ def sample_frames(
     logits = apply_repetition_penalty(logits, seen, repetition_penalty)
     # The per-row penalty is applied above; the processor adds EOS and control-id suppression only.
     process = TalkerLogitsProcessor.for_config(model.config.talker, repetition_penalty=1.0)
-    first = sample(process(logits, seen, num_frames), talker_rows, codebook=0)
+    first = sample(process(logits, seen, num_frames, min_new_frames), talker_rows, codebook=0)
     # Every row goes through the predictor (EOS rows too): static shapes, and no device sync to filter them.
 
     def choose(scores: torch.Tensor, codebook: int) -> torch.Tensor:

@@ -99,8 +99,9 @@ class ModelRunner:
             firsts = torch.cat([s.frames[:, 0] for s in seqs])
             seen[owners.to(device), firsts.to(device)] = True
         penalty = torch.tensor([s.params.repetition_penalty for s in seqs], dtype=torch.float32, device=device)
+        min_frames = torch.tensor([s.min_new_frames for s in seqs], device=device)
         return model_ops.sample_frames(self.model, hidden, seen, counts.to(device), penalty, talker_rows,
-                                       predictor_rows)
+                                       predictor_rows, min_frames)
 
 
 def _is_decode(item: ScheduledSequence) -> bool:

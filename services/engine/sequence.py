@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from services.model.talker_logits import MIN_NEW_TOKENS
 from services.model.sampling import SamplingParams
 
 NUM_CODEBOOKS = 16
@@ -55,7 +56,8 @@ class Sequence:
     """One request inside the engine. The scheduler reads token counts; the runner reads the prompt and frames."""
 
     __slots__ = (
-        "request_id", "prompt", "num_prompt_tokens", "seed", "params", "predictor_params", "max_new_frames", "status",
+        "request_id", "prompt", "num_prompt_tokens", "seed", "params", "predictor_params", "max_new_frames", "min_new_frames",
+        "status",
         "num_computed_tokens", "text_position", "block_table", "prefill_embeds", "num_preemptions",
         "_frames", "_num_frames",
     )
@@ -69,6 +71,7 @@ class Sequence:
         max_new_frames: int,
         prompt: Any | None = None,
         predictor_params: SamplingParams | None = None,
+        min_new_frames: int = MIN_NEW_TOKENS,
     ) -> None:
         self.request_id = request_id
         self.prompt = prompt
@@ -80,6 +83,8 @@ class Sequence:
         self.predictor_params = predictor_params or params
         """How the code predictor samples codebooks 1..15 (the checkpoint's `subtalker_*` settings)."""
         self.max_new_frames = max_new_frames
+        self.min_new_frames = min_new_frames
+        """Frames before EOS may be drawn: 2 as the reference, or max_new_frames to ignore EOS (benchmarks)."""
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         """Tokens whose K/V are in this request's blocks."""

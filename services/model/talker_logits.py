@@ -29,8 +29,11 @@ class TalkerLogitsProcessor:
     def for_config(cls, cfg: TalkerConfig, repetition_penalty: float) -> TalkerLogitsProcessor:
         return cls(vocab_size=cfg.vocab_size, eos_id=cfg.codec_eos_id, repetition_penalty=repetition_penalty)
 
-    def __call__(self, logits: torch.Tensor, seen: torch.Tensor, num_frames: torch.Tensor) -> torch.Tensor:
-        """logits [B, V]; seen [B, V] bool: ids generated so far; num_frames [B]: codebook-0 ids generated so far."""
+    def __call__(self, logits: torch.Tensor, seen: torch.Tensor, num_frames: torch.Tensor,
+                 min_new_tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """logits [B, V]; seen [B, V] bool: ids generated so far; num_frames [B]: codebook-0 ids generated so far;
+        min_new_tokens [B]: per-row frames before EOS may be drawn (None: `self.min_new_tokens` for every row;
+        a row that ignores EOS passes its frame budget)."""
         scores = logits.float()
         if self.repetition_penalty != 1.0:
             penalised = torch.where(scores < 0, scores * self.repetition_penalty, scores / self.repetition_penalty)
@@ -39,7 +42,8 @@ class TalkerLogitsProcessor:
         blocked[self.vocab_size - NUM_SPECIAL_IDS :] = True
         blocked[self.eos_id] = False
         blocked = blocked[None, :].expand_as(scores).clone()
-        blocked[:, self.eos_id] = num_frames < self.min_new_tokens
+        floor = self.min_new_tokens if min_new_tokens is None else min_new_tokens
+        blocked[:, self.eos_id] = num_frames < floor
         return scores.masked_fill(blocked, float("-inf"))
 
     def new_seen(self, rows: int, device: torch.device) -> torch.Tensor:
