@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -97,3 +98,10 @@ async def test_gateway_without_a_model_dir_refuses_to_start(gateway_bus):
     with pytest.raises(CatalogError, match="--model-dir"):
         async with gateway_runtime(GatewaySettings(nats_url=gateway_bus.url)):
             pass
+
+
+async def test_gateway_answers_micro_service_discovery(gateway_factory, gateway_bus):
+    async with gateway_factory():
+        reply = await gateway_bus.nc.request("$SRV.PING.voxmesh-gateway", b"", timeout=5)
+    info = json.loads(reply.data)
+    assert info["name"] == "voxmesh-gateway" and info["metadata"]["replica"] == "gateway-test"

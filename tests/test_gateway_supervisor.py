@@ -4,9 +4,11 @@ vocoder (replica_lost), the resume window (cancel), and standing down when anoth
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
+import httpx
 import pytest
 import websockets
 
@@ -122,3 +124,17 @@ async def test_supervisor_stands_down_when_another_stage_ended_the_request(gatew
     assert not supervisor.is_watching("raced")
     count, terminal = await terminals_of(gateway_bus, "raced")
     assert count == 1 and isinstance(terminal, Finished)
+
+
+async def test_http_client_hanging_up_cancels_the_request_after_the_window(standin, served_gateway, gateway_bus):
+    standin.plan = Plan(num_chunks=5, hang_after=1)
+    standin.start_consumer()
+    async with served_gateway(resume_window_s=0.2) as port:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            post = asyncio.create_task(client.post("/v1/audio/speech", json={"input": "Bye.", "voice": "ryan"}))
+            await standin.wait_acked(1)  # the request is in flight
+            post.cancel()  # the client hangs up
+            with contextlib.suppress(asyncio.CancelledError):
+                await post
+        cancel = await asyncio.wait_for(next_cancel(gateway_bus, standin.requests[0].id), 10)
+    assert cancel.code == "cancelled" and "did not resume within 0.2s" in cancel.reason

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -33,13 +34,15 @@ def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
 Authorized = Annotated[None, Depends(require_api_key)]
 
 
-def create_app(settings: GatewaySettings) -> FastAPI:
-    """The gateway app; its lifespan connects to NATS and starts supervision, and stops them on shutdown."""
+def create_app(settings: GatewaySettings, shutdown: asyncio.Event | None = None) -> FastAPI:
+    """The gateway app; its lifespan connects to NATS and starts supervision, and stops them on shutdown.
+
+    `shutdown`, the process's stop event, lets a stop during startup end the wait for NATS."""
     from services.gateway.routes import health, speech, speech_stream
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with gateway_runtime(settings) as gateway:
+        async with gateway_runtime(settings, shutdown) as gateway:
             app.state.gateway = gateway
             yield
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from nats.micro.service import Service
 
@@ -26,6 +27,7 @@ from services.gateway.synthesis import Synthesizer
 from services.process import default_replica
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SERVICE_NAME = "voxmesh-gateway"
 
@@ -47,13 +49,19 @@ class Gateway:
     replica: str
 
 
+class StoppedDuringStartup(Exception):
+    """The process was asked to stop before the gateway had connected to NATS."""
+
+
 @contextlib.asynccontextmanager
-async def gateway_runtime(settings: GatewaySettings) -> AsyncIterator[Gateway]:
-    """Connect, bind the bucket, start supervision and the lease; on exit stop them and drain NATS."""
+async def gateway_runtime(settings: GatewaySettings, shutdown: asyncio.Event | None = None) -> AsyncIterator[Gateway]:
+    """Connect, bind the bucket, start supervision and the lease; on exit stop them and drain NATS.
+
+    `shutdown` (the process's stop event) interrupts the wait for a NATS server that is not there yet."""
     catalog = VoiceCatalog.from_dir(settings.model_dir, settings.model_name)
     replica = settings.replica or default_replica("gateway")
     subjects.token(replica)
-    nc = await connect_service(settings, f"{SERVICE_NAME}-{replica}")
+    nc = await _unless_stopped(connect_service(settings, f"{SERVICE_NAME}-{replica}"), shutdown)
     stop = asyncio.Event()
     tasks: list[asyncio.Task] = []
     service: Service | None = None
@@ -83,6 +91,24 @@ async def gateway_runtime(settings: GatewaySettings) -> AsyncIterator[Gateway]:
         await _finish(tasks, settings.drain_timeout_s)
         if not nc.is_closed:
             await nc.drain()
+
+
+async def _unless_stopped(work: Awaitable[T], shutdown: asyncio.Event | None) -> T:
+    """`work`'s result, or StoppedDuringStartup if `shutdown` is set first (then `work` is cancelled)."""
+    if shutdown is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(shutdown.wait())
+    try:
+        await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise StoppedDuringStartup("stopped while waiting for the NATS server")
+    return task.result()
 
 
 async def _finish(tasks: list[asyncio.Task], timeout_s: float) -> None:

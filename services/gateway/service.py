@@ -34,19 +34,24 @@ class _Server(uvicorn.Server):
 
 async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
     """Serve HTTP on settings.host:settings.port until `stop` is set, then drain in-flight responses."""
-    await serve_app(create_app(settings), settings, stop)
+    await serve_app(create_app(settings, stop), settings, stop)
 
 
 async def serve_app(app: FastAPI, settings: GatewaySettings, stop: asyncio.Event,
                     sockets: list[socket.socket] | None = None) -> None:
     """Run `app` under uvicorn on the running loop; `sockets` (already bound) replace host/port (tests use it)."""
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, lifespan="on",
+    # log_config=None: uvicorn's lines go through the process's logging (service name, request id).
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, lifespan="on", log_config=None,
                             log_level=settings.log_level.lower(), timeout_graceful_shutdown=settings.drain_timeout_s,
                             access_log=False)
     server = _Server(config)
     watcher = asyncio.create_task(_exit_when(stop, server), name="gateway-stop-watcher")
     try:
         await server.serve(sockets=sockets)
+    except SystemExit:
+        if not stop.is_set():  # uvicorn exits this way when the lifespan fails to start
+            raise
+        log.info("gateway stopped before it finished starting")
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

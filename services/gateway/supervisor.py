@@ -95,6 +95,10 @@ class Supervisor:
         if entry is not None and entry.client_gone_at is None:
             entry.client_gone_at = time.time()
 
+    def forget(self, request_id: str) -> None:
+        """Stop supervising a request whose terminal event the gateway has seen."""
+        self._watched.pop(request_id, None)
+
     def is_watching(self, request_id: str) -> bool:
         return request_id in self._watched
 

@@ -7,12 +7,14 @@ request ended, tell the supervisor the client is gone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
@@ -78,6 +80,8 @@ class Synthesizer:
                         if stream.terminal is None:
                             log.info("client left before the request ended")
                             self.supervisor.client_gone(request.id)
+                        else:  # ended; also covers a terminal that overtook watch()
+                            self.supervisor.forget(request.id)
             except GatewayError as error:
                 error.request_id = request.id
                 raise
@@ -90,6 +94,9 @@ class Synthesizer:
                 from exc
         except NotProvisioned as exc:
             raise GatewayError(ErrorCode.INTERNAL, f"the mesh is not provisioned: {exc}", status=503) from exc
+        except (nats.errors.Error, asyncio.TimeoutError) as exc:
+            raise GatewayError(ErrorCode.INTERNAL, f"could not queue the request ({exc!r}); retry shortly",
+                               status=503) from exc
 
     async def _announce(self, request: SynthesisRequest) -> None:
         event = Accepted(request_id=request.id, at=time.time(), model=request.model, seed=request.seed,
