@@ -14,7 +14,7 @@ The definitions are the ones every report of this project uses:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 GAP_THRESHOLD_S = 0.010
 # Arrival times are floats: a scripted 10 ms stall may compute as 10.000000000002 ms. Differences below this are
@@ -150,7 +150,7 @@ class RequestMetrics:
     rtf: float | None
     num_chunks: int
     chunk_intervals_s: tuple[float, ...]
-    player: PlayerResult = field(default_factory=lambda: simulate_player(()))
+    player: PlayerResult
 
     @property
     def is_continuous(self) -> bool:
