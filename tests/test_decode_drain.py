@@ -89,8 +89,8 @@ async def test_a_bad_drain_body_is_refused_and_changes_nothing(nats_server, tiny
 
 
 async def test_shutdown_ends_unfinished_requests_with_one_codes_end(nats_server, tiny_checkpoint):
-    request = synthesis("at-shutdown", TEXT, frames=LONG)
-    async with running_decode(nats_server.url, tiny_checkpoint) as decode:  # grace period 0
+    request = synthesis("at-shutdown", TEXT, frames=1000)  # greedy, no EOS before 1000: far past the shutdown
+    async with running_decode(nats_server.url, tiny_checkpoint, runaway_min_frames=1000) as decode:  # grace 0
         await decode.submit(request)
         await decode.log.first_chunk(request.id)
     subject = subjects.codes(subjects.partition_for(request.id, NUM_PARTITIONS), request.id)
@@ -101,5 +101,5 @@ async def test_shutdown_ends_unfinished_requests_with_one_codes_end(nats_server,
     finally:
         await nc.close()
     end = decode_message(last.data, CodesEnd)
-    assert end.reason == "failed" and end.error.code == ErrorCode.DRAINED and 0 < end.total_frames < LONG
+    assert end.reason == "failed" and end.error.code == ErrorCode.DRAINED and 0 < end.total_frames < 1000
     assert lease is None  # released on the way out, so nobody waits for a replica that left

@@ -78,8 +78,8 @@ async def test_an_unknown_speaker_ends_with_invalid_request(nats_server, tiny_ch
 
 
 async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nats_server, tiny_checkpoint):
-    long = synthesis("to-cancel", "hello the voice and speak", frames=2000)
-    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+    long = synthesis("to-cancel", "speak and the voice", frames=1000)  # greedy, no EOS before 1000 frames
+    async with running_decode(nats_server.url, tiny_checkpoint, runaway_min_frames=1000) as decode:
         await decode.submit(long)
         await decode.log.first_chunk(long.id)
         await cancel_request(decode.kv, CancelRecord(request_id=long.id, reason="the client went away"))
@@ -88,34 +88,29 @@ async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nat
     assert isinstance(end, CodesEnd) and end.reason == "failed"
     assert end.error.code == ErrorCode.CANCELLED and end.error.stage == Stage.GATEWAY
     assert end.error.message == "the client went away"
-    assert 0 < end.total_frames < 2000 and end.total_frames == len(decode.log.frames(long.id))
+    assert 0 < end.total_frames < 1000 and end.total_frames == len(decode.log.frames(long.id))
     assert stats["requests_cancelled"] == 1 and stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0
 
 
 async def test_a_newer_owner_fences_this_replica_out_and_it_stands_down_without_an_end(nats_server, tiny_checkpoint):
-    long = synthesis("taken-over", "speak and the voice", frames=60)
-    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+    long = synthesis("taken-over", "speak and the voice", frames=1000)
+    follow = synthesis("after-takeover", "speak and the voice", frames=20)
+    async with running_decode(nats_server.url, tiny_checkpoint, runaway_min_frames=1000) as decode:
         assert await is_alive(decode.kv, REPLICA)  # the lease is renewed while it serves
         await decode.submit(long)
         await decode.log.first_chunk(long.id)
         # Another replica takes the request over (epoch 2), fenced on the subject's last sequence.
-        subject = subjects.codes(subjects.partition_for(long.id, NUM_PARTITIONS), long.id)
-        claim = await read_owner(decode.kv, long.id)
-        await claim_request(decode.kv, long.id, "decode-other", current=claim)
-        last = await last_subject_sequence(decode.js, CODES_STREAM, subject)
-        await CodesPublisher.take_over(decode.js, partition=subjects.partition_for(long.id, NUM_PARTITIONS),
-                                       request_id=long.id, epoch=2, replica="decode-other", last_sequence=last,
-                                       resume_frame=0, next_seq=0)
-        stats = await until(decode, lambda s: s["requests_stood_down"] == 1)
-    assert not any(isinstance(m, CodesEnd) for m in decode.log.codes[long.id])  # the new owner ends it, not us
-    assert all(m.epoch == 1 for m in decode.log.codes[long.id][:-1]) and decode.log.codes[long.id][-1].epoch == 2
-    assert stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0 and stats["active_requests"] == 0
-
-
-async def until(decode, condition, attempts: int = 600) -> dict:
-    """STATS once the service reports `condition` (each request is a round trip to the service, no sleeping)."""
-    for _ in range(attempts):
+        partition = subjects.partition_for(long.id, NUM_PARTITIONS)
+        await claim_request(decode.kv, long.id, "decode-other", current=await read_owner(decode.kv, long.id))
+        last = await last_subject_sequence(decode.js, CODES_STREAM, subjects.codes(partition, long.id))
+        await CodesPublisher.take_over(decode.js, partition=partition, request_id=long.id, epoch=2,
+                                       replica="decode-other", last_sequence=last, resume_frame=2, next_seq=1)
+        # `long` publishes its next chunk (refused) within 8 frames; `follow` runs beside it for 20.
+        await decode.submit(follow)
+        follow_end = await decode.log.end(follow.id)
         stats = await decode.stats()
-        if condition(stats):
-            return stats
-    raise AssertionError(f"the service never reported the expected state: {stats}")
+    assert follow_end.reason == "finished"  # the replica serves on
+    assert [type(m).__name__ for m in decode.log.codes[long.id]] == ["TakeoverMarker", "CodesChunk", "TakeoverMarker"]
+    assert decode.log.codes[long.id][-1].epoch == 2  # nothing of epoch 1 after the takeover; the new owner ends it
+    assert stats["requests_stood_down"] == 1 and stats["requests_finished"] == 1
+    assert stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0 and stats["active_requests"] == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -111,3 +113,10 @@ def test_unset_sampling_fields_come_from_the_generation_config():
     params = sampling_params(SamplingSpec(top_k=3), defaults)
     assert (params.temperature, params.top_k, params.top_p, params.repetition_penalty) == (0.0, 3, 0.5, 1.2)
     assert sampling_params(SamplingSpec(), GenerationDefaults()).temperature == 0.9
+
+
+def test_a_request_past_its_deadline_is_refused_with_timeout(served):
+    late = synthesis("late", "hello", frames=5, deadline=time.time() - 1.0)
+    with pytest.raises(AdmissionError) as caught:
+        admit(late, served, DecodeSettings())
+    assert caught.value.code == ErrorCode.TIMEOUT

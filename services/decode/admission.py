@@ -5,6 +5,7 @@ The checks here need no weights (config.json and the tokenizer), so a bad reques
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from messages.errors import ErrorCode
@@ -52,7 +53,11 @@ class ServedModel:
 
 
 def admit(request: SynthesisRequest, model: ServedModel, settings: DecodeSettings) -> Admission:
-    """Check and translate one request. Raises AdmissionError (code invalid_request) naming what is wrong."""
+    """Check and translate one request. Raises AdmissionError (invalid_request naming what is wrong, or timeout
+    when it waited on REQUESTS past its deadline)."""
+    if request.deadline is not None and time.time() > request.deadline:
+        raise AdmissionError(ErrorCode.TIMEOUT, "the request waited in the queue past its deadline; the mesh is "
+                             "overloaded: retry later, or add decode replicas")
     try:
         codec_prefix(model.config, request.speaker, request.language)  # unknown speaker/language raise here
     except RequestError as exc:

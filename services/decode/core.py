@@ -117,17 +117,26 @@ class DecodeCore:
                 await self.end(active, ending_of(outcome))
 
     async def _publish(self, active: ActiveRequest, messages: list[CodesChunk | CodesEnd]) -> bool:
-        """Append under the request's lock; on StaleOwner stop the request here without a terminal."""
+        """Append under the request's lock. On StaleOwner the request stops here without a terminal (its new owner
+        ends it); on any other publish failure (NATS unreachable through every retry) it stops here too, logged:
+        the frame loop and the other requests go on."""
         try:
             await active.stream.publish(messages)
             return True
         except StaleOwner as exc:
             log.warning("request %s: %s", active.request_id, exc)
-            active.is_closed = True
-            await self.worker.run(self.engine.abort_request, active.request_id)
+            fenced_out = True
+        except Exception:  # noqa: BLE001 - one request's lost publish never stops the replica
+            log.exception("request %s: publishing its codes failed; stopping it here", active.request_id)
+            fenced_out = False
+        active.is_closed = True
+        await self.worker.run(self.engine.abort_request, active.request_id)
+        if fenced_out:
             self.stats.requests_stood_down += 1
-            self._release(active)
-            return False
+        else:
+            self.stats.requests_failed += 1
+        self._release(active)
+        return False
 
     def _count(self, ending: Ending) -> None:
         if ending.error is None:

@@ -55,12 +55,8 @@ class Intake:
             await self._unsubscribe()
 
     async def _unsubscribe(self) -> None:
-        """Drop the pull subscription before the connection drains. A pull that expired after its fetch gave up
-        leaves a status message in the subscription's queue that nobody reads, and `nc.drain()` would wait for it
-        until its timeout (30 s). PullConsumer has no close() yet (reported to the bus owner)."""
-        sub = getattr(self.consumer, "_sub", None)
-        if sub is not None and not self.core.nc.is_closed:
-            await sub.unsubscribe()
+        """Drop the pull subscription before the connection drains (see PullConsumer.close)."""
+        await self.consumer.close()
 
     async def handle(self, request: SynthesisRequest, delivery: Delivery) -> None:
         """One delivered request (this call holds one capacity slot; it is released when the request ends)."""
@@ -123,7 +119,11 @@ class Intake:
     async def _start(self, active: ActiveRequest, admission: Admission) -> None:
         """Queue the request in the engine, unless it was cancelled while it waited on REQUESTS."""
         core = self.core
-        cancel = await read_cancel(core.kv, admission.request_id)
+        try:
+            cancel = await read_cancel(core.kv, admission.request_id)
+        except Exception:  # noqa: BLE001 - the cancel watcher still catches a cancel written later
+            log.exception("request %s: could not read its cancel key; starting it", admission.request_id)
+            cancel = None
         if cancel is not None:
             error = ErrorInfo(code=cancel.code, stage=Stage.GATEWAY, message=cancel.reason)
             await core.end(active, Ending(error=error))
@@ -149,7 +149,7 @@ class Intake:
 def _add_to_engine(engine: Engine, admission: Admission) -> tuple[RequestOutcome | None, int]:
     """(On the engine thread.) Queue the request; its immediate outcome (capacity) if any, and its prompt length."""
     outcome = engine.add_request(admission.request_id, admission.prompt, admission.request.seed, admission.params,
-                                 admission.max_new_frames)
+                                 admission.max_new_frames, ignore_eos=admission.request.ignore_eos)
     seq = engine.scheduler.get(admission.request_id)
     return outcome, seq.num_prompt_tokens if seq is not None else 0
 
