@@ -20,7 +20,7 @@ from messages import Failed, Finished
 from tests.mesh_client import events_of, stream_speech, terminal_count
 
 LONG_REQUEST = {"input": "A long sentence that keeps the stages busy for a while.", "voice": "vivian",
-                "max_new_tokens": 400, "ignore_eos": True, "seed": 3}
+                "max_new_tokens": 200, "ignore_eos": True, "seed": 3}
 
 
 async def start_streaming(mesh) -> tuple[asyncio.Task, dict]:

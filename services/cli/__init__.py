@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "provision": ("services.cli.provision", "create streams, consumers and the KV bucket"),
     "say": ("services.cli.say", "synthesize through a running mesh"),
     "events": ("services.cli.events", "tail lifecycle events"),
+    "bench": ("services.cli.bench", "load-test a running mesh through the streaming API (TTS metrics)"),
 }
 
 
