@@ -1,0 +1,107 @@
+"""The GPU benchmark scripts' code paths, run on the CPU with the tiny model for one tiny iteration.
+
+No timing is asserted: these keep the scripts from rotting (every entry measured, no errors recorded, the
+decode-only attention variant equal to `Talker.forward`, the hand-off's checks able to fail).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from loadtest import gpu_engine, gpu_micro, gpu_table, ucx_kv_handoff
+from loadtest.gpu_common import capture_graph, count_launches
+from loadtest.ucx_kv_blocks import HandoffSpec, HandoffSpecError, block_contents, block_ids, same_bits
+
+TINY_SPEC = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 16, "block_size": 4, "dtype": "float32",
+             "pool_blocks": 12}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def test_micro_benchmarks_measure_every_part_on_cpu(tmp_path):
+    out = tmp_path / "micro.json"
+    rc = gpu_micro.main([
+        "--out", str(out), "--device", "cpu", "--preset", "tiny", "--dtype", "float32",
+        "--batch-sizes", "2", "--codec-batch-sizes", "2", "--context", "9", "--warmup", "0", "--reps", "1",
+        "--codec-warmup", "0", "--codec-reps", "1", "--chunk-frames", "1", "--full-frames", "2",
+        "--copy-mib", "1", "--gemm-size", "16", "--commit", "test",
+    ])
+    report = json.loads(out.read_text())
+    assert rc == 0 and report["errors"] == []
+    talker, predictor, codec = report["talker_step"][0], report["predictor_frame"][0], report["codec"][0]
+    # The graph variant computes what Talker.forward computes (float32 on the CPU: same kernels).
+    assert talker["variant_rel_error"] < 1e-5
+    assert talker["bytes_read"] > talker["weight_bytes"] > 0 and talker["floor_ms"] > 0
+    assert talker["forward"]["launches"]["aten_ops"] > 0 and talker["forward"]["launches"]["cuda_kernels"] is None
+    assert "host syncs" in talker["forward"]["graph_error"]
+    assert predictor["sampled"]["eager"]["median_ms"] > 0 and predictor["greedy"]["graph_error"]
+    assert codec["stream_chunk"]["eager"]["per_frame_ms"] > 0 and codec["full"]["floor_per_frame_ms"] > 0
+    assert report["codec_graph"][0]["graph_error"] == "CUDA graphs need a CUDA device"
+    assert report["environment"]["commit"] == "test"
+    lines = gpu_table.tables(report)
+    assert any(line.startswith("| 2 |") for line in lines)
+
+
+def test_engine_step_loop_with_in_memory_model_on_cpu(tmp_path):
+    out = tmp_path / "engine.json"
+    rc = gpu_engine.main(["--out", str(out), "--device", "cpu", "--preset", "tiny", "--dtype", "float32",
+                          "--batch-sizes", "2", "--steps", "1", "--warmup", "0"])
+    report = json.loads(out.read_text())
+    assert rc == 0 and [row["batch"] for row in report["results"]] == [2]
+    assert report["results"][0]["frames_per_s"] > 0
+    assert gpu_table.tables(report)[-1].startswith("| 2 |")
+
+
+def test_launch_count_and_capture_report_off_cuda():
+    x = torch.ones(4)
+    counts = count_launches(lambda: (x * 2).sum(), torch.device("cpu"))
+    assert counts["cuda_kernels"] is None and counts["aten_ops"] >= 2
+    captured = capture_graph(lambda: x * 2, torch.device("cpu"))
+    assert captured.replay is None and "CUDA" in captured.error
+
+
+def test_handoff_blocks_are_scattered_distinct_and_checkable():
+    spec = HandoffSpec(**TINY_SPEC, device="cpu")
+    assert spec.blocks_for(9) == 3 and spec.block_bytes == 2 * 2 * 4 * 2 * 16 * 4
+    sender, receiver = block_ids(spec, 9, seed=5, side="sender"), block_ids(spec, 9, seed=5, side="receiver")
+    assert len(set(sender.tolist())) == 3 and sender.tolist() != receiver.tolist()
+    data = block_contents(spec, 9, seed=5)
+    assert same_bits(data, block_contents(spec, 9, seed=5))
+    changed = data.clone()
+    changed.view(-1)[17] += 1.0
+    assert not same_bits(data, changed)
+    assert not same_bits(data, block_contents(spec, 9, seed=6))
+
+
+def test_handoff_spec_refuses_bad_settings():
+    with pytest.raises(HandoffSpecError) as too_long:
+        HandoffSpec(**TINY_SPEC, device="cpu").blocks_for(100)
+    assert too_long.value.code == "prompt_too_long"
+    with pytest.raises(HandoffSpecError) as bad_dtype:
+        HandoffSpec(**{**TINY_SPEC, "dtype": "int8"}, device="cpu")
+    assert bad_dtype.value.code == "invalid_dtype"
+    with pytest.raises(HandoffSpecError) as bad_layers:
+        HandoffSpec(**{**TINY_SPEC, "num_layers": 0}, device="cpu")
+    assert bad_layers.value.code == "invalid_spec"
+
+
+def test_ucx_handoff_between_two_processes_on_cpu(tmp_path):
+    pytest.importorskip("ucxx", reason="ucxx is carried as wheels to the GPU machine, not installed in the venv")
+    out = tmp_path / "ucx.json"
+    rc = ucx_kv_handoff.main(["--out", str(out), "--device", "cpu", "--tokens", "9", "--warmup", "0",
+                              "--reps", "2", "--spec", json.dumps(TINY_SPEC), "--logs", str(tmp_path / "logs"),
+                              "--timeout", "60"])
+    report = json.loads(out.read_text())
+    assert rc == 0
+    rows = report["runs"][0]["trials"]
+    assert {row["mode"] for row in rows} == {"ping", "per_block", "staged"}
+    assert all(row["all_equal"] and row["checked"] == 2 for row in rows if row["mode"] != "ping")
