@@ -37,21 +37,22 @@ esac
 
 reports=()
 case " $PARTS " in *" model "*)
-  step micro_model 300 python3 -m loadtest.gpu_micro --parts model --out "$OUT/micro_model.json" --commit "$COMMIT"
+  step micro_model 200 python3 -m loadtest.gpu_micro --parts model --out "$OUT/micro_model.json" --commit "$COMMIT"
   reports+=("$OUT/micro_model.json");; esac
 case " $PARTS " in *" codec "*)
-  step micro_codec 240 python3 -m loadtest.gpu_micro --parts codec --out "$OUT/micro_codec.json" --commit "$COMMIT"
+  step micro_codec 150 python3 -m loadtest.gpu_micro --parts codec --out "$OUT/micro_codec.json" --commit "$COMMIT"
   reports+=("$OUT/micro_codec.json");; esac
-case " $PARTS " in *" engine "*)
-  step engine_tiny 180 python3 -m loadtest.engine_step_bench --out "$OUT/engine_tiny.json" --device cuda \
-    --batch-sizes 1 8 32 64
-  step engine_06b 240 python3 -m loadtest.gpu_engine --out "$OUT/engine_06b.json" --device cuda --commit "$COMMIT"
-  reports+=("$OUT/engine_tiny.json" "$OUT/engine_06b.json");; esac
 case " $PARTS " in *" ucx "*)
   mkdir -p "$OUT/ucx_logs"
-  step ucx 240 python3 -m loadtest.ucx_kv_handoff --out "$OUT/ucx.json" --device cuda --logs "$OUT/ucx_logs" \
-    --commit "$COMMIT"
+  step ucx 120 python3 -m loadtest.ucx_kv_handoff --out "$OUT/ucx.json" --device cuda --logs "$OUT/ucx_logs" \
+    --timeout 100 --commit "$COMMIT"
   reports+=("$OUT/ucx.json");; esac
+
+case " $PARTS " in *" engine "*)
+  step engine_tiny 90 python3 -m loadtest.engine_step_bench --out "$OUT/engine_tiny.json" --device cuda \
+    --batch-sizes 1 8 32 64
+  step engine_06b 150 python3 -m loadtest.gpu_engine --out "$OUT/engine_06b.json" --device cuda --commit "$COMMIT"
+  reports+=("$OUT/engine_tiny.json" "$OUT/engine_06b.json");; esac
 
 python3 -m loadtest.gpu_table "${reports[@]}" | tee "$OUT/tables.md"
 exit $status
