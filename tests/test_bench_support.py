@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from services.cli import SUBCOMMANDS
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_RATE = 24000
@@ -58,10 +57,8 @@ async def run_process(*command: str, timeout_s: float = 180.0) -> Finished:
 
 
 def bench_command(*args: str) -> list[str]:
-    """`voxmesh bench ARGS` once the subcommand is registered, `python -m services.cli.bench ARGS` until then."""
-    if "bench" in SUBCOMMANDS:
-        return [sys.executable, "-m", "services.cli", "bench", *args]
-    return [sys.executable, "-m", "services.cli.bench", *args]
+    """`voxmesh bench ARGS`, run through this interpreter."""
+    return [sys.executable, "-m", "services.cli", "bench", *args]
 
 
 async def run_bench(*args: str) -> Finished:
