@@ -10,7 +10,7 @@ import pytest
 from services.gateway import service
 from services.gateway.settings import GatewaySettings
 from services.settings import SettingsError, resolve
-from tests.fixtures.gateway_standin import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
+from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
 from tests.fixtures.gateway_standin import Plan
 
 
@@ -105,3 +105,13 @@ async def test_gateway_answers_micro_service_discovery(gateway_factory, gateway_
         reply = await gateway_bus.nc.request("$SRV.PING.voxmesh-gateway", b"", timeout=5)
     info = json.loads(reply.data)
     assert info["name"] == "voxmesh-gateway" and info["metadata"]["replica"] == "gateway-test"
+
+
+async def test_gateway_with_an_unreadable_config_refuses_to_start(gateway_bus, tmp_path):
+    from services.gateway.catalog import CatalogError
+    from services.gateway.runtime import gateway_runtime
+
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(CatalogError, match="config.json"):
+        async with gateway_runtime(GatewaySettings(nats_url=gateway_bus.url, model_dir=str(tmp_path))):
+            pass

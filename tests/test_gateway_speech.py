@@ -11,7 +11,7 @@ from messages import decode, subjects
 from messages.errors import ErrorCode, Stage
 from messages.events import Accepted
 from messages.streams import EVENTS_STREAM
-from tests.fixtures.gateway_standin import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
+from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
 from tests.fixtures.gateway_standin import Plan, expected_pcm
 
 

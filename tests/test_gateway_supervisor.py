@@ -19,9 +19,10 @@ from messages.requests import SynthesisRequest
 from messages.streams import EVENTS_STREAM, REQUESTS_STREAM
 from services.bus.terminal import publish_terminal
 from services.gateway.supervisor import Supervisor, SupervisorPolicy
-from tests.fixtures.gateway_standin import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
+from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
+from tests.fixtures.gateway_fixtures import WS_PATH as PATH
+from tests.fixtures.gateway_fixtures import receive_until_event
 from tests.fixtures.gateway_standin import MODEL, Plan, expected_pcm
-from tests.test_gateway_ws import PATH, receive_until_event
 
 
 async def terminals_of(gateway_bus, request_id: str) -> tuple[int, TerminalEvent | None]:

@@ -9,25 +9,10 @@ import pytest
 import websockets
 
 from messages.errors import ErrorCode, Stage
-from tests.fixtures.gateway_standin import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
+from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
+from tests.fixtures.gateway_fixtures import WS_PATH as PATH
+from tests.fixtures.gateway_fixtures import receive_until_event
 from tests.fixtures.gateway_standin import Plan, expected_pcm
-
-PATH = "/v1/audio/speech/stream"
-
-
-async def receive_until_event(socket, *kinds: str) -> tuple[bytes, dict]:
-    """Collect binary frames until a JSON event of one of `kinds`; returns (pcm, event)."""
-    pcm = bytearray()
-    while True:
-        message = await socket.recv()
-        if isinstance(message, bytes):
-            pcm += message
-            continue
-        event = json.loads(message)
-        if event["type"] in kinds:
-            return bytes(pcm), event
-        assert event["type"] == "audio.start", event
-
 
 async def test_streams_pcm_frames_in_order_then_audio_done(standin, served_gateway):
     standin.plan = Plan(num_chunks=4, order=(1, 0, 3, 2))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from messages import subjects
-from services.model.config import TTSConfig
+from services.model.config import TTSConfig, parse_config, read_json
 from services.model.errors import ModelError
 
 
@@ -66,10 +66,6 @@ class VoiceCatalog:
 
 
 def _read_config(model_dir: Path) -> TTSConfig:
-    from_dir = getattr(TTSConfig, "from_dir", None)
-    if from_dir is not None:
-        return from_dir(model_dir)
-    # Until the model package grows TTSConfig.from_dir, parse config.json the way it does.
-    from services.model.config import parse_config, read_json
-
-    return parse_config(read_json(model_dir / "config.json"), model_dir / "config.json")
+    """config.json only: the gateway needs the speakers and languages, not the sampling defaults or weights."""
+    path = model_dir / "config.json"
+    return parse_config(read_json(path), path)
