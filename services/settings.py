@@ -99,10 +99,13 @@ def _read_secret_file(path: str, variable: str) -> str:
         raise SettingsError(f"{variable}_FILE={path}: cannot read the file ({error.strerror})") from None
 
 
-def markdown_table(cls: type) -> str:
-    """The README's table of settings for one service."""
+def markdown_table(cls: type, skip: type | None = None) -> str:
+    """The README's table of settings for one service, leaving out the fields of base class `skip`."""
+    skipped = {f.name for f in dataclasses.fields(skip)} if skip is not None else set()
     rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for field in dataclasses.fields(cls):
+        if field.name in skipped:
+            continue
         flag = "(none: secret)" if field.metadata.get("secret") else f"`{flag_name(field)}`"
         env = f"`{env_name(field)}`" + (f" or `{env_name(field)}_FILE`" if field.metadata.get("secret") else "")
         default = "" if field.metadata.get("secret") else f"`{field.default!r}`"

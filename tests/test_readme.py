@@ -1,0 +1,21 @@
+"""The README tells the truth: its first lines are the two commands, and its settings tables match the code."""
+
+from pathlib import Path
+
+from services.settings_doc import settings_markdown
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_first_lines_are_the_run_and_test_commands():
+    block = README.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert len(block) == 2
+    assert "voxmesh up" in block[0] and "pip install torch==2.13.0" in block[0]
+    assert "tests/install.sh" in block[1] and "pytest" in block[1]
+    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert "bash tests/install.sh" in ci and ".venv/bin/python -m pytest -q" in ci
+
+
+def test_settings_section_matches_the_settings_classes():
+    section = README.split("<!-- settings:begin -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
+    assert section == settings_markdown(), "regenerate with: python -m services.settings_doc"
