@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
+from messages import subjects
 from messages.errors import ErrorCode, Stage
 from messages.frames import CodesEnd
 from messages.records import CancelRecord
-from messages import subjects
 from messages.streams import CODES_STREAM
 from services.bus.claims import claim_request, read_owner
 from services.bus.codes_publisher import CodesPublisher
@@ -114,3 +116,25 @@ async def test_a_newer_owner_fences_this_replica_out_and_it_stands_down_without_
     assert decode.log.codes[long.id][-1].epoch == 2  # nothing of epoch 1 after the takeover; the new owner ends it
     assert stats["requests_stood_down"] == 1 and stats["requests_finished"] == 1
     assert stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0 and stats["active_requests"] == 0
+
+
+async def test_requests_are_pulled_only_while_there_are_free_sequence_slots(nats_server, tiny_checkpoint):
+    a, b, c = [synthesis(f"slot-{n}", "speak and the voice", frames=1000) for n in range(3)]
+    async with running_decode(nats_server.url, tiny_checkpoint, max_num_seqs=2, runaway_min_frames=1000) as decode:
+        for request in (a, b, c):
+            await decode.submit(request)
+        await decode.log.first_chunk(a.id)
+        await decode.log.first_chunk(b.id)
+        waiting = await decode.js.consumer_info("REQUESTS", "decode-tiny")
+        full = await decode.stats()
+        freed_at = time.time()
+        await cancel_request(decode.kv, CancelRecord(request_id=a.id))
+        await decode.log.first_chunk(c.id)  # a's slot went to c
+        for request in (b, c):
+            await cancel_request(decode.kv, CancelRecord(request_id=request.id))
+        ends = [await decode.log.end(request.id) for request in (a, b, c)]
+    assert (waiting.num_pending, waiting.num_ack_pending) == (1, 0)  # c stayed in the stream, not in decode
+    assert full["active_requests"] == 2
+    started = decode.log.events[c.id][0]
+    assert type(started).__name__ == "Started" and started.at >= freed_at  # pulled once a slot was free
+    assert [end.error.code for end in ends] == [ErrorCode.CANCELLED] * 3

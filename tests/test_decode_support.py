@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 from nats.aio.client import Client
 from nats.js import JetStreamContext

@@ -143,6 +143,9 @@ class Intake:
         if outcome is not None:  # cannot fit the KV pool even alone: capacity, at once
             await core.end_outcome(outcome)
             return
+        if active.is_closed:  # cancelled while it was being queued: the abort came before the add
+            await core.worker.run(core.engine.abort_request, admission.request_id)
+            return
         core.wake()
 
 

@@ -95,10 +95,22 @@ class FrameLoop:
         outcomes = {outcome.request_id: outcome for outcome in output.outcomes}
         preempted = set(output.preempted_ids)
         ids = set(frames) | set(outcomes) | preempted
-        work = [self._publish_request(active, frames.get(rid, []), outcomes.get(rid), rid in preempted)
+        work = [self._publish_guarded(active, frames.get(rid, []), outcomes.get(rid), rid in preempted)
                 for rid in ids if (active := core.active.get(rid)) is not None]
         await asyncio.gather(*work)
         core.capacity.nudge()  # a step may have freed KV blocks: the intake may pull again
+
+    async def _publish_guarded(self, active: ActiveRequest, frames: list[FrameOutput],
+                               outcome: RequestOutcome | None, was_preempted: bool) -> None:
+        """One request's share of a step; a bug in it fails that request (`internal`), not the loop."""
+        try:
+            await self._publish_request(active, frames, outcome, was_preempted)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("request %s: publishing a step's output failed", active.request_id)
+            await self.core.worker.run(self.core.engine.abort_request, active.request_id)
+            message = f"decode failed while publishing this request's codes ({type(exc).__name__}: {exc})"
+            await self.core.end(active, Ending(error=ErrorInfo(code=ErrorCode.INTERNAL, stage=Stage.DECODE,
+                                                                message=message)))
 
     async def _publish_request(self, active: ActiveRequest, frames: list[FrameOutput],
                                outcome: RequestOutcome | None, was_preempted: bool) -> None:
