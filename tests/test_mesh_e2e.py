@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import wave
 
 import subprocess
@@ -95,3 +96,31 @@ async def test_bad_requests_get_specific_errors(mesh, body, code):
         response = await client.post(f"{mesh.gateway_url}/v1/audio/speech", json=body)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == code
+
+
+async def test_voxmesh_events_prints_a_requests_history_and_exits_at_its_terminal(mesh):
+    result = await stream_speech(mesh.gateway_url, {"input": "Watch me.", "voice": "ryan", "max_new_tokens": 4})
+    assert result.end["type"] == "audio.done"
+    shown = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "services.cli", "events", "--nats-url", mesh.nats_url,
+                         "--request", result.request_id], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert all(line.split()[1] == result.request_id for line in lines), lines
+    kinds = [line.split()[2] for line in lines]
+    assert {"accepted", "started", "first_frame", "first_audio"} <= set(kinds[:-1]), kinds
+    assert kinds[-1] == "finished" and "chunk_count=" in lines[-1], lines[-1]
+
+
+async def test_every_service_answers_srv_ping_like_nats_micro_ls(mesh):
+    nc = await nats.connect(mesh.nats_url)
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$SRV.PING", b"", reply=inbox)
+        names = set()
+        while not {"voxmesh-gateway", "voxmesh-decode", "voxmesh-vocoder"} <= names:
+            reply = json.loads((await sub.next_msg(timeout=10)).data)
+            names.add(reply["name"])
+    finally:
+        await nc.close()
