@@ -133,3 +133,15 @@ async def test_request_carries_the_clients_fields_and_is_announced(standin, gate
     accepted = await gateway_bus.js.get_last_msg(EVENTS_STREAM, subjects.event(first.id, Accepted.KIND))
     event = decode(accepted.data, Accepted)
     assert (event.seed, event.model, event.text_chars) == (1234, "tiny", len("Fields."))
+
+
+async def test_failed_request_with_a_lost_chunk_reports_its_own_failure(standin, gateway_factory):
+    # The terminal's error is the cause a client can act on; the unrepairable gap is only a consequence.
+    standin.plan = Plan(num_chunks=4, fail_after=3, drop=frozenset({1}), answer_redecode=False,
+                        failure=(ErrorCode.CAPACITY, Stage.DECODE))
+    standin.start_consumer()
+    async with gateway_factory() as client:
+        response = await client.post("/v1/audio/speech", json={"input": "Double trouble.", "voice": "ryan"})
+    assert response.status_code == 503
+    assert (response.json()["error"]["code"], response.json()["error"]["stage"]) == ("capacity", "decode")
+    assert [r.from_seq for r in standin.redecodes] == [1]

@@ -78,6 +78,7 @@ async def gateway_runtime(settings: GatewaySettings, shutdown: asyncio.Event | N
                                   settings.retry_after_s)
         service = await register_service(nc, SERVICE_NAME, description="voxmesh HTTP/WebSocket gateway",
                                          metadata={"replica": replica, "model": catalog.model})
+        await nc.flush()  # the server has every subscription (discovery included) before we report started
         tasks = [asyncio.create_task(supervisor.run(stop), name="gateway-supervisor"),
                  asyncio.create_task(LeaseKeeper(kv, replica, "gateway").run(stop), name="gateway-lease")]
         for task in tasks:

@@ -103,10 +103,22 @@ class AudioStream:
             if self.terminal is not None and self.next_seq >= self.terminal.chunk_count:
                 break
             if self._has_gap():
-                await self._repair.ensure(self.next_seq)
+                await self._repair_gap()
             await self._wait(self._repair.wait_s())
         if isinstance(self.terminal, Failed):
             raise RequestFailed.from_event(self.terminal)
+
+    async def _repair_gap(self) -> None:
+        """Ask for a re-decode of the first missing chunk. When that fails after a `failed` terminal, the client
+        gets the terminal's own error (its cause), not the repair's."""
+        try:
+            await self._repair.ensure(self.next_seq)
+        except RequestFailed:
+            if isinstance(self.terminal, Failed):
+                log.warning("request %s: chunks %d..%d of a failed request could not be re-decoded", self.request_id,
+                            self.next_seq, self.terminal.chunk_count - 1)
+                raise RequestFailed.from_event(self.terminal) from None
+            raise
 
     def _has_gap(self) -> bool:
         """A later chunk arrived before the next one, or the terminal counts chunks we lack."""

@@ -86,8 +86,14 @@ class Supervisor:
 
     def watch(self, request: SynthesisRequest, partition: int, queue_seq: int | None,
               stream: AudioStream | None) -> None:
-        """Supervise `request` (call right after it is on REQUESTS)."""
+        """Supervise `request` (call before publishing it, so a client that leaves meanwhile is still noticed)."""
         self._watched[request.id] = Supervised(request, partition, queue_seq, stream)
+
+    def queued(self, request_id: str, queue_seq: int) -> None:
+        """The request is on REQUESTS at `queue_seq` (so an ended request's queue slot can be freed)."""
+        entry = self._watched.get(request_id)
+        if entry is not None:
+            entry.queue_seq = queue_seq
 
     def client_gone(self, request_id: str) -> None:
         """The client left before the request ended: cancel it unless it ends within the resume window."""
@@ -168,6 +174,8 @@ class Supervisor:
     async def _check_resume_window(self, entry: Supervised, now: float) -> None:
         gone = entry.client_gone_at
         if entry.cancelled or gone is None or now - gone < self.policy.resume_window_s:
+            return
+        if not self.is_watching(entry.request.id):  # ended earlier in this pass
             return
         entry.cancelled = True
         reason = (f"the client disconnected and did not resume within {self.policy.resume_window_s:.1f}s; the "

@@ -71,10 +71,18 @@ class Synthesizer:
                                  self.repair)
             try:
                 async with stream:  # subscribed before the request exists anywhere, so nothing is missed
-                    queue_seq = await self._submit(request)
-                    self.supervisor.watch(request, stream.partition, queue_seq, stream)
-                    await self._announce(request)
+                    # Watched before it is published: a client that leaves during the publish is still noticed.
+                    self.supervisor.watch(request, stream.partition, None, stream)
                     try:
+                        self.supervisor.queued(request.id, await self._submit(request))
+                    except GatewayError:
+                        self.supervisor.forget(request.id)  # it never reached the queue
+                        raise
+                    except asyncio.CancelledError:
+                        self.supervisor.client_gone(request.id)  # it may have reached the queue
+                        raise
+                    try:
+                        await self._announce(request)
                         yield stream
                     finally:
                         if stream.terminal is None:
