@@ -34,7 +34,7 @@ def _per_frame(entry: dict, frames: int) -> dict:
 
 
 def _floors(fn, frames: int, weight_bytes: int, ceilings: dict) -> dict:
-    floors = floor_ms(weight_bytes, count_flops(fn), ceilings)
+    floors = floor_ms(weight_bytes, count_flops(fn, 0), ceilings)
     return {**floors, "floor_per_frame_ms": floors["floor_ms"] / frames}
 
 

@@ -98,7 +98,7 @@ def talker_step(model: TTSModel, batch: int, context: int, ceilings: dict, opts:
     variant_entry = bench_entry(decode_only, device, opts["warmup"], opts["reps"], graph=True)
     return {
         "batch": batch, "context_tokens": context, "weight_bytes": weight_bytes, "bytes_read": bytes_read,
-        **floor_ms(bytes_read, count_flops(eager), ceilings),
+        **floor_ms(bytes_read, count_flops(eager, 2 * batch * weight_bytes // pool.element_size()), ceilings),
         "weights_only_floor_ms": 1000 * weight_bytes / ceilings["copy_bandwidth_bytes_per_s"],
         "forward": entry,
         "decode_only_variant": variant_entry,
@@ -130,7 +130,8 @@ def predictor_frame(model: TTSModel, batch: int, ceilings: dict, opts: dict) -> 
     bytes_read = predictor_bytes(model)
     return {
         "batch": batch, "weight_bytes": bytes_read, "bytes_read": bytes_read,
-        **floor_ms(bytes_read, count_flops(greedy), ceilings),
+        # Estimate: two FLOPs per weight per row (the first of the 15 steps has two rows; attention is tiny).
+        **floor_ms(bytes_read, count_flops(greedy, 2 * batch * bytes_read // hidden.element_size()), ceilings),
         "greedy": bench_entry(greedy, device, opts["warmup"], opts["reps"], graph=True),
         "sampled": bench_entry(sampled, device, opts["warmup"], opts["reps"], graph=True),
     }

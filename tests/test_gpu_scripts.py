@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from loadtest import gpu_engine, gpu_micro, gpu_table, ucx_kv_handoff
-from loadtest.gpu_common import capture_graph, count_launches
+from loadtest.gpu_common import capture_graph, count_flops, count_launches
 from loadtest.ucx_kv_blocks import HandoffSpec, HandoffSpecError, block_contents, block_ids, same_bits
 
 TINY_SPEC = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 16, "block_size": 4, "dtype": "float32",
@@ -40,7 +40,7 @@ def test_micro_benchmarks_measure_every_part_on_cpu(tmp_path):
     talker, predictor, codec = report["talker_step"][0], report["predictor_frame"][0], report["codec"][0]
     # The graph variant computes what Talker.forward computes (float32 on the CPU: same kernels).
     assert talker["variant_rel_error"] < 1e-5
-    assert talker["bytes_read"] > talker["weight_bytes"] > 0 and talker["floor_ms"] > 0
+    assert talker["bytes_read"] > talker["weight_bytes"] > 0 and talker["floor_ms"] > 0 and talker["flops"] > 0
     assert talker["forward"]["launches"]["aten_ops"] > 0 and talker["forward"]["launches"]["cuda_kernels"] is None
     assert "host syncs" in talker["forward"]["graph_error"]
     assert predictor["sampled"]["eager"]["median_ms"] > 0 and predictor["greedy"]["graph_error"]
@@ -67,6 +67,17 @@ def test_launch_count_and_capture_report_off_cuda():
     assert counts["cuda_kernels"] is None and counts["aten_ops"] >= 2
     captured = capture_graph(lambda: x * 2, torch.device("cpu"))
     assert captured.replay is None and "CUDA" in captured.error
+
+
+def test_flop_count_falls_back_to_the_estimate_when_the_counter_refuses():
+    a = torch.ones(3, 4)
+    assert count_flops(lambda: a @ a.T, estimate=1) == {"flops": 72, "flops_source": "torch.utils.flop_counter"}
+
+    def refused() -> None:
+        raise AssertionError("sdpa_flop_count: query/key/value shapes are incompatible")
+
+    fallback = count_flops(refused, estimate=99)
+    assert fallback["flops"] == 99 and "incompatible" in fallback["flops_source"]
 
 
 def test_handoff_blocks_are_scattered_distinct_and_checkable():
