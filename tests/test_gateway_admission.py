@@ -13,6 +13,8 @@ from services.bus.admission import submit_request
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
 from tests.fixtures.gateway_standin import MODEL, Plan
 
+pytestmark = pytest.mark.timeout(60)  # a hang is a failure, reported fast
+
 BAD_BODIES = [
     # (body, code, param, words the message must contain)
     ({"input": "", "voice": "ryan"}, "invalid_request", "input", "input is empty"),

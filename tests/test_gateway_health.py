@@ -13,6 +13,8 @@ from services.settings import SettingsError, resolve
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
 from tests.fixtures.gateway_standin import Plan
 
+pytestmark = pytest.mark.timeout(60)  # a hang is a failure, reported fast
+
 
 async def test_health_answers_while_the_process_runs(gateway_factory):
     async with gateway_factory() as client:

@@ -14,6 +14,8 @@ from messages.streams import EVENTS_STREAM
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
 from tests.fixtures.gateway_standin import Plan, expected_pcm
 
+pytestmark = pytest.mark.timeout(60)  # a hang is a failure, reported fast
+
 
 def read_wav(data: bytes) -> tuple[int, int, int, bytes]:
     with wave.open(io.BytesIO(data)) as reader:

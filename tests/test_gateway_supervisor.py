@@ -24,6 +24,8 @@ from tests.fixtures.gateway_fixtures import WS_PATH as PATH
 from tests.fixtures.gateway_fixtures import receive_until_event
 from tests.fixtures.gateway_standin import MODEL, Plan, expected_pcm
 
+pytestmark = pytest.mark.timeout(60)  # a hang is a failure, reported fast
+
 
 async def terminals_of(gateway_bus, request_id: str) -> tuple[int, TerminalEvent | None]:
     """How many terminal events EVENTS holds for the request (the guard allows one), and the last of them."""

@@ -14,6 +14,8 @@ from tests.fixtures.gateway_fixtures import WS_PATH as PATH
 from tests.fixtures.gateway_fixtures import receive_until_event
 from tests.fixtures.gateway_standin import Plan, expected_pcm
 
+pytestmark = pytest.mark.timeout(60)  # a hang is a failure, reported fast
+
 async def test_streams_pcm_frames_in_order_then_audio_done(standin, served_gateway):
     standin.plan = Plan(num_chunks=4, order=(1, 0, 3, 2))
     standin.start_consumer()
