@@ -11,7 +11,6 @@ from loadtest.client import stream_request
 from loadtest.metrics import request_metrics
 from loadtest.protocol import STREAM_PATH
 from messages.errors import ErrorCode, Stage
-from tests.fixtures.gateway_standin import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
 from tests.fixtures.gateway_standin import SAMPLES_PER_FRAME, Plan
 from tests.test_bench_support import (BYTES_PER_SAMPLE, SAMPLE_RATE, check_bench_document, check_locust_stats,
                                       check_png, locust_command, run_bench, run_process, write_prompts)

@@ -27,13 +27,25 @@ def greedy_body(text: str, voice: str = "vivian") -> dict:
     return {"input": text, "voice": voice, "temperature": 0, "max_new_tokens": MAX_FRAMES, "seed": 7}
 
 
-def synth_codes(checkpoint, tmp_path, text: str, voice: str = "vivian") -> np.ndarray:
-    """`voxmesh synth --greedy`'s codes: the offline oracle the mesh must equal."""
-    codes_file = tmp_path / f"{abs(hash(text))}.npy"
+def synth_codes(checkpoint, tmp_path, text: str, voice: str = "vivian", seed: int | None = None) -> np.ndarray:
+    """`voxmesh synth`'s codes (greedy, or sampled with `seed`): the offline oracle the mesh must equal."""
+    codes_file = tmp_path / f"{abs(hash((text, seed)))}.npy"
+    mode = ["--greedy"] if seed is None else ["--seed", str(seed)]
     subprocess.run([sys.executable, "-m", "services.cli", "synth", "--model", str(checkpoint), "--text", text,
-                    "--speaker", voice, "--greedy", "--max-new-tokens", str(MAX_FRAMES),
+                    "--speaker", voice, *mode, "--max-new-tokens", str(MAX_FRAMES),
                     "--output", str(tmp_path / "synth.wav"), "--codes-out", str(codes_file)], check=True)
     return np.load(codes_file)
+
+
+async def test_seeded_sampled_request_equals_offline_synthesis_with_that_seed(mesh, tiny_checkpoint, tmp_path):
+    text = "Sampling survives the trip."
+    body = {"input": text, "voice": "eric", "seed": 12345, "max_new_tokens": MAX_FRAMES}
+    result = await stream_speech(mesh.gateway_url, body)
+    assert result.end["type"] == "audio.done", result.end
+    codes, _ = await codes_on_bus(mesh.nats_url, result.request_id)
+    np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, tmp_path, text, "eric", seed=12345))
+    greedy = synth_codes(tiny_checkpoint, tmp_path, text, "eric")
+    assert not np.array_equal(codes[: len(greedy)], greedy[: len(codes)]), "sampling must differ from greedy"
 
 
 async def test_staggered_greedy_requests_batch_together_and_equal_offline_synthesis(mesh, tiny_checkpoint, tmp_path):

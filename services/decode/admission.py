@@ -34,6 +34,9 @@ class Admission:
     request: SynthesisRequest
     prompt: PromptRequest
     params: SamplingParams
+    """How the talker samples codebook 0."""
+    predictor_params: SamplingParams
+    """How the code predictor samples codebooks 1..15."""
     max_new_frames: int
     input_tokens: int
 
@@ -73,7 +76,9 @@ def admit(request: SynthesisRequest, model: ServedModel, settings: DecodeSetting
     prompt = PromptRequest(text_ids=text_ids, instruct_ids=instruct_ids, speaker=request.speaker,
                            language=request.language, non_streaming=request.text_mode == "non-streaming")
     budget = settings.frame_budget(len(request.text), request.max_new_tokens)
-    return Admission(request, prompt, sampling_params(request.sampling, model.generation), budget, input_tokens)
+    talker = sampling_params(request.sampling, model.generation)
+    predictor = predictor_sampling_params(request.subtalker_sampling, talker, model.generation)
+    return Admission(request, prompt, talker, predictor, budget, input_tokens)
 
 
 def sampling_params(spec: SamplingSpec, defaults: GenerationDefaults) -> SamplingParams:
@@ -91,3 +96,26 @@ def sampling_params(spec: SamplingSpec, defaults: GenerationDefaults) -> Samplin
         )
     except SamplingParamsError as exc:
         raise AdmissionError(ErrorCode.INVALID_REQUEST, f"sampling: {exc}") from exc
+
+
+def predictor_sampling_params(spec: SamplingSpec | None, talker: SamplingParams,
+                              defaults: GenerationDefaults) -> SamplingParams:
+    """The code predictor's sampling: the request's `subtalker_sampling`, each unset field from the checkpoint's
+    `subtalker_*` settings (as `voxmesh synth` does). A greedy talker with no subtalker settings makes the
+    predictor greedy too: a client that asked for temperature 0 wants the same audio every time."""
+    if spec is None and talker.temperature == 0:
+        return SamplingParams(temperature=0.0, top_k=defaults.subtalker_top_k, top_p=defaults.subtalker_top_p,
+                              repetition_penalty=1.0)
+    spec = spec or SamplingSpec()
+    temperature = spec.temperature
+    if temperature is None:
+        temperature = defaults.subtalker_temperature if defaults.subtalker_dosample else 0.0
+    try:
+        return SamplingParams(
+            temperature=float(temperature),
+            top_k=spec.top_k if spec.top_k is not None else defaults.subtalker_top_k,
+            top_p=float(spec.top_p if spec.top_p is not None else defaults.subtalker_top_p),
+            repetition_penalty=1.0,  # the reference penalises codebook 0 only
+        )
+    except SamplingParamsError as exc:
+        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"subtalker sampling: {exc}") from exc

@@ -26,12 +26,9 @@ from services.engine.sequence import RequestOutcome
 
 log = logging.getLogger(__name__)
 
-ADMIN_ROOT = "tts.admin.decode"  # not in messages/subjects.py yet: asked the bus owner to add it
-
-
 def drain_subject(replica: str) -> str:
     """Per-replica admin subject of the drain endpoint: a drain names the replica it empties."""
-    return f"{ADMIN_ROOT}.{subjects.token(replica)}.drain"
+    return subjects.admin("decode", replica, "drain")
 
 
 class Drainer:

@@ -152,7 +152,8 @@ class Intake:
 def _add_to_engine(engine: Engine, admission: Admission) -> tuple[RequestOutcome | None, int]:
     """(On the engine thread.) Queue the request; its immediate outcome (capacity) if any, and its prompt length."""
     outcome = engine.add_request(admission.request_id, admission.prompt, admission.request.seed, admission.params,
-                                 admission.max_new_frames, ignore_eos=admission.request.ignore_eos)
+                                 admission.max_new_frames, predictor_params=admission.predictor_params,
+                                 ignore_eos=admission.request.ignore_eos)
     seq = engine.scheduler.get(admission.request_id)
     return outcome, seq.num_prompt_tokens if seq is not None else 0
 
