@@ -135,4 +135,3 @@ def predictor_frame(model: TTSModel, batch: int, ceilings: dict, opts: dict) -> 
         "greedy": bench_entry(greedy, device, opts["warmup"], opts["reps"], graph=True),
         "sampled": bench_entry(sampled, device, opts["warmup"], opts["reps"], graph=True),
     }
-
