@@ -21,18 +21,22 @@ from tests.mesh_client import codes_on_bus, events_of, service_stats, stream_spe
 
 TEXTS = ["The quick brown fox.", "Hello there, how are you?", "Streaming speech, one frame at a time."]
 MAX_FRAMES = 24
+LONG_FRAMES = 48  # fixed length (ignore_eos): long enough that each staggered request overlaps the next
 
 
 def greedy_body(text: str, voice: str = "vivian") -> dict:
-    return {"input": text, "voice": voice, "temperature": 0, "max_new_tokens": MAX_FRAMES, "seed": 7}
+    return {"input": text, "voice": voice, "temperature": 0, "max_new_tokens": LONG_FRAMES, "ignore_eos": True,
+            "seed": 7}
 
 
-def synth_codes(checkpoint, tmp_path, text: str, voice: str = "vivian", seed: int | None = None) -> np.ndarray:
+def synth_codes(checkpoint, tmp_path, text: str, voice: str = "vivian", seed: int | None = None,
+                frames: int = MAX_FRAMES, ignore_eos: bool = False) -> np.ndarray:
     """`voxmesh synth`'s codes (greedy, or sampled with `seed`): the offline oracle the mesh must equal."""
-    codes_file = tmp_path / f"{abs(hash((text, seed)))}.npy"
+    codes_file = tmp_path / f"{abs(hash((text, seed, frames, ignore_eos)))}.npy"
     mode = ["--greedy"] if seed is None else ["--seed", str(seed)]
+    mode += ["--ignore-eos"] if ignore_eos else []
     subprocess.run([sys.executable, "-m", "services.cli", "synth", "--model", str(checkpoint), "--text", text,
-                    "--speaker", voice, *mode, "--max-new-tokens", str(MAX_FRAMES),
+                    "--speaker", voice, *mode, "--max-new-tokens", str(frames),
                     "--output", str(tmp_path / "synth.wav"), "--codes-out", str(codes_file)], check=True)
     return np.load(codes_file)
 
@@ -60,7 +64,9 @@ async def test_staggered_greedy_requests_batch_together_and_equal_offline_synthe
         assert result.end["type"] == "audio.done", result.end
         codes, end = await codes_on_bus(mesh.nats_url, result.request_id)
         assert end.reason == "finished"
-        np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, tmp_path, text))
+        assert codes.shape[0] == LONG_FRAMES
+        np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, tmp_path, text, frames=LONG_FRAMES,
+                                                         ignore_eos=True))
         assert len(result.pcm) == 2 * 1920 * codes.shape[0]
         assert result.end["chunk_count"] == end.seq
     stats = await service_stats(mesh.nats_url, "voxmesh-decode")

@@ -32,6 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     choice.add_argument("--greedy", action="store_true", help="argmax decoding (keeps the repetition penalty)")
     choice.add_argument("--seed", type=int, default=None, help="sampling seed (default: a random one, printed)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="most frames to make (default: generation_config)")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="make exactly --max-new-tokens frames, never stopping at EOS (fixed-length runs)")
     parser.add_argument("--text-mode", choices=TEXT_MODES, default="non-streaming", help="how the text enters the talker")
     parser.add_argument("--output", type=Path, required=True, help="WAV file to write")
     parser.add_argument("--codes-out", type=Path, default=None, help="also save the codes, int64 (frames, 16), as .npy")
@@ -75,7 +77,8 @@ def _synthesize(args: argparse.Namespace) -> int:
     if max_frames <= 0:
         raise RequestError("bad_max_new_tokens", f"--max-new-tokens must be positive, got {max_frames}")
     seed = secrets.randbits(63) if args.seed is None and not args.greedy else (args.seed or 0)
-    codes = generate(model, request, max_frames, *default_sampling(model.generation, args.greedy), seed=seed)
+    codes = generate(model, request, max_frames, *default_sampling(model.generation, args.greedy), seed=seed,
+                     ignore_eos=args.ignore_eos)
     codec = load_codec_decoder(args.model / "speech_tokenizer", device=args.device, dtype=DTYPES[args.dtype])
     samples = codec.decode(codes.to(codec.device)).float().cpu().numpy()
     # The vocoder service's float -> s16 conversion, so offline and mesh audio agree sample for sample.

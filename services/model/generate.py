@@ -59,9 +59,11 @@ class _FrameSampler:
     """Draws one frame's codes for a single request, keyed by (seed, frame, codebook) like the engine."""
 
     def __init__(
-        self, model: TTSModel, talker: SamplingParams, predictor: SamplingParams, seed: int, trace: GenerationTrace | None
+        self, model: TTSModel, talker: SamplingParams, predictor: SamplingParams, seed: int, trace: GenerationTrace | None,
+        min_new_frames: int | None = None,
     ) -> None:
         self.model, self.talker, self.predictor, self.seed, self.trace = model, talker, predictor, seed, trace
+        self.min_new_frames = min_new_frames
         self.process = TalkerLogitsProcessor.for_config(model.config.talker, talker.repetition_penalty)
         self.seen = self.process.new_seen(1, model.device)
 
@@ -71,7 +73,8 @@ class _FrameSampler:
         if self.trace is not None:
             self.trace.talker_logits.append(logits[0].float())
         device = logits.device
-        scores = self.process(logits, self.seen, torch.tensor([frame], device=device))
+        floor = None if self.min_new_frames is None else torch.tensor([self.min_new_frames], device=device)
+        scores = self.process(logits, self.seen, torch.tensor([frame], device=device), floor)
         first = sample(scores, RowSampling.build([self.talker], [self.seed], [frame], device), codebook=0)
         self.seen[0, first[0]] = True
         return first
@@ -100,15 +103,18 @@ def generate(
     predictor_sampling: SamplingParams,
     seed: int = 0,
     trace: GenerationTrace | None = None,
+    ignore_eos: bool = False,
 ) -> torch.Tensor:
     """Codes [frames, 16] (int64, on the CPU) of one request, ending before EOS or after max_new_tokens frames.
 
     Draws are keyed by (seed, frame, codebook) exactly as in the engine, so a seeded run here gives the
-    codes a seeded request through the mesh gives.
+    codes a seeded request through the mesh gives. `ignore_eos` never draws EOS, so exactly max_new_tokens
+    frames come out (fixed-length runs, as the engine's `ignore_eos`).
     """
     talker, device = model.talker, model.device
     prompt = build_prompt(talker, model.config, request)
-    sampler = _FrameSampler(model, talker_sampling, predictor_sampling, seed, trace)
+    sampler = _FrameSampler(model, talker_sampling, predictor_sampling, seed, trace,
+                            min_new_frames=max_new_tokens if ignore_eos else None)
     length = prompt.embeds.shape[0]
     num_blocks = -(-(length + max_new_tokens) // BLOCK_SIZE)
     pool = torch.zeros(talker.kv_pool_shape(num_blocks, BLOCK_SIZE), dtype=model.dtype, device=device)
