@@ -1,0 +1,81 @@
+"""The preemption contract as clients see it, through the whole mesh, with a KV pool too small for the load.
+
+Pool: 16 blocks of 4 tokens. Each request (a ~20-token prompt, 24 fixed-length frames) fits alone, and two fit
+at prefill, but not both to the end: the newer one is preempted part-way. In `fail` mode its client gets the
+audio made so far and then one `preempted` error; in `allow` mode it is replayed faithfully and both clients get
+exactly the audio of an unconstrained run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from messages import AudioChunk, Failed, Finished
+from services.model.codec.loader import load_codec_decoder
+from tests.fixtures.mesh import run_mesh
+from tests.mesh_client import codes_on_bus, events_of, service_stats, stream_speech, terminal_count
+from tests.test_mesh_e2e import synth_codes
+
+FRAMES = 24
+SMALL_POOL = ("--kv-cache-blocks", "16")
+SMALL_BLOCKS = {"VOXMESH_BLOCK_SIZE": "4"}
+TEXTS = ("speak and the voice", "voice and hello")
+
+
+def offline_pcm(checkpoint, codes: np.ndarray) -> np.ndarray:
+    """The s16 samples an undisturbed run of these codes gives (the vocoder's conversion)."""
+    decoder = load_codec_decoder(checkpoint / "speech_tokenizer", device="cpu", dtype=torch.float32)
+    samples = decoder.decode(torch.from_numpy(codes)).numpy()
+    chunk = AudioChunk.from_float(request_id="x", seq=0, first_sample=0, sample_rate=24000, samples=samples)
+    return chunk.samples().astype(np.int32)
+
+
+def body(text: str) -> dict:
+    return {"input": text, "voice": "ryan", "temperature": 0, "max_new_tokens": FRAMES, "ignore_eos": True}
+
+
+async def first_then_second(gateway_url: str):
+    """Start the first request, and the second once the first is streaming: the second is the newer one."""
+    first_audio = asyncio.Event()
+    first = asyncio.create_task(stream_speech(gateway_url, body(TEXTS[0]), first_audio))
+    await asyncio.wait_for(first_audio.wait(), 120)
+    second = await stream_speech(gateway_url, body(TEXTS[1]))
+    return await first, second
+
+
+@pytest.mark.parametrize("mode", ["fail", "allow"])
+async def test_small_pool_through_the_mesh(mode, tiny_checkpoint, tmp_path):
+    with run_mesh(tiny_checkpoint, tmp_path / "state", *SMALL_POOL, "--recompute-preemption", mode,
+                  env=SMALL_BLOCKS) as mesh:
+        survivor, victim = await first_then_second(mesh.gateway_url)
+        stats = await service_stats(mesh.nats_url, "voxmesh-decode")
+        survivor_codes, _ = await codes_on_bus(mesh.nats_url, survivor.request_id)
+        victim_codes, _ = await codes_on_bus(mesh.nats_url, victim.request_id)
+        victim_events = await events_of(mesh.nats_url, victim.request_id)
+        victim_terminals = await terminal_count(mesh.nats_url, victim.request_id)
+    assert max(s.get("preemptions", 0) for s in stats) >= 1, stats  # the pool really was too small
+    oracle = [synth_codes(tiny_checkpoint, tmp_path, text, "ryan", frames=FRAMES, ignore_eos=True) for text in TEXTS]
+    assert survivor.end["type"] == "audio.done", survivor.end
+    np.testing.assert_array_equal(survivor_codes, oracle[0])
+    assert victim_terminals == 1
+    if mode == "fail":
+        assert victim.end["type"] == "error" and victim.end["code"] == "preempted", victim.end
+        assert "truncated" in victim.end["message"]
+        assert 0 < victim_codes.shape[0] < FRAMES
+        np.testing.assert_array_equal(victim_codes, oracle[1][: victim_codes.shape[0]])
+        assert len(victim.pcm) == 2 * 1920 * victim_codes.shape[0], "the audio made before the preemption"
+        assert isinstance(victim_events[-1], Failed) and victim_events[-1].code == "preempted"
+    else:
+        assert victim.end["type"] == "audio.done", victim.end
+        np.testing.assert_array_equal(victim_codes, oracle[1])
+        # The codec may batch the two streams' chunks (its float rounding differs by batch size): 2 LSB of slack.
+        expected = offline_pcm(tiny_checkpoint, oracle[1])
+        heard = np.frombuffer(victim.pcm, dtype="<i2").astype(np.int32)
+        assert heard.shape == expected.shape and np.abs(heard - expected).max() <= 2
+        kinds = [type(e).__name__ for e in victim_events]
+        assert kinds.index("Preempted") < kinds.index("Resumed")
+        assert isinstance(victim_events[-1], Finished)
