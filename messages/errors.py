@@ -23,6 +23,18 @@ class ErrorCode(StrEnum):
     """Why a request failed. A closed set: add a member here before using a new code anywhere."""
 
     INVALID_REQUEST = "invalid_request"  # the request itself is malformed or out of range
+    # Refinements of a bad client body, so HTTP/WebSocket clients can branch without parsing prose.
+    INVALID_JSON = "invalid_json"  # the body is not JSON
+    INVALID_TYPE = "invalid_type"  # a field (or the body) has the wrong JSON type
+    OUT_OF_RANGE = "out_of_range"  # a number or length outside its allowed range
+    INVALID_VALUE = "invalid_value"  # a value outside a field's closed set of choices
+    UNKNOWN_FIELD = "unknown_field"  # a field the API does not have (a typo is refused, not ignored)
+    MISSING_FIELD = "missing_field"  # a required field is absent
+    EMPTY_INPUT = "empty_input"  # the text is empty or only whitespace
+    UNSUPPORTED_FORMAT = "unsupported_format"  # an audio response_format this server cannot encode
+    UNSUPPORTED_VALUE = "unsupported_value"  # a valid API value this server does not implement (e.g. speed != 1)
+    INVALID_API_KEY = "invalid_api_key"  # API keys are configured and the call carries no valid one
+    NOT_FOUND = "not_found"  # no such endpoint or resource
     TEXT_TOO_LONG = "text_too_long"  # text over the character limit (4096)
     UNKNOWN_MODEL = "unknown_model"
     UNKNOWN_VOICE = "unknown_voice"

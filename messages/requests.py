@@ -51,6 +51,7 @@ class SynthesisRequest(Message, tag="synthesis_request", kw_only=True, frozen=Tr
         initial_chunk_frames: frames in the first codes chunk (low first-packet latency); None: service default.
         deadline: unix time after which a still-queued request fails with `timeout`; None: no deadline.
         created_at: unix time of admission.
+        min_new_tokens: frames to generate before EOS may end the request; None: the model's minimum.
     """
 
     id: RequestId
@@ -68,6 +69,7 @@ class SynthesisRequest(Message, tag="synthesis_request", kw_only=True, frozen=Tr
     initial_chunk_frames: PosInt | None = None
     deadline: UnixTime | None = None
     created_at: UnixTime = 0.0
+    min_new_tokens: NonNegInt | None = None  # appended last: older readers skip it
 
 
 class RedecodeRequest(Message, tag="redecode_request", kw_only=True, frozen=True):

@@ -153,7 +153,8 @@ def _add_to_engine(engine: Engine, admission: Admission) -> tuple[RequestOutcome
     """(On the engine thread.) Queue the request; its immediate outcome (capacity) if any, and its prompt length."""
     outcome = engine.add_request(admission.request_id, admission.prompt, admission.request.seed, admission.params,
                                  admission.max_new_frames, predictor_params=admission.predictor_params,
-                                 ignore_eos=admission.request.ignore_eos)
+                                 ignore_eos=admission.request.ignore_eos,
+                                 min_new_frames=admission.request.min_new_tokens)
     seq = engine.scheduler.get(admission.request_id)
     return outcome, seq.num_prompt_tokens if seq is not None else 0
 

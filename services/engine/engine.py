@@ -80,12 +80,14 @@ class Engine:
         max_new_frames: int,
         predictor_params: SamplingParams | None = None,
         ignore_eos: bool = False,
+        min_new_frames: int | None = None,
     ) -> RequestOutcome | None:
         """Queue a request. Returns its failed outcome at once (code `capacity`) if it can never fit the pool.
 
         `params` samples the talker (codebook 0); `predictor_params` the code predictor (codebooks 1..15),
         by default the same. `ignore_eos` keeps EOS from being drawn before max_new_frames (fixed-length
-        benchmarks). Draws are keyed by (seed, frame, codebook), so any replay repeats them.
+        benchmarks). `min_new_frames` keeps EOS away for that many frames (at least the model's minimum, at most
+        max_new_frames). Draws are keyed by (seed, frame, codebook), so any replay repeats them.
 
         Raises the model's `RequestError` for an unusable prompt (unknown speaker, empty text) and
         `InvalidRequestError` for bad engine fields; nothing is queued then.
@@ -96,9 +98,13 @@ class Engine:
             raise InvalidRequestError(f"max_new_frames must be an integer >= 1, got {max_new_frames!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**64:
             raise InvalidRequestError(f"seed must be a 64-bit integer, got {seed!r}")
+        if min_new_frames is not None and (isinstance(min_new_frames, bool) or not isinstance(min_new_frames, int)
+                                           or min_new_frames < 0):
+            raise InvalidRequestError(f"min_new_frames must be an integer >= 0, got {min_new_frames!r}")
         prompt = model_ops.make_prompt(self.model, request)
+        min_frames = max_new_frames if ignore_eos else min(max(MIN_NEW_TOKENS, min_new_frames or 0), max_new_frames)
         seq = Sequence(request_id, model_ops.num_prompt_rows(prompt), seed, params, max_new_frames, prompt,
-                       predictor_params, min_new_frames=max_new_frames if ignore_eos else MIN_NEW_TOKENS)
+                       predictor_params, min_new_frames=min_frames)
         return self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> RequestOutcome | None:
