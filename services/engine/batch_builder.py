@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from services.engine.outputs import ScheduledSequence
@@ -13,7 +15,8 @@ def build_attention_batch(
 ) -> AttentionBatch:
     """Positions, KV slots and block tables of every new token, in the order of `scheduled`.
 
-    Built on the CPU (small integer tensors) and moved to `device` in one copy each.
+    Built on the CPU (small integer tensors) and moved to `device` in one copy each. `max_seq_len` is set
+    from host-side numbers, so attention never reads sequence lengths back from the device.
     """
     starts = torch.tensor([item.start for item in scheduled], dtype=torch.int64)
     counts = torch.tensor([item.num_new_tokens for item in scheduled], dtype=torch.int64)
@@ -33,7 +36,15 @@ def build_attention_batch(
         query_start=query_start.to(device),
         seq_lens=(starts + counts).to(device),
         block_tables=tables.to(device),
+        max_seq_len=max(item.start + item.num_new_tokens for item in scheduled),
     )
+
+
+def on_device(batch: AttentionBatch, device: torch.device | str) -> AttentionBatch:
+    """The same batch with its tensors on `device` (the host-side `max_seq_len` travels along)."""
+    return replace(batch, positions=batch.positions.to(device), slot_mapping=batch.slot_mapping.to(device),
+                   query_start=batch.query_start.to(device), seq_lens=batch.seq_lens.to(device),
+                   block_tables=batch.block_tables.to(device))
 
 
 def sampling_rows(scheduled: list[ScheduledSequence]) -> list[int]:

@@ -50,6 +50,9 @@ class EngineConfig:
     """Most new tokens in one step (prefill chunks plus one per decoding request)."""
     max_model_len: int = 4096
     """Most tokens (prompt + frames) one request may reach; its frame budget is capped to fit."""
+    cuda_graphs: bool = True
+    """On CUDA: replay decode-only talker steps as CUDA graphs (bucketed batch sizes and table widths,
+    captured on first use; one extra KV block is reserved as the padding rows' scratch). Ignored on CPU."""
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -59,6 +62,8 @@ class EngineConfig:
                 "EngineConfig needs exactly one of kv_cache_blocks (any device) or gpu_memory_fraction (CUDA), "
                 f"got kv_cache_blocks={self.kv_cache_blocks!r}, gpu_memory_fraction={self.gpu_memory_fraction!r}"
             )
+        if not isinstance(self.cuda_graphs, bool):
+            raise ConfigError(f"EngineConfig.cuda_graphs must be True or False, got {self.cuda_graphs!r}")
         if self.kv_cache_blocks is not None:
             _positive_int("kv_cache_blocks", self.kv_cache_blocks)
         if self.gpu_memory_fraction is not None:

@@ -16,6 +16,7 @@ import torch
 from services.model.talker_logits import MIN_NEW_TOKENS
 from services.engine import model_ops
 from services.engine.config import EngineConfig, StageConfig, StageKind
+from services.engine.decode_graphs import DecodeGraphSpec
 from services.engine.errors import ConfigError, EngineError
 from services.engine.outputs import StepOutput
 from services.engine.runner import ModelRunner
@@ -69,7 +70,8 @@ class Engine:
         self.config = config
         self.num_blocks = pool_num_blocks(config, model)
         self.scheduler = Scheduler(config, self.num_blocks, stage.preemption_mode)
-        self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay)
+        self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay,
+                                  DecodeGraphSpec.for_engine(config, model.device))
 
     def add_request(
         self,

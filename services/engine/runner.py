@@ -2,7 +2,9 @@
 
 It owns the paged KV pool tensor. Input rows come from three sources: a prompt's prefill rows, a
 replay's rows (prompt + every stored frame, for a request preempted earlier), or, for a decoding
-request, the input of its last frame (all 16 codes plus its trailing text row).
+request, the input of its last frame (all 16 codes plus its trailing text row). A decode-only step
+runs through `PaddedDecodeStep` (CUDA graphs) when the engine enables it, else eagerly; either way its
+attention takes the sync-free decode kernel.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import torch
 
 from services.engine import model_ops
-from services.engine.batch_builder import build_attention_batch, sampling_rows
+from services.engine.batch_builder import build_attention_batch, on_device, sampling_rows
+from services.engine.decode_graphs import DecodeGraphSpec, PaddedDecodeStep
 from services.engine.outputs import ModelRunnerOutput, ScheduledSequence
 from services.engine.sequence import NUM_CODEBOOKS, Sequence
+from services.model.attention_batch import AttentionBatch
 from services.model.loader import TTSModel
 from services.model.sampling import RowSampling
 
@@ -27,27 +31,33 @@ class ModelRunner:
         block_size: int,
         capture_hidden: bool = False,
         replay: model_ops.ReplayBuilder = model_ops.replay_rows,
+        decode_graphs: DecodeGraphSpec | None = None,
     ) -> None:
+        """`decode_graphs`: pad and graph decode-only steps (None: every step eager)."""
         self.model = model
         self.block_size = block_size
         self.capture_hidden = capture_hidden
         self.replay = replay
         """Builds a preempted request's replay rows; replaceable so tests can prove a wrong replay is caught."""
-        shape = model_ops.kv_pool_shape(model, num_blocks, block_size)
+        # Padding rows of a graphed step need a block no request owns: block `num_blocks`, past the manager's.
+        scratch_blocks = 0 if decode_graphs is None else 1
+        shape = model_ops.kv_pool_shape(model, num_blocks + scratch_blocks, block_size)
         self.kv_pool = torch.zeros(shape, dtype=model.dtype, device=model.device)
         self.eos_id = model_ops.eos_id(model)
+        self.decode_step = (None if decode_graphs is None
+                            else PaddedDecodeStep(model.talker, self.kv_pool, num_blocks, decode_graphs))
 
     @torch.inference_mode()
     def execute(self, scheduled: list[ScheduledSequence]) -> ModelRunnerOutput:
         """Compute every scheduled token's K/V and sample a frame for each sequence whose tokens are complete."""
         device = self.model.device
-        batch = build_attention_batch(scheduled, self.block_size, device)
+        batch = build_attention_batch(scheduled, self.block_size)  # on the host: no reads back from the device
         embeds = self._input_rows(scheduled, batch.query_start.tolist())
-        hidden = self.model.talker(embeds, batch, self.kv_pool)
+        hidden = self._talker(embeds, batch)
         rows = sampling_rows(scheduled)
         if not rows:
             return ModelRunnerOutput([], torch.zeros((0, NUM_CODEBOOKS), dtype=torch.int64), [])
-        last_token = batch.query_start[1:][torch.tensor(rows, device=device)] - 1
+        last_token = (batch.query_start[1:][torch.tensor(rows)] - 1).to(device)
         last_hidden = hidden[last_token]
         seqs = [scheduled[row].seq for row in rows]
         codes = self._sample(last_hidden, seqs).cpu()
@@ -57,6 +67,12 @@ class ModelRunner:
             is_eos=(codes[:, 0] == self.eos_id).tolist(),
             hidden=last_hidden.float().cpu() if self.capture_hidden else None,
         )
+
+    def _talker(self, embeds: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+        """The talker's hidden states [T, H]: a graphed decode step when one fits, else the eager forward."""
+        if self.decode_step is not None and self.decode_step.bucket(batch) is not None:
+            return self.decode_step.run(embeds, batch)
+        return self.model.talker(embeds, on_device(batch, self.model.device), self.kv_pool)
 
     def _input_rows(self, scheduled: list[ScheduledSequence], query_start: list[int]) -> torch.Tensor:
         """The flattened input rows [T, H]: prefill slices copied in place, decode rows built in one batch."""

@@ -7,7 +7,9 @@ tokens in one contiguous region, so a block moves between GPUs as one transfer:
 
 A batch is flattened: the new tokens of all sequences are concatenated (prefill rows
 contribute many tokens, decode rows one). Sequence i owns tokens
-`query_start[i]:query_start[i+1]` of the flattened batch.
+`query_start[i]:query_start[i+1]` of the flattened batch; every sequence adds at least one token,
+so a batch with as many tokens as sequences is decode-only (one new token each), which attention
+can tell from the shapes alone, without reading a tensor on the host.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ class AttentionBatch:
     block_tables: torch.Tensor
     """[B, max_blocks] int64: the pool blocks of each sequence in order; entries past a sequence's
     last block are padding and never read."""
+    max_seq_len: int | None = None
+    """Host-side: the largest of `seq_lens`, when the builder knows it (the engine does). Attention then
+    sizes its padding from this number instead of reading `seq_lens` back from the device (a host sync);
+    any value >= every sequence's length is correct. None: attention works it out (decode-only batches
+    use the block table's width, which is also known without a sync)."""
 
     @property
     def num_seqs(self) -> int:

@@ -1,10 +1,13 @@
 """Attention over the engine's block-major paged KV pool (layout in `attention_batch.py`).
 
 `PagedAttention` is the `Attend` the talker uses: for each layer it writes the new tokens' K and V to their
-slots, then attends every new token to its sequence's cached tokens, causally. The implementation here is
-plain torch and correct on every device; `select_kernel` is where a device-specific fast path (a fused CUDA
-decode kernel, say) takes over once it exists and is proven equal to this one. What does not depend on the
-layer (padding, masks, block columns) is worked out once per forward, in `PagedLayout`.
+slots, then attends every new token to its sequence's cached tokens, causally. Two kernels, both plain torch
+and correct on every device; `select_kernel` picks one by the batch's shape:
+- `REFERENCE` serves any batch (prefill, chunked prefill, mixed); it reads sizes back from the device;
+- `DECODE` (`paged_decode.py`) serves decode-only batches with no host synchronisation, so a decode step
+  can be captured in a CUDA graph; it is tested equal to the reference.
+What does not depend on the layer (padding, masks, block columns) is worked out once per forward, in the
+kernel's layout.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from torch.nn import functional as F
 
 from services.model.attention_batch import AttentionBatch
+from services.model.paged_decode import DecodeLayout, decode_kernel, is_decode_only
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +57,6 @@ class PagedLayout:
         )
 
 
-# (q [T, Hq, D], pool, layer, layout, scale) -> [T, Hq, D]
-AttentionKernel = Callable[[torch.Tensor, torch.Tensor, int, PagedLayout, float], torch.Tensor]
-
 
 def write_kv(pool: torch.Tensor, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Store k and v [T, Hkv, D] of one layer at their flat slots `block * block_size + offset`."""
@@ -80,19 +81,37 @@ def reference_kernel(q: torch.Tensor, pool: torch.Tensor, layer: int, layout: Pa
     return out.transpose(1, 2)[layout.query_valid]
 
 
-def select_kernel(device: torch.device) -> AttentionKernel:
-    """The attention kernel for a device. Only the reference kernel exists today."""
-    return reference_kernel
+@dataclass(frozen=True, slots=True)
+class AttentionKernel:
+    """An attention kernel over the paged pool and the per-forward layout it reads."""
+
+    name: str
+    plan: Callable[[AttentionBatch, int, torch.dtype], object]
+    """(batch, block_size, pool dtype) -> the layout, built once per forward."""
+    attend: Callable[[torch.Tensor, torch.Tensor, int, object, float], torch.Tensor]
+    """(q [T, Hq, D], pool, layer, layout, scale) -> [T, Hq, D], the new tokens' K/V already in the pool."""
+
+
+REFERENCE = AttentionKernel("reference", lambda batch, block_size, _dtype: PagedLayout.of(batch, block_size),
+                            reference_kernel)
+DECODE = AttentionKernel("decode", DecodeLayout.of, decode_kernel)
+
+
+def select_kernel(batch: AttentionBatch) -> AttentionKernel:
+    """`DECODE` when every sequence adds one token (decided from shapes, no sync), else `REFERENCE`."""
+    return DECODE if is_decode_only(batch) else REFERENCE
 
 
 class PagedAttention:
     """The talker's `Attend` for one forward pass over a flattened batch."""
 
-    def __init__(self, pool: torch.Tensor, batch: AttentionBatch, scale: float) -> None:
+    def __init__(self, pool: torch.Tensor, batch: AttentionBatch, scale: float,
+                 kernel: AttentionKernel | None = None) -> None:
+        """`kernel` forces one kernel (benchmarks, equality tests); None selects by the batch's shape."""
         self.pool, self.slot_mapping, self.scale = pool, batch.slot_mapping, scale
-        self.layout = PagedLayout.of(batch, block_size=pool.shape[3])
-        self.kernel = select_kernel(pool.device)
+        self.kernel = kernel or select_kernel(batch)
+        self.layout = self.kernel.plan(batch, pool.shape[3], pool.dtype)
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         write_kv(self.pool, layer, self.slot_mapping, k, v)
-        return self.kernel(q, self.pool, layer, self.layout, self.scale)
+        return self.kernel.attend(q, self.pool, layer, self.layout, self.scale)

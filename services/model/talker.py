@@ -14,7 +14,7 @@ from torch import nn
 from services.model.attention_batch import AttentionBatch, kv_pool_shape
 from services.model.config import TalkerConfig
 from services.model.layers import DecoderStack, TextProjection
-from services.model.paged_attention import PagedAttention
+from services.model.paged_attention import AttentionKernel, PagedAttention
 
 
 class Talker(nn.Module):
@@ -59,10 +59,15 @@ class Talker(nn.Module):
         # Summed as one reduction over the stacked rows, the way the reference does it.
         return torch.stack(rows, dim=1).sum(dim=1)
 
-    def forward(self, embeds: torch.Tensor, batch: AttentionBatch, kv_pool: torch.Tensor) -> torch.Tensor:
-        """Final-normed hidden states [T, hidden] for input rows embeds [T, hidden]; writes their K/V to the pool."""
+    def forward(self, embeds: torch.Tensor, batch: AttentionBatch, kv_pool: torch.Tensor,
+                kernel: AttentionKernel | None = None) -> torch.Tensor:
+        """Final-normed hidden states [T, hidden] for input rows embeds [T, hidden]; writes their K/V to the pool.
+
+        The attention kernel is chosen by the batch's shape (a decode-only batch takes the sync-free decode
+        path, which a CUDA graph can capture); `kernel` forces one (benchmarks and equality tests).
+        """
         scale = self.cfg.decoder.head_dim**-0.5
-        return self.model(embeds, batch.positions, PagedAttention(kv_pool, batch, scale))
+        return self.model(embeds, batch.positions, PagedAttention(kv_pool, batch, scale, kernel))
 
     def last_hidden(self, hidden: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
         """Each sequence's last new row, [B, hidden]."""

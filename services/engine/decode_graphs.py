@@ -1,0 +1,155 @@
+"""CUDA graphs of the talker's decode step, at bucketed batch sizes and block-table widths.
+
+An eager talker step issues ~2,000 kernels and is bound by their launches (loadtest/RESULTS-GPU.md); a
+decode-only step has no host synchronisation (`services/model/paged_decode.py`), so it can be captured
+once and replayed. A graph fixes every shape, so a step is padded up to a bucket:
+
+- rows: powers of two up to `max_num_seqs` (and `max_num_seqs` itself). Padding rows are dummies: position
+  0, length 1, every block column the reserved scratch block, so they write their K/V into the scratch
+  block and read only it; their outputs are dropped. No real block is ever written by a dummy.
+- block columns: powers of two up to the blocks of `max_model_len`; a real row's columns past its last
+  block point at the scratch block too (masked by its length, so never read).
+
+Each (rows, columns) bucket is captured on first use. All graphs share one memory pool: they never run
+concurrently, and what a replay returns is consumed before the next step replays anything. Inputs live
+in static buffers: the integer metadata of a step is staged on the host (pinned) and copied to the device
+in one transfer; the input rows are copied into the static rows buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from services.engine.config import EngineConfig
+from services.model.attention_batch import AttentionBatch
+from services.model.paged_decode import is_decode_only, num_columns
+from services.model.talker import Talker
+
+POSITION, SLOT, SEQ_LEN, TABLE = 0, 1, 2, 3
+"""Columns of the staged metadata: position, slot, sequence length, then the block table."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeGraphSpec:
+    """Which decode steps are graphed, and how."""
+
+    max_num_seqs: int
+    """The largest batch (rows bucket) captured; larger steps run eagerly."""
+    max_blocks_per_seq: int
+    """The widest block table captured; longer sequences run eagerly."""
+    capture: bool = True
+    """False: run the same padded, static-buffer step eagerly (how the CPU tests check padding and dummy rows)."""
+
+    @classmethod
+    def for_engine(cls, config: EngineConfig, device: torch.device) -> DecodeGraphSpec | None:
+        """The engine's graphs: on CUDA when `config.cuda_graphs`, else None (eager steps)."""
+        if device.type != "cuda" or not config.cuda_graphs:
+            return None
+        return cls(config.max_num_seqs, -(-config.max_model_len // config.block_size))
+
+
+def buckets(limit: int) -> tuple[int, ...]:
+    """Powers of two below `limit`, then `limit`: a step pads by less than 2x."""
+    sizes, size = [], 1
+    while size < limit:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, limit)
+
+
+def _bucket(value: int, sizes: tuple[int, ...]) -> int | None:
+    return next((size for size in sizes if size >= value), None)
+
+
+class PaddedDecodeStep:
+    """Decode-only talker steps over static, padded inputs; graph-replayed per bucket when `spec.capture`."""
+
+    def __init__(self, talker: Talker, kv_pool: torch.Tensor, scratch_block: int, spec: DecodeGraphSpec) -> None:
+        """`scratch_block`: a block of `kv_pool` no request ever owns (the dummies write there)."""
+        self.talker, self.kv_pool, self.scratch_block, self.spec = talker, kv_pool, scratch_block, spec
+        self.block_size = kv_pool.shape[3]
+        self.row_buckets, self.column_buckets = buckets(spec.max_num_seqs), buckets(spec.max_blocks_per_seq)
+        rows, width = spec.max_num_seqs, TABLE + spec.max_blocks_per_seq
+        device = kv_pool.device
+        self.host = torch.zeros((rows, width), dtype=torch.int64, pin_memory=spec.capture)
+        self.metadata = torch.zeros((rows, width), dtype=torch.int64, device=device)
+        self.rows = torch.zeros((rows, talker.hidden_size), dtype=kv_pool.dtype, device=device)
+        self.query_start = torch.arange(rows + 1, dtype=torch.int64, device=device)
+        self.graph_pool = torch.cuda.graph_pool_handle() if spec.capture else None
+        self.steps: dict[tuple[int, int], Callable[[], torch.Tensor]] = {}
+
+    def bucket(self, batch: AttentionBatch) -> tuple[int, int] | None:
+        """(rows, columns) of the bucket that runs `batch`, or None if it is not decode-only or too big."""
+        if not is_decode_only(batch):
+            return None
+        rows = _bucket(batch.num_seqs, self.row_buckets)
+        columns = _bucket(num_columns(batch, self.block_size), self.column_buckets)
+        return None if rows is None or columns is None else (rows, columns)
+
+    def run(self, rows: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+        """Hidden states [B, H] of a decode-only step: input rows [B, H] on the device, `batch` on the host.
+
+        The result is a view of a static buffer, valid until the next call.
+        """
+        key = self.bucket(batch)
+        if key is None:
+            raise ValueError(f"a batch of {batch.num_tokens} tokens in {batch.num_seqs} sequences fits no decode bucket")
+        step = self.steps.get(key) or self._prepare(*key)
+        self._stage(batch, *key)
+        self.rows[: batch.num_seqs].copy_(rows)
+        return step()[: batch.num_seqs]
+
+    def _stage(self, batch: AttentionBatch | None, rows: int, columns: int) -> None:
+        """Write the bucket's metadata: dummy rows everywhere, then the batch's rows; one copy to the device."""
+        host = self.host[:rows, : TABLE + columns]
+        host[:, POSITION], host[:, SLOT], host[:, SEQ_LEN] = 0, self.scratch_block * self.block_size, 1
+        host[:, TABLE:] = self.scratch_block
+        if batch is not None:
+            count, width = batch.num_seqs, min(int(batch.block_tables.shape[1]), columns)
+            host[:count, POSITION], host[:count, SLOT] = batch.positions, batch.slot_mapping
+            host[:count, SEQ_LEN] = batch.seq_lens
+            host[:count, TABLE : TABLE + width] = batch.block_tables[:, :width]
+        # Safe to reuse the pinned buffer next step: every step ends by copying its codes to the host.
+        self.metadata[:rows, : TABLE + columns].copy_(host, non_blocking=True)
+
+    def _static_batch(self, rows: int, columns: int) -> AttentionBatch:
+        metadata = self.metadata[:rows]
+        return AttentionBatch(
+            positions=metadata[:, POSITION], slot_mapping=metadata[:, SLOT], query_start=self.query_start[: rows + 1],
+            seq_lens=metadata[:, SEQ_LEN], block_tables=metadata[:, TABLE : TABLE + columns],
+            max_seq_len=columns * self.block_size,
+        )
+
+    def _prepare(self, rows: int, columns: int) -> Callable[[], torch.Tensor]:
+        """The bucket's step: the talker over the static buffers, captured as a CUDA graph when asked."""
+        batch, inputs = self._static_batch(rows, columns), self.rows[:rows]
+
+        def forward() -> torch.Tensor:
+            return self.talker(inputs, batch, self.kv_pool)
+
+        step = forward
+        if self.spec.capture:
+            self._stage(None, rows, columns)  # warm-up and capture write only the scratch block
+            step = self._capture(forward)
+        self.steps[(rows, columns)] = step
+        return step
+
+    def _capture(self, forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        device = self.kv_pool.device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            forward()  # lazy set-up (library handles, RoPE's device table) happens outside the capture
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.graph_pool):
+            output = forward()
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return output
+
+        return replay
