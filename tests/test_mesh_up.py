@@ -36,9 +36,10 @@ def _alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
 
 
-def test_up_serves_say_and_stops_leaving_no_process(tiny_checkpoint, tmp_path):
+def test_up_makes_its_model_serves_say_and_stops_leaving_no_process(tmp_path):
     state = tmp_path / "state"
-    with run_mesh(tiny_checkpoint, state) as mesh:
+    with run_mesh(None, state) as mesh:  # no --model: the first run writes the tiny checkpoint
+        assert (state / "models" / "tiny" / "config.json").is_file()
         children = dict(mesh.pids)
         assert set(children) == {"gateway", "decode", "vocoder"}
         assert _processes_mentioning(str(state)), "the embedded nats-server stores under the state dir"
