@@ -28,18 +28,24 @@ def stream(initial: int = 2, later: int = 8) -> CodesStream:
     return CodesStream("req", 1, publisher=None, rule=ChunkRule(initial, later))  # publishing is not used here
 
 
-def test_chunks_are_initial_then_later_sized_and_the_rest_goes_last():
+def test_chunks_ramp_from_initial_to_later_and_the_rest_goes_last():
     codes = stream()
     sizes = []
-    for index in range(21):
+    for index in range(27):
         codes.add_frame(index, frame(index))
         sizes += [chunk.num_frames for chunk in codes.take_ready_chunks()]
-    assert sizes == [2, 8, 8] and codes.num_pending_frames == 3
+    assert sizes == [2, 2, 4, 8, 8] and codes.num_pending_frames == 3
     last = codes.take_rest()
-    assert [c.num_frames for c in last] == [3] and last[0].seq == 3 and last[0].first_frame == 18
-    np.testing.assert_array_equal(last[0].frames()[:, 0], [18, 19, 20])
-    end = codes.finished("length", Usage(output_frames=21))
-    assert (end.seq, end.total_frames, end.reason, end.stop) == (4, 21, "finished", "length")
+    assert [c.num_frames for c in last] == [3] and last[0].seq == 5 and last[0].first_frame == 24
+    np.testing.assert_array_equal(last[0].frames()[:, 0], [24, 25, 26])
+    end = codes.finished("length", Usage(output_frames=27))
+    assert (end.seq, end.total_frames, end.reason, end.stop) == (6, 27, "finished", "length")
+
+
+def test_chunk_ramp_respects_odd_initial_and_small_later_sizes():
+    assert [ChunkRule(3, 8).size(seq) for seq in range(5)] == [3, 3, 6, 8, 8]
+    assert [ChunkRule(1, 1).size(seq) for seq in range(3)] == [1, 1, 1]
+    assert [ChunkRule(4, 2).size(seq) for seq in range(3)] == [4, 4, 4]
 
 
 def test_a_request_ending_before_its_first_full_chunk_sends_one_short_chunk_then_a_failure():

@@ -1,8 +1,13 @@
 """One request's codes as decode publishes them: frames gathered into numbered CodesChunks, then one CodesEnd.
 
 The chunking rule is deterministic (the vocoder's audio chunks follow it, so a re-decode yields the same numbered
-chunks): chunk 0 holds `initial_chunk_frames` frames, every later chunk `chunk_frames`, and only the last chunk, sent
-when the request ends, may be shorter.
+chunks): chunk 0 holds `initial_chunk_frames` frames, chunk 1 as many again, and each later chunk doubles up to
+`chunk_frames` (2, 2, 4, 8, 8, ... by default); only the last chunk, sent when the request ends, may be shorter.
+
+Why a ramp: the player starts at the first chunk, so the next chunk must be made before the audio already sent runs
+out. After a first chunk of 2 frames (160 ms), a second chunk of 8 frames would need a step under 20 ms to arrive
+in time; a second chunk of 2 needs only real time (80 ms a step), and doubling from there keeps the buffer ahead
+whenever the stream runs at about twice real time or better (measured on the CPU mesh: loadtest/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -18,13 +23,15 @@ from services.bus.codes_publisher import CodesPublisher
 
 @dataclass(frozen=True, slots=True)
 class ChunkRule:
-    """Frames per chunk: `initial` for chunk 0 (a low first packet), `later` for the others."""
+    """Frames per chunk: `initial` for chunks 0 and 1 (a low first packet), then doubling up to `later`."""
 
     initial: int
     later: int
 
     def size(self, seq: int) -> int:
-        return self.initial if seq == 0 else self.later
+        if seq <= 1:
+            return self.initial
+        return max(self.initial, min(self.later, self.initial << (seq - 1)))
 
 
 @dataclass(slots=True)
