@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from services.engine.config import EngineConfig
-from services.engine.decode_graphs import DecodeGraphSpec, PaddedDecodeStep, buckets
+from services.engine.decode_graphs import DecodeBucketError, DecodeGraphSpec, PaddedDecodeStep, buckets
 from services.engine.engine import Engine
 from services.engine.errors import ConfigError
 from services.engine.runner import ModelRunner
@@ -76,7 +76,7 @@ def test_padded_decode_step_leaves_engine_outputs_unchanged(tiny):
     run = _staggered(engine, tokenizer)
     _assert_same(run, expected)
     # Steps of 1, 2 and 3 rows ran padded (3 rows in the 4-row bucket: one dummy row).
-    rows_used = {rows for rows, _ in engine.runner.decode_step.steps}
+    rows_used = {rows for rows, _ in engine.runner.decode_step.prepared}
     assert {1, 2, 4} <= rows_used
 
 
@@ -107,7 +107,7 @@ def test_dummy_rows_write_only_the_scratch_block(tiny):
     original, eager_pool = pool.clone(), pool.clone()
     expected = talker(embeds, batch, eager_pool)
     got = step.run(embeds, batch)
-    assert step.bucket(batch) == (4, 4) and list(step.steps) == [(4, 4)]
+    assert step.bucket(batch) == (4, 4) and list(step.prepared) == [(4, 4)]
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     # The rows' own slots hold what the eager step wrote (the padded matmuls may round differently) ...
     torch.testing.assert_close(pool[:num_blocks], eager_pool[:num_blocks], atol=1e-5, rtol=0)
@@ -116,6 +116,13 @@ def test_dummy_rows_write_only_the_scratch_block(tiny):
     for other in sorted(set(range(num_blocks)) - owned):
         assert torch.equal(pool[other], original[other]), f"block {other} was written"
     assert not torch.equal(pool[num_blocks], original[num_blocks]), "the dummy row wrote its K/V somewhere else"
+    prefill = AttentionBatch(torch.arange(2), torch.arange(2), torch.tensor([0, 2]), torch.tensor([2]),
+                             torch.tensor([[0]]), max_seq_len=2)
+    with pytest.raises(DecodeBucketError) as raised:
+        step.run(torch.zeros(2, talker.hidden_size), prefill)
+    assert raised.value.code == "no_decode_bucket" and step.bucket(prefill) is None
+    nine = torch.arange(9)  # more rows than the largest bucket (8): the runner steps eagerly instead
+    assert step.bucket(AttentionBatch(nine * 0, nine * block, torch.arange(10), nine * 0 + 1, nine[:, None])) is None
 
 
 def test_buckets_and_spec():
@@ -135,10 +142,11 @@ def test_graphed_engine_equals_eager_on_cuda(tiny_checkpoint):
     from services.model.text_tokenizer import TextTokenizer
 
     model, tokenizer = load_model(tiny_checkpoint, device=torch.device("cuda")), TextTokenizer.from_dir(tiny_checkpoint)
-    expected = _staggered(new_engine(model, blocks=40), tokenizer)  # cuda_graphs defaults on: graphed
-    assert new_engine(model, blocks=40).runner.decode_step is not None
-    eager_engine = new_engine(model, blocks=40)
-    eager_engine.runner.decode_step = None
-    eager = _staggered(eager_engine, tokenizer)
+    graphed = new_engine(model, blocks=40)  # cuda_graphs defaults on
+    run = _staggered(graphed, tokenizer)
+    assert {1, 2, 4} <= {rows for rows, _ in graphed.runner.decode_step.prepared}
+    eager = new_engine(model, blocks=40)
+    eager.runner.decode_step = None
+    expected = _staggered(eager, tokenizer)
     for request_id in expected.codes:
-        assert torch.equal(expected.stacked(request_id), eager.stacked(request_id)), request_id
+        assert torch.equal(run.stacked(request_id), expected.stacked(request_id)), request_id

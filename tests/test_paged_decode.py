@@ -168,3 +168,26 @@ def test_decode_step_reads_no_tensor_on_the_host(tiny_model, monkeypatch):
             talker(embeds, batch, pool.clone(), kernel=REFERENCE)
     assert torch.isfinite(out).all()
     assert paged_attention.select_kernel(batch) is DECODE
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the sync debug mode needs CUDA")
+@torch.inference_mode()
+def test_decode_step_has_no_sync_on_cuda(tiny_checkpoint):
+    talker = load_model(tiny_checkpoint, device=torch.device("cuda")).talker
+    generator = torch.Generator().manual_seed(7)
+    rows, used = _decode_rows([2, 9, 4], 16, generator)
+    batch = _batch(rows)
+    batch = AttentionBatch(*(t.cuda() for t in (batch.positions, batch.slot_mapping, batch.query_start,
+                                                 batch.seq_lens, batch.block_tables)), batch.max_seq_len)
+    pool = _poisoned_pool(talker.kv_pool_shape(16, BLOCK), used, generator).cuda()
+    embeds = torch.randn(3, talker.hidden_size, generator=generator).cuda()
+    talker(embeds, batch, pool)  # first call: lazy set-up (RoPE's device table) may copy
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = talker(embeds, batch, pool)
+        with pytest.raises(RuntimeError):
+            talker(embeds, batch, pool, kernel=REFERENCE)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(out).all()

@@ -7,13 +7,14 @@ once and replayed. A graph fixes every shape, so a step is padded up to a bucket
 - rows: powers of two up to `max_num_seqs` (and `max_num_seqs` itself). Padding rows are dummies: position
   0, length 1, every block column the reserved scratch block, so they write their K/V into the scratch
   block and read only it; their outputs are dropped. No real block is ever written by a dummy.
-- block columns: powers of two up to the blocks of `max_model_len`; a real row's columns past its last
-  block point at the scratch block too (masked by its length, so never read).
+- block columns: powers of two up to the blocks of `max_model_len`; columns past the batch's own table
+  point at the scratch block. Whatever a real row's columns past its last block hold, its length masks
+  them (and their stale values are zeroed), so they are never read.
 
 Each (rows, columns) bucket is captured on first use. All graphs share one memory pool: they never run
 concurrently, and what a replay returns is consumed before the next step replays anything. Inputs live
-in static buffers: the integer metadata of a step is staged on the host (pinned) and copied to the device
-in one transfer; the input rows are copied into the static rows buffer.
+in static buffers: a step's integer metadata is staged on the host (pinned) and copied into its bucket's
+metadata tensor in one asynchronous transfer; the input rows are copied into the shared rows buffer.
 """
 
 from __future__ import annotations
@@ -24,12 +25,19 @@ from typing import Callable
 import torch
 
 from services.engine.config import EngineConfig
+from services.engine.errors import EngineError
 from services.model.attention_batch import AttentionBatch
 from services.model.paged_decode import is_decode_only, num_columns
 from services.model.talker import Talker
 
 POSITION, SLOT, SEQ_LEN, TABLE = 0, 1, 2, 3
 """Columns of the staged metadata: position, slot, sequence length, then the block table."""
+
+
+class DecodeBucketError(EngineError, ValueError):
+    """A step given to `PaddedDecodeStep.run` is not decode-only or is larger than every bucket."""
+
+    code = "no_decode_bucket"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,16 @@ def _bucket(value: int, sizes: tuple[int, ...]) -> int | None:
     return next((size for size in sizes if size >= value), None)
 
 
+@dataclass(frozen=True, slots=True)
+class _Bucket:
+    """One (rows, columns) shape: its static metadata on the device and the step that reads it."""
+
+    metadata: torch.Tensor
+    """[rows, TABLE + columns] int64: position, slot, length, block table of every row."""
+    step: Callable[[], torch.Tensor]
+    """Runs the talker over the static buffers (a graph replay when captured); returns [rows, H]."""
+
+
 class PaddedDecodeStep:
     """Decode-only talker steps over static, padded inputs; graph-replayed per bucket when `spec.capture`."""
 
@@ -72,14 +90,11 @@ class PaddedDecodeStep:
         self.talker, self.kv_pool, self.scratch_block, self.spec = talker, kv_pool, scratch_block, spec
         self.block_size = kv_pool.shape[3]
         self.row_buckets, self.column_buckets = buckets(spec.max_num_seqs), buckets(spec.max_blocks_per_seq)
-        rows, width = spec.max_num_seqs, TABLE + spec.max_blocks_per_seq
         device = kv_pool.device
-        self.host = torch.zeros((rows, width), dtype=torch.int64, pin_memory=spec.capture)
-        self.metadata = torch.zeros((rows, width), dtype=torch.int64, device=device)
-        self.rows = torch.zeros((rows, talker.hidden_size), dtype=kv_pool.dtype, device=device)
-        self.query_start = torch.arange(rows + 1, dtype=torch.int64, device=device)
+        self.rows = torch.zeros((spec.max_num_seqs, talker.hidden_size), dtype=kv_pool.dtype, device=device)
+        self.query_start = torch.arange(spec.max_num_seqs + 1, dtype=torch.int64, device=device)
         self.graph_pool = torch.cuda.graph_pool_handle() if spec.capture else None
-        self.steps: dict[tuple[int, int], Callable[[], torch.Tensor]] = {}
+        self.prepared: dict[tuple[int, int], _Bucket] = {}
 
     def bucket(self, batch: AttentionBatch) -> tuple[int, int] | None:
         """(rows, columns) of the bucket that runs `batch`, or None if it is not decode-only or too big."""
@@ -96,15 +111,20 @@ class PaddedDecodeStep:
         """
         key = self.bucket(batch)
         if key is None:
-            raise ValueError(f"a batch of {batch.num_tokens} tokens in {batch.num_seqs} sequences fits no decode bucket")
-        step = self.steps.get(key) or self._prepare(*key)
-        self._stage(batch, *key)
+            raise DecodeBucketError(f"a batch of {batch.num_tokens} tokens in {batch.num_seqs} sequences fits no "
+                                    "decode bucket; check `bucket(batch)` first and run such a step eagerly")
+        bucket = self.prepared.get(key) or self._prepare(*key)
+        bucket.metadata.copy_(self._staged(batch, *key), non_blocking=True)
         self.rows[: batch.num_seqs].copy_(rows)
-        return step()[: batch.num_seqs]
+        return bucket.step()[: batch.num_seqs]
 
-    def _stage(self, batch: AttentionBatch | None, rows: int, columns: int) -> None:
-        """Write the bucket's metadata: dummy rows everywhere, then the batch's rows; one copy to the device."""
-        host = self.host[:rows, : TABLE + columns]
+    def _staged(self, batch: AttentionBatch | None, rows: int, columns: int) -> torch.Tensor:
+        """A bucket's metadata on the host: dummy rows everywhere, then the batch's rows (None: dummies only).
+
+        A fresh pinned tensor each step: torch's pinned-memory cache reuses it only once its asynchronous
+        copy has completed, so no step waits for the device and none overwrites a copy still in flight.
+        """
+        host = torch.empty((rows, TABLE + columns), dtype=torch.int64, pin_memory=self.spec.capture)
         host[:, POSITION], host[:, SLOT], host[:, SEQ_LEN] = 0, self.scratch_block * self.block_size, 1
         host[:, TABLE:] = self.scratch_block
         if batch is not None:
@@ -112,30 +132,26 @@ class PaddedDecodeStep:
             host[:count, POSITION], host[:count, SLOT] = batch.positions, batch.slot_mapping
             host[:count, SEQ_LEN] = batch.seq_lens
             host[:count, TABLE : TABLE + width] = batch.block_tables[:, :width]
-        # Safe to reuse the pinned buffer next step: every step ends by copying its codes to the host.
-        self.metadata[:rows, : TABLE + columns].copy_(host, non_blocking=True)
+        return host
 
-    def _static_batch(self, rows: int, columns: int) -> AttentionBatch:
-        metadata = self.metadata[:rows]
-        return AttentionBatch(
+    def _prepare(self, rows: int, columns: int) -> _Bucket:
+        """The bucket's static inputs and step: the talker over them, captured as a CUDA graph when asked."""
+        metadata = torch.zeros((rows, TABLE + columns), dtype=torch.int64, device=self.kv_pool.device)
+        batch = AttentionBatch(
             positions=metadata[:, POSITION], slot_mapping=metadata[:, SLOT], query_start=self.query_start[: rows + 1],
-            seq_lens=metadata[:, SEQ_LEN], block_tables=metadata[:, TABLE : TABLE + columns],
-            max_seq_len=columns * self.block_size,
+            seq_lens=metadata[:, SEQ_LEN], block_tables=metadata[:, TABLE:], max_seq_len=columns * self.block_size,
         )
-
-    def _prepare(self, rows: int, columns: int) -> Callable[[], torch.Tensor]:
-        """The bucket's step: the talker over the static buffers, captured as a CUDA graph when asked."""
-        batch, inputs = self._static_batch(rows, columns), self.rows[:rows]
+        inputs = self.rows[:rows]
 
         def forward() -> torch.Tensor:
             return self.talker(inputs, batch, self.kv_pool)
 
         step = forward
         if self.spec.capture:
-            self._stage(None, rows, columns)  # warm-up and capture write only the scratch block
+            metadata.copy_(self._staged(None, rows, columns))  # warm-up and capture write only the scratch block
             step = self._capture(forward)
-        self.steps[(rows, columns)] = step
-        return step
+        self.prepared[(rows, columns)] = bucket = _Bucket(metadata, step)
+        return bucket
 
     def _capture(self, forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
         device = self.kv_pool.device
@@ -145,7 +161,8 @@ class PaddedDecodeStep:
             forward()  # lazy set-up (library handles, RoPE's device table) happens outside the capture
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.graph_pool):
+        # thread_local: CUDA work of other threads in the process (another model, say) may go on meanwhile.
+        with torch.cuda.graph(graph, pool=self.graph_pool, capture_error_mode="thread_local"):
             output = forward()
 
         def replay() -> torch.Tensor:
