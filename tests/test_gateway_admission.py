@@ -17,28 +17,30 @@ pytestmark = pytest.mark.timeout(60)  # a hang is a failure, reported fast
 
 BAD_BODIES = [
     # (body, code, param, words the message must contain)
-    ({"input": "", "voice": "ryan"}, "invalid_request", "input", "input is empty"),
-    ({"input": "   \n", "voice": "ryan"}, "invalid_request", "input", "input is empty"),
+    ({"input": "", "voice": "ryan"}, "empty_input", "input", "input is empty"),
+    ({"input": "   \n", "voice": "ryan"}, "empty_input", "input", "input is empty"),
     ({"input": "x" * 4097, "voice": "ryan"}, "text_too_long", "input", "4097 characters; the limit is 4096"),
     ({"input": "hi", "voice": "alloy"}, "unknown_voice", "voice", "ryan, vivian, eric"),
     ({"input": "hi"}, "unknown_voice", "voice", "voice is required"),
     ({"input": "hi", "voice": "ryan", "language": "klingon"}, "unknown_language", "language", "english"),
     ({"input": "hi", "voice": "ryan", "language": "sichuan_dialect"}, "unknown_language", "language", "auto"),
     ({"input": "hi", "voice": "ryan", "model": "gpt-4o-mini-tts"}, "unknown_model", "model", "'tiny'"),
-    ({"input": 42, "voice": "ryan"}, "invalid_request", "input", "Expected `str`, got `int`"),
-    ({"input": "hi", "voice": ["ryan"]}, "invalid_request", "voice", "got `array`"),
-    ({"input": "hi", "voice": "ryan", "seed": True}, "invalid_request", "seed", "got `bool`"),
-    ({"input": "hi", "voice": "ryan", "seed": -1}, "invalid_request", "seed", ">= 0"),
-    ({"input": "hi", "voice": "ryan", "temperature": "hot"}, "invalid_request", "temperature", "got `str`"),
-    ({"input": "hi", "voice": "ryan", "temperature": -0.5}, "invalid_request", "temperature", ">= 0.0"),
-    ({"input": "hi", "voice": "ryan", "top_p": 1.5}, "invalid_request", "top_p", "<= 1.0"),
-    ({"input": "hi", "voice": "ryan", "max_new_tokens": 0}, "invalid_request", "max_new_tokens", ">= 1"),
-    ({"input": "hi", "voice": "ryan", "text_mode": "chunky"}, "invalid_request", "text_mode", "'chunky'"),
-    ({"input": "hi", "voice": "ryan", "temprature": 0.5}, "invalid_request", "temprature", "unknown field"),
-    ({"input": "hi", "voice": "ryan", "response_format": "mp3"}, "invalid_request", "response_format", "wav, pcm"),
-    ({"input": "hi", "voice": "ryan", "speed": 2.0}, "invalid_request", "speed", "no speed control"),
-    ({"voice": "ryan"}, "invalid_request", "input", "missing required field `input`"),
-    (["hi"], "invalid_request", None, "Expected `object`, got `array`"),
+    ({"input": 42, "voice": "ryan"}, "invalid_type", "input", "Expected `str`, got `int`"),
+    ({"input": "hi", "voice": ["ryan"]}, "invalid_type", "voice", "got `array`"),
+    ({"input": "hi", "voice": "ryan", "seed": True}, "invalid_type", "seed", "got `bool`"),
+    ({"input": "hi", "voice": "ryan", "seed": -1}, "out_of_range", "seed", ">= 0"),
+    ({"input": "hi", "voice": "ryan", "temperature": "hot"}, "invalid_type", "temperature", "got `str`"),
+    ({"input": "hi", "voice": "ryan", "temperature": -0.5}, "out_of_range", "temperature", ">= 0.0"),
+    ({"input": "hi", "voice": "ryan", "top_p": 1.5}, "out_of_range", "top_p", "<= 1.0"),
+    ({"input": "hi", "voice": "ryan", "max_new_tokens": 0}, "out_of_range", "max_new_tokens", ">= 1"),
+    ({"input": "hi", "voice": "ryan", "text_mode": "chunky"}, "invalid_value", "text_mode", "'chunky'"),
+    ({"input": "hi", "voice": "ryan", "temprature": 0.5}, "unknown_field", "temprature", "unknown field"),
+    ({"input": "hi", "voice": "ryan", "response_format": "aac"}, "unsupported_format", "response_format",
+     "wav, pcm, flac, mp3, opus"),
+    ({"input": "hi", "voice": "ryan", "speed": 2.0}, "unsupported_value", "speed", "no speed control"),
+    ({"input": "hi", "voice": "ryan", "speed": 5.0}, "out_of_range", "speed", "0.25..4.0"),
+    ({"voice": "ryan"}, "missing_field", "input", "missing required field `input`"),
+    (["hi"], "invalid_type", None, "Expected `object`, got `array`"),
 ]
 
 
@@ -64,7 +66,7 @@ async def test_malformed_json_is_a_400(gateway_factory, gateway_bus):
                                      headers={"content-type": "application/json"})
     assert response.status_code == 400
     error = response.json()["error"]
-    assert error["code"] == "invalid_request" and "not valid JSON" in error["message"]
+    assert error["code"] == "invalid_json" and "not valid JSON" in error["message"]
     assert await queued_requests(gateway_bus) == 0
 
 

@@ -73,10 +73,10 @@ async def test_bad_messages_get_error_events_and_the_socket_stays_open(standin, 
         pcm, done = await receive_until_event(socket, "audio.done", "error")
     assert (malformed["type"], malformed["code"]) == ("error", "invalid_request")
     assert "not valid JSON" in malformed["message"]
-    assert (wrong_type["code"], wrong_type["param"]) == ("invalid_request", "input")
+    assert (wrong_type["code"], wrong_type["param"]) == ("invalid_type", "input")
     assert (unknown_voice["code"], unknown_voice["param"]) == ("unknown_voice", "voice")
     assert unknown_voice["request_id"] is None  # refused before it had an id: nothing was queued
-    assert empty["code"] == "invalid_request" and "input is empty" in empty["message"]
+    assert empty["code"] == "empty_input" and "input is empty" in empty["message"]
     assert binary["code"] == "invalid_request" and "JSON text" in binary["message"]
     assert done["type"] == "audio.done" and pcm == expected_pcm(1)
     assert len(standin.requests) == 1

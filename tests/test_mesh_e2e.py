@@ -104,7 +104,7 @@ async def test_undecodable_request_is_termed_and_the_next_is_served(mesh):
 
 
 @pytest.mark.parametrize("body, code", [
-    ({"input": ""}, "invalid_request"),
+    ({"input": ""}, "empty_input"),
     ({"input": "x" * 4097}, "text_too_long"),
     ({"input": "hi", "voice": "nobody"}, "unknown_voice"),
     ({"input": "hi", "voice": "ryan", "language": "klingon"}, "unknown_language"),

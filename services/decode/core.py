@@ -135,10 +135,13 @@ class DecodeCore:
             self.stats.requests_stood_down += 1
         else:
             self.stats.requests_failed += 1
+            self.stats.record_failure(ErrorCode.INTERNAL.value)
         self._release(active)
         return False
 
     def _count(self, ending: Ending) -> None:
+        if ending.error is not None:
+            self.stats.record_failure(ending.error.code.value)
         if ending.error is None:
             self.stats.requests_finished += 1
         elif ending.error.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT):

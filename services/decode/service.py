@@ -28,6 +28,8 @@ from services.decode.shutdown import finish_or_end
 from services.decode.worker import EngineWorker
 from services.engine.config import StageConfig, StageKind
 from services.engine.engine import Engine
+from services.metrics.from_stats import decode_families, stats_registry
+from services.metrics.listener import metrics_listener
 from services.model.config import load_config
 from services.model.loader import DTYPES, load_model
 from services.model.text_tokenizer import TextTokenizer
@@ -99,6 +101,8 @@ async def _serve_connected(nc: Client, settings: DecodeSettings, replica: str, e
     async with AsyncExitStack() as stack:
         micro = await register(nc, parts, replica)
         stack.push_async_callback(micro.stop)
+        await stack.enter_async_context(metrics_listener(stats_registry(parts.stats, decode_families),
+                                                         settings.metrics_port))
         await lease.renew()  # live before the first pull, so a vocoder never sees an owner without a lease
         log.info("decode %s serving %s (%d KV blocks, max %d sequences, preemption %s)", replica,
                  settings.model_name, engine.num_blocks, settings.max_num_seqs, settings.recompute_preemption)

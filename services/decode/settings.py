@@ -29,6 +29,8 @@ class DecodeSettings(CommonSettings):
         4.0, "runaway guard: extra frames per character of text (4.0 = 0.32 s of audio per character)")
     max_new_frames: int = setting(2048, "hard cap on frames per request, whatever the text or the request asks")
     shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
+    metrics_port: int = setting(0, "port of the Prometheus /metrics listener on 127.0.0.1 (0: off)",
+                                env="VOXMESH_DECODE_METRICS_PORT")
 
     def __post_init__(self) -> None:
         for name in ("kv_cache_blocks", "max_num_seqs", "block_size", "max_num_batched_tokens", "max_model_len",
@@ -36,6 +38,9 @@ class DecodeSettings(CommonSettings):
                      "num_partitions", "torch_threads"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise SettingsError(f"--metrics-port / VOXMESH_DECODE_METRICS_PORT: {self.metrics_port} is not a TCP "
+                                "port (0..65535; 0: off)")
         if not (math.isfinite(self.shutdown_grace_s) and self.shutdown_grace_s >= 0):
             raise SettingsError(f"--shutdown-grace-s: must be a finite number >= 0, got {self.shutdown_grace_s}")
         if not (math.isfinite(self.runaway_frames_per_char) and self.runaway_frames_per_char >= 0):

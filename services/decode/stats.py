@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from services.engine.engine import Engine
@@ -25,6 +25,11 @@ class DecodeStats:
     last_batch_size: int = 0
     max_batch_size: int = 0
     step_errors: int = 0
+    failures_by_code: dict[str, int] = field(default_factory=dict)
+    """Requests ended with an error here (cancelled and invalid included), by error code (for /metrics)."""
+
+    def record_failure(self, code: str) -> None:
+        self.failures_by_code[code] = self.failures_by_code.get(code, 0) + 1
 
     def record_step(self, batch_size: int) -> None:
         self.steps += 1

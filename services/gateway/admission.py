@@ -12,9 +12,12 @@ from dataclasses import dataclass
 
 from messages.errors import ErrorCode
 from messages.requests import MAX_TEXT_CHARS, SamplingSpec, SynthesisRequest
-from services.gateway.body import RESPONSE_FORMATS, SpeechBody, SynthesisFields
+from services.gateway.body import SpeechBody, SynthesisFields
 from services.gateway.catalog import VoiceCatalog
 from services.gateway.errors import AdmissionError
+from services.gateway.formats import audio_format
+
+SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,18 +40,21 @@ class AdmissionPolicy:
         if self.queue_deadline_s <= 0:
             raise ValueError(f"queue_deadline_s must be > 0, got {self.queue_deadline_s}")
 
-    def admit(self, fields: SynthesisFields, *, now: float | None = None) -> SynthesisRequest:
-        """Validate `fields` and fix the request's id, seed and deadline. Raises AdmissionError."""
+    def admit(self, fields: SynthesisFields, *, now: float | None = None,
+              request_id: str | None = None) -> SynthesisRequest:
+        """Validate `fields` and fix the request's id (`request_id`, or a fresh one), seed and deadline.
+        Raises AdmissionError."""
         now = time.time() if now is None else now
         if isinstance(fields, SpeechBody):
             _check_output(fields)
         text = self._checked_text(fields.input)
         self._check_model(fields.model)
+        _check_frame_counts(fields)
         return SynthesisRequest(
-            id=new_request_id(),
+            id=request_id or new_request_id(),
             model=self.catalog.model,
             text=text,
-            speaker=self._checked_voice(fields.voice),
+            speaker=self._checked_voice(fields.voice_name),
             language=self._checked_language(fields.language),
             instruct=fields.instructions or None,
             text_mode=fields.text_mode,
@@ -60,11 +66,12 @@ class AdmissionPolicy:
             initial_chunk_frames=fields.initial_chunk_frames,
             deadline=now + self.queue_deadline_s,
             created_at=now,
+            min_new_tokens=fields.min_new_tokens,
         )
 
     def _checked_text(self, text: str) -> str:
         if not text.strip():
-            raise AdmissionError(ErrorCode.INVALID_REQUEST, "input is empty: give 1 to "
+            raise AdmissionError(ErrorCode.EMPTY_INPUT, "input is empty: give 1 to "
                                  f"{self.max_text_chars} characters of text", param="input")
         if len(text) > self.max_text_chars:
             raise AdmissionError(ErrorCode.TEXT_TOO_LONG, f"input has {len(text)} characters; the limit is "
@@ -99,12 +106,22 @@ class AdmissionPolicy:
 
 
 def _check_output(body: SpeechBody) -> None:
-    if body.response_format not in RESPONSE_FORMATS:
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"response_format {body.response_format!r} is not "
-                             f"supported; use one of {', '.join(RESPONSE_FORMATS)}", param="response_format")
+    audio_format(body.response_format)  # unsupported_format naming the ones that work
+    low, high = SPEED_RANGE
+    if not low <= body.speed <= high:
+        raise AdmissionError(ErrorCode.OUT_OF_RANGE, f"speed {body.speed} is outside {low}..{high}; this server "
+                             "serves 1.0 only", param="speed")
     if body.speed != 1.0:
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"speed {body.speed} is not supported: the model has no "
-                             "speed control; send 1.0 or omit it", param="speed")
+        raise AdmissionError(ErrorCode.UNSUPPORTED_VALUE, f"speed {body.speed} is not supported: the model has no "
+                             "speed control (and resampling would change the pitch); send 1.0 or omit it",
+                             param="speed")
+
+
+def _check_frame_counts(fields: SynthesisFields) -> None:
+    low, high = fields.min_new_tokens, fields.max_new_tokens
+    if low is not None and high is not None and low > high:
+        raise AdmissionError(ErrorCode.OUT_OF_RANGE, f"min_new_tokens ({low}) is above max_new_tokens ({high})",
+                             param="min_new_tokens")
 
 
 def new_request_id() -> str:

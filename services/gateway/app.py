@@ -10,10 +10,12 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 
 from services.gateway.auth import check_bearer
-from services.gateway.errors import GatewayError
+from services.gateway.errors import GatewayError, http_error, internal_error
+from services.gateway.request_id import RequestIdMiddleware, request_id_of
 from services.gateway.runtime import Gateway, gateway_runtime
 from services.gateway.settings import GatewaySettings
 
@@ -38,7 +40,7 @@ def create_app(settings: GatewaySettings, shutdown: asyncio.Event | None = None)
     """The gateway app; its lifespan connects to NATS and starts supervision, and stops them on shutdown.
 
     `shutdown`, the process's stop event, lets a stop during startup end the wait for NATS."""
-    from services.gateway.routes import health, speech, speech_stream
+    from services.gateway.routes import health, metrics, models, speech, speech_stream
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -47,12 +49,29 @@ def create_app(settings: GatewaySettings, shutdown: asyncio.Event | None = None)
             yield
 
     app = FastAPI(title="voxmesh gateway", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(RequestIdMiddleware)
     app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
     app.include_router(health.router)
+    app.include_router(metrics.router)
+    app.include_router(models.router)
     app.include_router(speech.router)
     app.include_router(speech_stream.router)
     return app
 
 
 async def _gateway_error(request: Request, error: GatewayError) -> JSONResponse:
+    if error.request_id is None:  # refused before admission: the HTTP request's own id
+        error.request_id = request_id_of(request)
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
+
+
+async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+    """Starlette's own errors (unknown path, wrong method) in OpenAI's error shape."""
+    return await _gateway_error(request, http_error(error.status_code, str(error.detail)))
+
+
+async def _internal_error(request: Request, error: Exception) -> JSONResponse:
+    """A bug: a 500 in OpenAI's shape, with the request id (logged with its traceback by the server)."""
+    return await _gateway_error(request, internal_error(error))

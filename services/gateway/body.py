@@ -22,18 +22,29 @@ TopP = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(gt=0)]
 
 
+class VoiceRef(msgspec.Struct, forbid_unknown_fields=True):
+    """OpenAI's voice object (`{"id": "..."}`), accepted beside a plain voice name.
+
+    Attributes:
+        id: the voice (speaker) name.
+    """
+
+    id: str
+
+
 class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """What to say and how; shared by `POST /v1/audio/speech` and the WebSocket's request message.
 
     Attributes:
         input: the text, 1..4096 characters.
         model: the served model's name; None means the served model.
-        voice: a speaker of the checkpoint (custom_voice models); case-insensitive.
+        voice: a speaker of the checkpoint (custom_voice models), as a name or `{"id": name}`; case-insensitive.
         language: "auto" or a language of the checkpoint; case-insensitive.
         instructions: style instruction (voice_design models).
         seed: generator seed; None draws a random one (reported in the Accepted event).
         temperature, top_k, top_p, repetition_penalty: talker sampling; None uses the checkpoint's defaults.
         max_new_tokens: cap on codec frames (12.5 per second of audio).
+        min_new_tokens: frames generated before the end of speech may be drawn (at most max_new_tokens).
         ignore_eos: generate up to max_new_tokens even past the end of speech (benchmarks).
         initial_chunk_frames: frames in the first chunk (lower first-packet latency).
         text_mode: "non-streaming" (whole text in the prompt) or "streaming" (text fed along the frames).
@@ -41,7 +52,7 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     input: str
     model: str | None = None
-    voice: str | None = None
+    voice: str | VoiceRef | None = None
     language: str = "auto"
     instructions: str | None = None
     seed: Seed | None = None
@@ -50,31 +61,50 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     top_p: TopP | None = None
     repetition_penalty: Penalty | None = None
     max_new_tokens: PosInt | None = None
+    min_new_tokens: NonNegInt | None = None
     ignore_eos: bool = False
     initial_chunk_frames: PosInt | None = None
     text_mode: Literal["non-streaming", "streaming"] = "non-streaming"
+
+    @property
+    def voice_name(self) -> str | None:
+        """The voice as a name, whichever way the client wrote it."""
+        return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
 
 
 class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
     """`POST /v1/audio/speech`.
 
     Attributes:
-        response_format: "wav" (24 kHz mono s16) or "pcm" (raw 24 kHz s16le mono).
-        speed: only 1.0 (the model has no speed control; refused rather than ignored).
+        response_format: wav (24 kHz mono s16), pcm (raw 24 kHz s16le mono), flac, mp3 or opus (in Ogg).
+        speed: OpenAI's range is 0.25..4.0; only 1.0 is served (the model has no speed control, and resampling
+            would change the pitch): anything else is refused rather than ignored.
+        stream_format: None answers the whole file once it is complete (exact length; a failure is an HTTP error
+            status); "audio" streams the file's bytes as they are made; "sse" streams server-sent events
+            (`speech.audio.delta` with base64 audio, then `speech.audio.done` with usage, or `error`).
     """
 
     response_format: str = "wav"
     speed: float = 1.0
-
-
-RESPONSE_FORMATS = ("wav", "pcm")
+    stream_format: Literal["audio", "sse"] | None = None
 
 _AT_FIELD = re.compile(r" - at `\$\.([A-Za-z_][A-Za-z0-9_]*)[^`]*`")
 _NAMED_FIELD = re.compile(r"(?:unknown|required) field `([^`]+)`")
 
 
+# msgspec's validation messages, by the error code a client branches on (first match wins).
+_CODE_OF_MESSAGE = (
+    (re.compile(r"^Expected `[^`]+`, got `"), ErrorCode.INVALID_TYPE),
+    (re.compile(r"^Expected `[^`]+` (?:of length )?[<>]=?"), ErrorCode.OUT_OF_RANGE),
+    (re.compile(r"^Invalid enum value"), ErrorCode.INVALID_VALUE),
+    (re.compile(r"unknown field"), ErrorCode.UNKNOWN_FIELD),
+    (re.compile(r"missing required field"), ErrorCode.MISSING_FIELD),
+)
+
+
 def parse_body(raw: bytes | str, kind: type[SynthesisFields]) -> SynthesisFields:
-    """Decode a JSON body; AdmissionError (400, `invalid_request`) naming the field on any problem."""
+    """Decode a JSON body; AdmissionError (400) naming the field on any problem, with a specific code:
+    invalid_json, invalid_type, out_of_range, invalid_value, unknown_field or missing_field."""
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
@@ -83,6 +113,7 @@ def parse_body(raw: bytes | str, kind: type[SynthesisFields]) -> SynthesisFields
         param = field.group(1) if field else None
         detail = _AT_FIELD.sub("", text)
         message = f"{param}: {detail}" if _AT_FIELD.search(text) else detail
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"invalid body: {message}", param=param) from exc
+        code = next((code for pattern, code in _CODE_OF_MESSAGE if pattern.search(text)), ErrorCode.INVALID_REQUEST)
+        raise AdmissionError(code, f"invalid body: {message}", param=param) from exc
     except msgspec.DecodeError as exc:
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"the body is not valid JSON: {exc}") from exc
+        raise AdmissionError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from exc

@@ -1,15 +1,17 @@
 """What the served checkpoint offers a client: its name, speakers (voices) and languages.
 
-Read from the checkpoint's config.json only (no weights), so the gateway validates voice and language before a
-request costs the mesh anything.
+Read from the checkpoint's config.json (no weights are loaded), so the gateway validates voice and language before
+a request costs the mesh anything; the fingerprint samples the weight files' bytes once, at startup.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from messages import subjects
+from services.model.checkpoint_summary import CheckpointInfoError, checkpoint_fingerprint
 from services.model.config import TTSConfig, parse_config, read_json
 from services.model.errors import ModelError
 
@@ -29,12 +31,17 @@ class VoiceCatalog:
         model_type: the checkpoint's tts_model_type (custom_voice, voice_design, base).
         speakers: lower-cased speaker names (custom_voice checkpoints), in checkpoint order.
         languages: "auto" and every language a request may name, lower-cased.
+        fingerprint: the checkpoint's fingerprint (`checkpoint_fingerprint`), None when the directory holds no
+            weights (a gateway may be given config files only).
+        created: unix time of config.json (OpenAI's `created` of a model).
     """
 
     model: str
     model_type: str
     speakers: tuple[str, ...]
     languages: tuple[str, ...]
+    fingerprint: str | None = None
+    created: int = 0
 
     @classmethod
     def from_dir(cls, model_dir: str | Path | None, model: str) -> VoiceCatalog:
@@ -46,7 +53,9 @@ class VoiceCatalog:
             config = _read_config(Path(model_dir))
         except ModelError as exc:
             raise CatalogError(f"cannot read the served model's config: {exc}") from exc
-        return cls.from_config(config, model)
+        catalog = cls.from_config(config, model)
+        return dataclasses.replace(catalog, fingerprint=_fingerprint(Path(model_dir)),
+                                   created=int((Path(model_dir) / "config.json").stat().st_mtime))
 
     @classmethod
     def from_config(cls, config: TTSConfig, model: str) -> VoiceCatalog:
@@ -63,6 +72,13 @@ class VoiceCatalog:
             return subjects.slug(model) == subjects.slug(self.model)
         except ValueError:
             return False
+
+
+def _fingerprint(model_dir: Path) -> str | None:
+    try:
+        return checkpoint_fingerprint(model_dir)
+    except (CheckpointInfoError, OSError):  # config files only: the gateway needs no weights to serve
+        return None
 
 
 def _read_config(model_dir: Path) -> TTSConfig:

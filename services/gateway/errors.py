@@ -16,6 +16,17 @@ from messages.events import Failed
 # of the mesh could not serve it (5xx), so retries and alerts can tell them apart.
 STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: HTTPStatus.BAD_REQUEST,
+    ErrorCode.INVALID_JSON: HTTPStatus.BAD_REQUEST,
+    ErrorCode.INVALID_TYPE: HTTPStatus.BAD_REQUEST,
+    ErrorCode.OUT_OF_RANGE: HTTPStatus.BAD_REQUEST,
+    ErrorCode.INVALID_VALUE: HTTPStatus.BAD_REQUEST,
+    ErrorCode.UNKNOWN_FIELD: HTTPStatus.BAD_REQUEST,
+    ErrorCode.MISSING_FIELD: HTTPStatus.BAD_REQUEST,
+    ErrorCode.EMPTY_INPUT: HTTPStatus.BAD_REQUEST,
+    ErrorCode.UNSUPPORTED_FORMAT: HTTPStatus.BAD_REQUEST,
+    ErrorCode.UNSUPPORTED_VALUE: HTTPStatus.BAD_REQUEST,
+    ErrorCode.INVALID_API_KEY: HTTPStatus.UNAUTHORIZED,
+    ErrorCode.NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.TEXT_TOO_LONG: HTTPStatus.BAD_REQUEST,
     ErrorCode.UNKNOWN_MODEL: HTTPStatus.BAD_REQUEST,
     ErrorCode.UNKNOWN_VOICE: HTTPStatus.BAD_REQUEST,
@@ -30,7 +41,8 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
 }
 
 # OpenAI's error `type` for client mistakes; everything else is a server-side failure.
-_CLIENT_TYPES = {HTTPStatus.BAD_REQUEST: "invalid_request_error", HTTPStatus.TOO_MANY_REQUESTS: "rate_limit_error"}
+_CLIENT_TYPES = {HTTPStatus.BAD_REQUEST: "invalid_request_error", HTTPStatus.UNAUTHORIZED: "invalid_request_error",
+                 HTTPStatus.NOT_FOUND: "invalid_request_error", HTTPStatus.TOO_MANY_REQUESTS: "rate_limit_error"}
 
 
 def status_of(code: ErrorCode) -> int:
@@ -102,3 +114,15 @@ class RequestFailed(GatewayError):
     @classmethod
     def from_event(cls, event: Failed) -> RequestFailed:
         return cls(event.code, event.reason, stage=event.stage, chunk_count=event.chunk_count)
+
+
+def http_error(status: int, detail: str) -> GatewayError:
+    """A framework-level HTTP error (404 unknown path, 405 wrong method...) as a GatewayError."""
+    code = ErrorCode.NOT_FOUND if status == HTTPStatus.NOT_FOUND else ErrorCode.INVALID_REQUEST
+    return GatewayError(code, f"{detail}: see GET /v1/models and POST /v1/audio/speech", status=status)
+
+
+def internal_error(error: Exception) -> GatewayError:
+    """An unexpected exception (a bug) as a 500 that names its type, never its internals."""
+    return GatewayError(ErrorCode.INTERNAL, f"internal error ({type(error).__name__}); the request id is in the "
+                        "logs: report it", status=HTTPStatus.INTERNAL_SERVER_ERROR)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from nats.aio.client import Client
@@ -36,6 +37,7 @@ class AudioStream:
         partition: its vocoder partition (where re-decode requests go).
         next_seq: chunks 0..next_seq-1 have been handed to the client.
         terminal: the request's terminal event once seen.
+        first_chunk_at: unix time the first chunk was handed to the client (first-packet latency).
     """
 
     def __init__(self, nc: Client, request_id: str, partition: int, repair: RepairPolicy = RepairPolicy()) -> None:
@@ -43,6 +45,7 @@ class AudioStream:
         self.partition = partition
         self.next_seq = 0
         self.terminal: TerminalEvent | None = None
+        self.first_chunk_at: float | None = None
         self._nc = nc
         self._repair = GapRepair(nc, request_id, partition, repair)
         self._changed = asyncio.Event()  # set by the subscriptions when a chunk or the terminal arrives
@@ -96,6 +99,8 @@ class AudioStream:
             self._changed.clear()  # before looking, so a message landing while we look wakes the wait below
             chunk = self._pending.pop(self.next_seq, None)
             if chunk is not None:
+                if self.first_chunk_at is None:
+                    self.first_chunk_at = time.time()
                 self.next_seq += 1
                 self._repair.progressed(self.next_seq)
                 yield chunk

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import nats.errors
 from nats.aio.client import Client
@@ -30,6 +30,7 @@ from services.bus.logs import request_context
 from services.gateway.admission import AdmissionPolicy
 from services.gateway.body import SynthesisFields
 from services.gateway.errors import GatewayError, Overloaded
+from services.gateway.metrics import GatewayMetrics
 from services.gateway.repair import RepairPolicy
 from services.gateway.stream import AudioStream
 from services.gateway.supervisor import Supervisor
@@ -48,6 +49,7 @@ class Synthesizer:
         num_partitions: vocoder partitions (must match provisioning).
         repair: gap-repair patience.
         retry_after_s: the Retry-After of a 429.
+        metrics: outcomes, first packet, RTF and active streams of the requests started here.
     """
 
     nc: Client
@@ -58,14 +60,21 @@ class Synthesizer:
     num_partitions: int
     repair: RepairPolicy = RepairPolicy()
     retry_after_s: int = 1
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
 
     @contextlib.asynccontextmanager
-    async def synthesize(self, fields: SynthesisFields) -> AsyncIterator[AudioStream]:
-        """Admit and start one request; yields its AudioStream (iterate `stream.chunks()`).
+    async def synthesize(self, fields: SynthesisFields, *,
+                         request_id: str | None = None) -> AsyncIterator[AudioStream]:
+        """Admit and start one request (under `request_id`, or a fresh id); yields its AudioStream (iterate
+        `stream.chunks()`).
 
         Raises AdmissionError (400), Overloaded (429) or GatewayError before yielding; every GatewayError raised
         inside carries the request id."""
-        request = self.admission.admit(fields)
+        try:
+            request = self.admission.admit(fields, request_id=request_id)
+        except GatewayError as error:
+            self.metrics.refused(error)
+            raise
         with request_context(request.id):
             stream = AudioStream(self.nc, request.id, subjects.partition_for(request.id, self.num_partitions),
                                  self.repair)
@@ -75,15 +84,17 @@ class Synthesizer:
                     self.supervisor.watch(request, stream.partition, None, stream)
                     try:
                         self.supervisor.queued(request.id, await self._submit(request))
-                    except GatewayError:
+                    except GatewayError as error:
                         self.supervisor.forget(request.id)  # it never reached the queue
+                        self.metrics.refused(error)
                         raise
                     except asyncio.CancelledError:
                         self.supervisor.client_gone(request.id)  # it may have reached the queue
                         raise
                     try:
-                        await self._announce(request)
-                        yield stream
+                        with self.metrics.streaming(request, stream):
+                            await self._announce(request)
+                            yield stream
                     finally:
                         if stream.terminal is None:
                             log.info("client left before the request ended")

@@ -89,6 +89,7 @@ class VocoderReplica:
             "max_codec_batch": self.codec.max_batch_seen,
             "terminals_published": self.terminal.num_won,
             "terminals_stood_down": self.terminal.num_lost,
+            "terminals_by_code": dict(self.terminal.num_won_by_code),
             "decode_owners_lost": self.owner_watch.num_lost,
             "redecodes": self.redecoder.num_served,
             "messages_termed": sum(s.consumer.pull.num_termed for s in self._served.values()),

@@ -25,6 +25,8 @@ from messages import subjects
 from services.bus.provision import open_bucket
 from services.bus_session import connect_service
 from services.common_settings import CommonSettings
+from services.metrics.from_stats import stats_registry, vocoder_families
+from services.metrics.listener import metrics_listener
 from services.process import default_replica
 from services.settings import SettingsError, setting
 from services.vocoder.codec_worker import CodecWorker
@@ -53,6 +55,8 @@ class VocoderSettings(CommonSettings):
     codec_batching: bool = setting(True, "decode chunks of several requests in one codec call (faster on a GPU); "
                                          "off: each chunk alone, so re-decoded bytes match the first time's exactly "
                                          "even under load (a conv's result can differ by batch size in the last bit)")
+    metrics_port: int = setting(0, "port of the Prometheus /metrics listener on 127.0.0.1 (0: off)",
+                                env="VOXMESH_VOCODER_METRICS_PORT")
 
     def __post_init__(self) -> None:
         for name in ("max_streams", "max_decode_batch", "max_in_flight", "max_redecodes", "num_partitions"):
@@ -61,6 +65,9 @@ class VocoderSettings(CommonSettings):
         if not 0 < self.tick_s < self.lease_ttl_s:
             raise SettingsError(f"--tick-s ({self.tick_s}) must be > 0 and below --lease-ttl-s ({self.lease_ttl_s})")
         parse_partitions(self.partitions, self.num_partitions)
+        if not 0 <= self.metrics_port <= 65535:
+            raise SettingsError(f"--metrics-port / VOXMESH_VOCODER_METRICS_PORT: {self.metrics_port} is not a TCP "
+                                "port (0..65535; 0: off)")
 
     def replica_config(self) -> ReplicaConfig:
         return ReplicaConfig(
@@ -98,7 +105,7 @@ async def serve(settings: VocoderSettings, stop: asyncio.Event) -> None:
     try:
         nc = await connect_service(settings, f"{SERVICE_NAME}-{config.replica}")
         try:
-            await _serve_connected(nc, config, codec, stop)
+            await _serve_connected(nc, config, codec, stop, settings.metrics_port)
         finally:
             if not nc.is_closed:
                 await nc.drain()
@@ -106,13 +113,15 @@ async def serve(settings: VocoderSettings, stop: asyncio.Event) -> None:
         await codec.close()
 
 
-async def _serve_connected(nc: Client, config: ReplicaConfig, codec: CodecWorker, stop: asyncio.Event) -> None:
+async def _serve_connected(nc: Client, config: ReplicaConfig, codec: CodecWorker, stop: asyncio.Event,
+                           metrics_port: int = 0) -> None:
     js = nc.jetstream()
     kv = await open_bucket(js)
     replica = VocoderReplica(nc, js, kv, codec, config)
     micro = await register(nc, replica)
     try:
-        await replica.run(stop)
+        async with metrics_listener(stats_registry(replica.stats, vocoder_families), metrics_port):
+            await replica.run(stop)
     finally:
         await micro.stop()
 

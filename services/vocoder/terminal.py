@@ -29,6 +29,8 @@ class TerminalPublisher:
         self.samples_per_frame = samples_per_frame
         self.num_won = 0
         self.num_lost = 0
+        self.num_won_by_code: dict[str, int] = {}
+        """Terminals this replica published, by "finished" or the failure's code (for /metrics)."""
 
     def after_end(self, end: CodesEnd, *, chunk_count: int, frames: int) -> TerminalEvent:
         """The terminal for a CodesEnd, once `chunk_count` audio chunks holding `frames` frames are out."""
@@ -66,6 +68,8 @@ class TerminalPublisher:
         won = await publish_terminal(self._js, event.request_id, event)
         if won:
             self.num_won += 1
+            key = event.code.value if isinstance(event, Failed) else "finished"
+            self.num_won_by_code[key] = self.num_won_by_code.get(key, 0) + 1
             log.info("request %s ended: %s (%d chunks)", event.request_id, type(event).__name__, event.chunk_count)
         else:
             self.num_lost += 1

@@ -1,0 +1,90 @@
+"""Metrics read from a service's own counters when scraped (decode, vocoder).
+
+Those services already keep counters for their NATS micro STATS; a collector turns the same `stats()` dict into
+Prometheus families at scrape time, so the hot paths carry no metrics code, and `/metrics` and `$SRV.STATS` never
+disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from services.metrics import names
+
+log = logging.getLogger(__name__)
+
+Stats = Mapping[str, Any]
+Families = Callable[[Stats], list]
+
+
+class StatsCollector(Collector):
+    """Calls `read_stats()` at each scrape and renders it with `families`."""
+
+    def __init__(self, read_stats: Callable[[], Stats], families: Families) -> None:
+        self._read_stats = read_stats
+        self._families = families
+
+    def collect(self) -> Iterator:
+        try:
+            stats = self._read_stats()
+        except Exception:  # a scrape must not take the service down; the gap in the series shows it
+            log.exception("could not read the service's stats for /metrics")
+            return
+        yield from self._families(stats)
+
+
+def stats_registry(read_stats: Callable[[], Stats], families: Families) -> CollectorRegistry:
+    """A registry holding one StatsCollector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatsCollector(read_stats, families))
+    return registry
+
+
+def requests_family(ended: Mapping[tuple[str, str], int]) -> CounterMetricFamily:
+    """`voxmesh_requests_total` from counts by (outcome, code)."""
+    family = CounterMetricFamily(names.REQUESTS, "Requests ended, by outcome and error code",
+                                 labels=["outcome", "code"])
+    for (outcome, code), count in sorted(ended.items()):
+        family.add_metric([outcome, code], count)
+    return family
+
+
+def decode_families(stats: Stats) -> list:
+    """The decode replica's metrics from `DecodeParts.stats()`."""
+    ended = {("finished", names.NO_CODE): stats["requests_finished"],
+             ("stood_down", names.NO_CODE): stats["requests_stood_down"]}
+    ended.update({("failed", code): count for code, count in stats.get("failures_by_code", {}).items()})
+    return [
+        requests_family(ended),
+        CounterMetricFamily(names.PREEMPTIONS, "Capacity preemptions of running requests", stats["preemptions"]),
+        GaugeMetricFamily(names.KV_BLOCKS_IN_USE, "KV blocks held by requests", stats["kv_blocks_in_use"]),
+        GaugeMetricFamily(names.KV_BLOCKS_CAPACITY, "KV blocks in the pool", stats["kv_blocks_total"]),
+        GaugeMetricFamily(names.QUEUE_DEPTH, "Requests in the engine's waiting queue", stats["waiting_sequences"]),
+        GaugeMetricFamily(names.ACTIVE_STREAMS, "Requests this replica owns", stats["active_requests"]),
+        CounterMetricFamily("voxmesh_engine_steps", "Engine steps run", stats["steps"]),
+        CounterMetricFamily("voxmesh_frames", "Codec frames generated", stats["frames"]),
+        CounterMetricFamily("voxmesh_step_errors", "Engine steps that raised", stats["step_errors"]),
+    ]
+
+
+def vocoder_families(stats: Stats) -> list:
+    """The vocoder replica's metrics from `VocoderReplica.stats()`."""
+    ended = {("finished" if code == "finished" else "failed", names.NO_CODE if code == "finished" else code): count
+             for code, count in stats.get("terminals_by_code", {}).items()}
+    return [
+        requests_family(ended),
+        GaugeMetricFamily(names.ACTIVE_STREAMS, "Requests with a codec state here", stats["active_streams"]),
+        GaugeMetricFamily("voxmesh_partitions_owned", "Vocoder partitions this replica serves",
+                          len(stats["partitions"])),
+        CounterMetricFamily("voxmesh_audio_chunks", "Audio chunks published", stats["audio_chunks"]),
+        CounterMetricFamily("voxmesh_codec_calls", "Codec decoder calls", stats["codec_calls"]),
+        CounterMetricFamily("voxmesh_redecodes", "Re-decode requests served", stats["redecodes"]),
+        CounterMetricFamily("voxmesh_decode_owners_lost", "Requests failed because their decode replica died",
+                            stats["decode_owners_lost"]),
+    ]
