@@ -71,7 +71,7 @@ async def test_bad_messages_get_error_events_and_the_socket_stays_open(standin, 
         binary = json.loads(await socket.recv())
         await socket.send(json.dumps({"input": "Still here.", "voice": "ryan"}))
         pcm, done = await receive_until_event(socket, "audio.done", "error")
-    assert (malformed["type"], malformed["code"]) == ("error", "invalid_request")
+    assert (malformed["type"], malformed["code"]) == ("error", "invalid_json")
     assert "not valid JSON" in malformed["message"]
     assert (wrong_type["code"], wrong_type["param"]) == ("invalid_type", "input")
     assert (unknown_voice["code"], unknown_voice["param"]) == ("unknown_voice", "voice")

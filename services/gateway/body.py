@@ -108,12 +108,18 @@ def parse_body(raw: bytes | str, kind: type[SynthesisFields]) -> SynthesisFields
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        field = _AT_FIELD.search(text) or _NAMED_FIELD.search(text)
-        param = field.group(1) if field else None
-        detail = _AT_FIELD.sub("", text)
-        message = f"{param}: {detail}" if _AT_FIELD.search(text) else detail
-        code = next((code for pattern, code in _CODE_OF_MESSAGE if pattern.search(text)), ErrorCode.INVALID_REQUEST)
-        raise AdmissionError(code, f"invalid body: {message}", param=param) from exc
+        raise validation_error(exc, "body") from exc
     except msgspec.DecodeError as exc:
         raise AdmissionError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from exc
+
+
+def validation_error(exc: msgspec.ValidationError, what: str) -> AdmissionError:
+    """msgspec's complaint about a decoded `what` ("body", "input.text message"...) as an AdmissionError with the
+    field at fault as `param` and a specific code."""
+    text = str(exc)
+    field = _AT_FIELD.search(text) or _NAMED_FIELD.search(text)
+    param = field.group(1) if field else None
+    detail = _AT_FIELD.sub("", text)
+    message = f"{param}: {detail}" if _AT_FIELD.search(text) else detail
+    code = next((code for pattern, code in _CODE_OF_MESSAGE if pattern.search(text)), ErrorCode.INVALID_REQUEST)
+    return AdmissionError(code, f"invalid {what}: {message}", param=param)

@@ -52,6 +52,7 @@ class AudioStream:
         self._pending: dict[int, AudioChunk] = {}
         self._subscriptions: list[Subscription] = []
         self._samples_seen = 0
+        self._known_chunks = 0  # chunks 0..n-1 exist in the mesh (a resumed stream knows this)
 
     async def open(self) -> None:
         """Subscribe to the request's audio and terminal event. Call before publishing the request."""
@@ -87,6 +88,17 @@ class AudioStream:
         while count in self._pending:
             count += 1
         return count
+
+    def expect_chunks(self, count: int) -> None:
+        """Chunks 0..count-1 are known to exist (a resumed stream: the gateway had received them before the client
+        left): any of them not held from `next_seq` on is a gap to repair at once, before a later chunk shows it."""
+        self._known_chunks = max(self._known_chunks, count)
+
+    def note_terminal(self, event: TerminalEvent) -> None:
+        """Record the request's terminal event, read from EVENTS by a stream opened after it was published."""
+        if self.terminal is None:
+            self.terminal = event
+            self._changed.set()
 
     def frames_seen(self) -> int:
         """Codec frames covered by the audio received so far (for a failure the gateway reports)."""
@@ -126,7 +138,9 @@ class AudioStream:
             raise
 
     def _has_gap(self) -> bool:
-        """A later chunk arrived before the next one, or the terminal counts chunks we lack."""
+        """A later chunk arrived before the next one, or the terminal (or a resume) counts chunks we lack."""
+        if self.next_seq < self._known_chunks:
+            return True
         if self.terminal is not None:
             return self.next_seq < self.terminal.chunk_count
         return bool(self._pending)
@@ -159,6 +173,4 @@ class AudioStream:
         except DecodeError as exc:
             log.error("request %s: unreadable terminal event: %s", self.request_id, exc)
             return
-        if self.terminal is None:
-            self.terminal = event
-            self._changed.set()
+        self.note_terminal(event)

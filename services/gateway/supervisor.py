@@ -101,6 +101,30 @@ class Supervisor:
         if entry is not None and entry.client_gone_at is None:
             entry.client_gone_at = time.time()
 
+    def client_back(self, request_id: str, stream: AudioStream) -> bool:
+        """A client that left resumed the request on `stream`: its resume-window clock stops.
+
+        False when the request was already cancelled (the window ran out); True otherwise, including a request this
+        supervisor no longer watches (it ended: its terminal was seen)."""
+        entry = self._watched.get(request_id)
+        if entry is None:
+            return True
+        if entry.cancelled:
+            return False
+        entry.client_gone_at = None
+        entry.stream = stream
+        return True
+
+    async def cancel(self, request_id: str, reason: str) -> bool:
+        """Cancel a request now (the client asked): `cancel.<id>` is written, and a request still queued is ended
+        `cancelled` at once. False when it is not watched here or was already cancelled."""
+        entry = self._watched.get(request_id)
+        if entry is None or entry.cancelled:
+            return False
+        with request_context(request_id):
+            await self._cancel(entry, reason, time.time())
+        return True
+
     def forget(self, request_id: str) -> None:
         """Stop supervising a request whose terminal event the gateway has seen."""
         self._watched.pop(request_id, None)
@@ -177,9 +201,13 @@ class Supervisor:
             return
         if not self.is_watching(entry.request.id):  # ended earlier in this pass
             return
-        entry.cancelled = True
         reason = (f"the client disconnected and did not resume within {self.policy.resume_window_s:.1f}s; the "
                   "request was cancelled")
+        await self._cancel(entry, reason, now)
+
+    async def _cancel(self, entry: Supervised, reason: str, now: float) -> None:
+        """Write `cancel.<id>` (every stage stops work); end a request no decode replica took yet right here."""
+        entry.cancelled = True
         await cancel_request(self._kv, CancelRecord(request_id=entry.request.id, reason=reason, at=now))
         log.info("cancelled: %s", reason)
         if not entry.started and await read_owner(self._kv, entry.request.id) is None:

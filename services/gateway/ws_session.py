@@ -1,107 +1,311 @@
-"""One WebSocket session of `/v1/audio/speech/stream`.
+"""One WebSocket session of `/v1/audio/speech/stream` (the messages are in ws_protocol).
 
-Protocol (grows into issue 6's): the client sends a JSON text message with the speech fields
-(`{"input": "...", "voice": "...", ...}`, as `POST /v1/audio/speech` takes them); the server answers
-`{"type": "audio.start", ...}`, then binary frames of s16le mono PCM in order, then `{"type": "audio.done", ...}`,
-or `{"type": "error", ...}` (after the audio made so far, if a request fails mid-stream). A bad message gets an
-`error` event and the socket stays open; requests on one socket are served one after another.
-
-A receiver and a sender run in one TaskGroup: when the client disconnects, the receiver ends the session, which
-cancels the request being streamed (the supervisor then cancels it in the mesh after the resume window).
+A receiver and a player run in one TaskGroup. The receiver validates each client message (a bad one gets an `error`
+event and the socket stays open; an oversized one closes the socket with 1009), cuts incremental text into
+sentences and queues one job per segment. The player streams the jobs' audio strictly in order while the next job
+is already on the mesh. When the client leaves, requests whose `audio.start` it saw are parked for the resume
+window; requests it never heard of are cancelled at once, since nobody can resume them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from messages.errors import ErrorCode
-from services.gateway.body import SynthesisFields, parse_body
-from services.gateway.errors import GatewayError
+from messages.frames import AudioChunk
+from services.gateway.body import SynthesisFields
+from services.gateway.errors import GatewayError, RequestFailed
 from services.gateway.stream import AudioStream
 from services.gateway.synthesis import Synthesizer
 from services.gateway.wav import SAMPLE_RATE
+from services.gateway.ws_jobs import Job, JobQueue
+from services.gateway.ws_protocol import (BASE64_FORMAT, BINARY_FORMAT, AudioDelta, AudioDone, AudioStart, Cancel,
+                                          ErrorEvent, InputDone, InputFlush, InputText, Resume, ServerEvent,
+                                          SessionConfig, SessionDone, SessionUpdate, SessionUpdated, encode_event,
+                                          parse_client_message)
+from services.gateway.ws_resume import ParkedRequest, ResumeRefused, ResumeRegistry, resumed_stream
+from services.gateway.ws_text import SentenceSegmenter
 
 log = logging.getLogger(__name__)
 
-PCM_FORMAT = "pcm_s16le"
+MESSAGE_TOO_BIG = 1009
+CLIENT_CANCEL_REASON = "cancelled by the client"
 _INVALID = ErrorCode.INVALID_REQUEST
 
 
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """Per-socket limits.
+
+    Attributes:
+        max_message_bytes: a larger client message closes the socket with 1009.
+        lookahead: requests on the mesh at once per socket (the one streaming included).
+        max_jobs: segments and requests that may wait on one socket.
+    """
+
+    max_message_bytes: int = 64 * 1024
+    lookahead: int = 2
+    max_jobs: int = 64
+
+
 class ClientGone(Exception):
-    """The client closed the socket."""
+    """The client closed the socket (or the session closed it)."""
+
+
+class SessionOver(Exception):
+    """`session.done` was sent: the session ends normally."""
 
 
 class SpeechSession:
-    """Serves one accepted WebSocket until the client leaves."""
+    """Serves one accepted WebSocket until the client leaves or finishes its input."""
 
-    def __init__(self, websocket: WebSocket, synthesizer: Synthesizer, max_queued: int = 8) -> None:
+    def __init__(self, websocket: WebSocket, synthesizer: Synthesizer, registry: ResumeRegistry,
+                 limits: SessionLimits = SessionLimits()) -> None:
         self._ws = websocket
         self._synthesizer = synthesizer
-        self._requests: asyncio.Queue[SynthesisFields] = asyncio.Queue(max_queued)
-        self._send_lock = asyncio.Lock()  # the receiver's error events and the sender's audio share the socket
+        self._registry = registry
+        self._limits = limits
+        self._config = SessionConfig()
+        self._segmenter = SentenceSegmenter(synthesizer.admission.max_text_chars)
+        self._queue: JobQueue | None = None
+        self._send_lock = asyncio.Lock()  # the receiver's events and the player's audio share the socket
+        self._is_input_done = False
+        self._num_segments = 0
+        self._delivered: list[str] = []
+        self._samples_delivered = 0
+        self._left_at: float | None = None
 
     async def run(self) -> None:
-        """Until the client disconnects."""
+        """Until the client disconnects, or its input is done and every segment served."""
         try:
             async with asyncio.TaskGroup() as group:
+                self._queue = JobQueue(lambda work, name: group.create_task(work, name=name),
+                                       lookahead=self._limits.lookahead, max_jobs=self._limits.max_jobs)
                 group.create_task(self._receive(), name="ws-receive")
-                group.create_task(self._serve(), name="ws-serve")
+                group.create_task(self._play(), name="ws-play")
+        except* SessionOver:
+            with contextlib.suppress(Exception):
+                await self._ws.close(code=1000)
         except* (ClientGone, WebSocketDisconnect, OSError):  # OSError: a send to a socket already gone
             log.debug("websocket client left")
+        finally:
+            await self._leave()
+
+    # The receiver.
 
     async def _receive(self) -> None:
         while True:
             message = await self._ws.receive()
             if message["type"] == "websocket.disconnect":
+                self._left_at = time.time()
                 raise ClientGone()
-            text = message.get("text")
+            text, data = message.get("text"), message.get("bytes")
+            size = len(text.encode()) if text is not None else len(data or b"")
+            if size > self._limits.max_message_bytes:
+                await self._close_oversized(size)
             if text is None:
                 await self._send_error(GatewayError(_INVALID, "send JSON text messages, not binary"))
                 continue
             try:
-                fields = parse_body(text, SynthesisFields)
+                await self._handle(parse_client_message(text))
             except GatewayError as error:
                 await self._send_error(error)
-                continue
-            if self._requests.full():
-                await self._send_error(GatewayError(_INVALID, f"at most {self._requests.maxsize} requests may "
-                                                              "wait on one socket; wait for audio.done"))
-                continue
-            self._requests.put_nowait(fields)
 
-    async def _serve(self) -> None:
-        while True:
-            fields = await self._requests.get()
+    async def _close_oversized(self, size: int) -> None:
+        self._left_at = time.time()
+        async with self._send_lock:
+            await self._ws.close(code=MESSAGE_TOO_BIG, reason=f"message of {size} bytes is over the "
+                                                              f"{self._limits.max_message_bytes}-byte limit")
+        raise ClientGone()
+
+    async def _handle(self, message: Any) -> None:
+        if isinstance(message, SynthesisFields):  # a one-shot request
+            self._synthesizer.admission.admit(message)  # refused here: an error now, and nothing queued
+            self._add(self._job(lambda: self._synthesizer.synthesize(message), BINARY_FORMAT))
+        elif isinstance(message, SessionUpdate):
+            config = self._config.updated(message)
+            self._synthesizer.admission.admit(config.fields_for("check"))  # voice, language, model: refused now
+            self._config = config
+            await self._send(SessionUpdated(session=config))
+        elif isinstance(message, (InputText, InputFlush, InputDone)):
+            self._take_text(message)
+        elif isinstance(message, Cancel):
+            await self._cancel(message.request_id)
+        elif isinstance(message, Resume):
+            self._add(self._resume_job(message))
+
+    def _take_text(self, message: InputText | InputFlush | InputDone) -> None:
+        if self._is_input_done:
+            raise GatewayError(_INVALID, "input.done was sent: this session takes no more text; open a new socket")
+        if isinstance(message, InputText):
+            segments = self._segmenter.append(message.text)
+        else:
+            segments = self._segmenter.flush()
+        for text in segments:
+            self._add(self._segment_job(text))
+        if isinstance(message, InputDone):
+            self._is_input_done = True
+            self._jobs().end()
+
+    def _segment_job(self, text: str) -> Job:
+        fields = self._config.fields_for(text)
+        index, self._num_segments = self._num_segments, self._num_segments + 1
+        return self._job(lambda: self._synthesizer.synthesize(fields), self._config.format,
+                         describe={"segment": index, "text": text})
+
+    def _resume_job(self, message: Resume) -> Job:
+        from_seq = 0 if message.last_seq is None else message.last_seq + 1
+
+        @contextlib.asynccontextmanager
+        async def open_stream() -> AsyncIterator[AudioStream]:
+            parked: ParkedRequest | None = None
+            entered = False
             try:
-                async with self._synthesizer.synthesize(fields) as stream:
-                    await self._stream_audio(stream)
+                parked = await self._registry.claim(message.request_id, message.last_seq)
+                async with resumed_stream(self._synthesizer, self._registry, parked, from_seq) as stream:
+                    entered = True
+                    yield stream
             except GatewayError as error:
-                await self._send_error(error)
+                if parked is not None and not entered and not isinstance(error, ResumeRefused):
+                    self._registry.park(parked)  # a bus hiccup: the client may try again within the window
+                error.request_id = message.request_id
+                raise
 
-    async def _stream_audio(self, stream: AudioStream) -> None:
-        await self._send_json({"type": "audio.start", "request_id": stream.request_id, "format": PCM_FORMAT,
-                               "sample_rate": SAMPLE_RATE, "channels": 1})
-        samples = 0
-        sample_rate = SAMPLE_RATE
+        return self._job(open_stream, self._config.format, first_seq=from_seq, describe={"resumed": True})
+
+    def _job(self, open_stream, audio_format: str, **options: Any) -> Job:
+        return Job(open_stream, self._cancel_in_mesh, audio_format=audio_format, **options)
+
+    def _add(self, job: Job) -> None:
+        if self._is_input_done:
+            raise GatewayError(_INVALID, "input.done was sent: this session takes no more requests; open a new "
+                                         "socket")
+        self._jobs().add(job)
+
+    async def _cancel(self, request_id: str | None) -> None:
+        """Cancel one request of this socket, or everything (buffered text included)."""
+        queue = self._jobs()
+        if request_id is None:
+            self._segmenter.clear()
+            targets = queue.jobs
+        else:
+            targets = [job for job in queue.jobs if job.stream is not None and job.stream.request_id == request_id]
+            if not targets:
+                raise GatewayError(_INVALID, f"no request {request_id} streams on this socket", param="request_id")
+        for job in targets:
+            job.is_cancelled = True
+        queue.remove_waiting(keep=lambda job: not job.is_cancelled)
+        for job in targets:
+            await job.cancel()
+
+    async def _cancel_in_mesh(self, request_id: str) -> None:
+        if await self._synthesizer.supervisor.cancel(request_id, CLIENT_CANCEL_REASON):
+            log.info("request %s cancelled by its client", request_id)
+
+    # The player.
+
+    async def _play(self) -> None:
+        queue = self._jobs()
+        while (job := await queue.next()) is not None:
+            await self._play_job(job)
+            queue.finished(job)  # not on cancellation: _leave still sees the job being played
+        await self._send(SessionDone(request_ids=self._delivered, segments=self._num_segments,
+                                     samples=self._samples_delivered,
+                                     duration_s=self._samples_delivered / SAMPLE_RATE))
+        raise SessionOver()
+
+    async def _play_job(self, job: Job) -> None:
+        try:
+            stream = await job.opened()
+        except GatewayError as error:
+            if not job.is_cancelled:
+                await self._send_error(error)
+            return
+        if job.is_cancelled:
+            return  # cancelled before the client heard of it (the holder cancels it in the mesh)
+        self._registry.attach(stream.request_id)
+        await self._send(AudioStart(request_id=stream.request_id, format=job.audio_format, first_seq=job.first_seq,
+                                    **job.describe))
+        job.is_announced = True
+        try:
+            samples, sample_rate = await self._forward(job, stream)
+        except RequestFailed as error:
+            error.request_id = stream.request_id
+            self._registry.detach(stream.request_id)
+            await self._send_error(error)
+            return
+        self._registry.detach(stream.request_id)
+        if job.is_cancelled:
+            await self._send_error(GatewayError(ErrorCode.CANCELLED, f"{CLIENT_CANCEL_REASON}; the request had "
+                                                f"ended already, {job.next_seq} chunks were sent"))
+            return
+        terminal = stream.terminal
+        await self._send(AudioDone(request_id=stream.request_id, chunk_count=stream.next_seq, samples=samples,
+                                   duration_s=samples / sample_rate, frames=getattr(terminal, "frames", None),
+                                   stop=getattr(terminal, "stop", None)))
+        self._delivered.append(stream.request_id)
+        self._samples_delivered += samples
+
+    async def _forward(self, job: Job, stream: AudioStream) -> tuple[int, int]:
+        """Send the stream's chunks until its end (none once the client cancelled); (samples sent, rate)."""
+        samples, sample_rate = 0, SAMPLE_RATE
         async for chunk in stream.chunks():
-            async with self._send_lock:
-                await self._ws.send_bytes(chunk.pcm)
+            if job.is_cancelled:
+                continue  # silence at once; the mesh's terminal follows the cancel
+            await self._send_audio(job.audio_format, chunk)
+            job.next_seq = chunk.seq + 1
             samples += chunk.num_samples
             sample_rate = chunk.sample_rate
-        terminal = stream.terminal
-        await self._send_json({"type": "audio.done", "request_id": stream.request_id,
-                               "chunk_count": stream.next_seq, "samples": samples,
-                               "duration_s": samples / sample_rate,
-                               "frames": getattr(terminal, "frames", None), "stop": getattr(terminal, "stop", None)})
+        return samples, sample_rate
+
+    # Leaving.
+
+    async def _leave(self) -> None:
+        """Park what the client may resume; cancel what it never heard of."""
+        if self._queue is None:
+            return
+        left_at = self._left_at if self._left_at is not None else time.time()
+        for job in self._queue.jobs:
+            stream = job.stream
+            if stream is None:
+                continue
+            if job.is_announced and not job.is_cancelled:
+                self._registry.park(ParkedRequest(stream.request_id, stream.partition, sent=job.next_seq,
+                                                  received=stream.contiguous_chunks(), left_at=left_at))
+                continue
+            try:
+                await self._cancel_in_mesh(stream.request_id)
+            except Exception:  # noqa: BLE001 - the supervisor still cancels it after the window
+                log.exception("could not cancel request %s of a closed socket", stream.request_id)
+
+    # Sending.
+
+    def _jobs(self) -> JobQueue:
+        if self._queue is None:
+            raise RuntimeError("the session is not running")
+        return self._queue
+
+    async def _send_audio(self, audio_format: str, chunk: AudioChunk) -> None:
+        if audio_format == BASE64_FORMAT:
+            await self._send(AudioDelta(request_id=chunk.request_id, seq=chunk.seq,
+                                        audio=base64.b64encode(chunk.pcm).decode()))
+            return
+        async with self._send_lock:
+            await self._ws.send_bytes(chunk.pcm)
 
     async def _send_error(self, error: GatewayError) -> None:
-        await self._send_json({"type": "error", "request_id": error.request_id, "code": error.code.value,
-                               "message": error.message, "param": error.param, "stage": error.stage.value})
+        await self._send(ErrorEvent(request_id=error.request_id, code=error.code.value, message=error.message,
+                                    param=error.param, stage=error.stage.value))
 
-    async def _send_json(self, event: dict) -> None:
+    async def _send(self, event: ServerEvent) -> None:
         async with self._send_lock:
-            await self._ws.send_json(event)
-
+            await self._ws.send_text(encode_event(event))

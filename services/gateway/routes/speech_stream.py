@@ -1,25 +1,61 @@
-"""WebSocket `/v1/audio/speech/stream`: text in as JSON, PCM out as binary frames (see ws_session for the protocol)."""
+"""WebSocket `/v1/audio/speech/stream`: incremental text in, PCM out as it is made, resume and cancel (the messages
+are in ws_protocol, the session in ws_session).
+
+API keys are checked before the socket is accepted (close 1008 without a valid one): in the `Authorization: Bearer`
+header, or, for browsers (which cannot set headers on a WebSocket), as the subprotocol `bearer.<key>` offered beside
+`voxmesh`, which the server then selects.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, WebSocket
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, WebSocket
+from starlette.requests import HTTPConnection
 
 from services.gateway.app import GatewayDep
 from services.gateway.auth import Unauthorized, check_bearer
+from services.gateway.routes import web
+from services.gateway.ws_resume import ResumeRegistry
 from services.gateway.ws_session import SpeechSession
 
 router = APIRouter()
+router.include_router(web.router)  # the page that plays this stream
 
 POLICY_VIOLATION = 1008
+SUBPROTOCOL = "voxmesh"
+BEARER_PREFIX = "bearer."
+
+
+def get_resume_registry(connection: HTTPConnection, gateway: GatewayDep) -> ResumeRegistry:
+    """The gateway's parked WebSocket requests: one registry per app, made at the first socket (with the
+    supervisor's resume window, so both agree on when a request is gone)."""
+    state = connection.app.state
+    if getattr(state, "resume_registry", None) is None:
+        state.resume_registry = ResumeRegistry(gateway.synthesizer.supervisor.policy.resume_window_s)
+    return state.resume_registry
+
+
+ResumeRegistryDep = Annotated[ResumeRegistry, Depends(get_resume_registry)]
 
 
 @router.websocket("/v1/audio/speech/stream")
-async def speech_stream(websocket: WebSocket, gateway: GatewayDep) -> None:
+async def speech_stream(websocket: WebSocket, gateway: GatewayDep, registry: ResumeRegistryDep) -> None:
     """Authenticate before accepting (close 1008 without a valid key), then serve the session."""
+    offered = list(websocket.scope.get("subprotocols") or [])
     try:
-        check_bearer(websocket.headers.get("authorization"), gateway.api_keys)
+        check_bearer(_authorization(websocket, offered), gateway.api_keys)
     except Unauthorized as error:
         await websocket.close(code=POLICY_VIOLATION, reason=error.message)
         return
-    await websocket.accept()
-    await SpeechSession(websocket, gateway.synthesizer).run()
+    await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+    await SpeechSession(websocket, gateway.synthesizer, registry).run()
+
+
+def _authorization(websocket: WebSocket, offered: list[str]) -> str | None:
+    """The Authorization header, or the same built from a `bearer.<key>` subprotocol."""
+    header = websocket.headers.get("authorization")
+    if header is not None:
+        return header
+    key = next((p[len(BEARER_PREFIX):] for p in offered if p.startswith(BEARER_PREFIX)), None)
+    return None if key is None else f"Bearer {key}"

@@ -1,0 +1,160 @@
+// voxmesh web page: sends the text over the streaming WebSocket and plays the PCM as it arrives.
+//
+// Each binary frame (s16le mono) becomes an AudioBuffer scheduled to start exactly where the previous one ends, so
+// consecutive buffers play back to back. The first buffer starts START_LEAD_S after it arrives: a small jitter
+// buffer. If a frame arrives after the audio scheduled so far has run out (the network or the mesh fell behind),
+// playback is re-anchored to now, and that underrun is counted.
+"use strict";
+
+(() => {
+  const START_LEAD_S = 0.2;
+  const config = JSON.parse(document.getElementById("voxmesh-config").textContent);
+  const $ = (id) => document.getElementById(id);
+
+  // What happened in the last session, for people (the page) and for tests (window.voxmesh).
+  const report = window.voxmesh = {
+    config, events: [], buffers: [], scheduledSamples: 0, underruns: 0, firstPacketMs: null, audioDone: [],
+  };
+
+  class StreamPlayer {
+    constructor(sampleRate) {
+      this.sampleRate = sampleRate;
+      this.context = new AudioContext({ sampleRate });
+      this.anchor = null; // context time of sample 0 of the current back-to-back run
+      this.offset = 0; // samples scheduled since the anchor
+      this.sources = new Set();
+    }
+
+    schedule(pcm) {
+      const samples = new Int16Array(pcm);
+      const buffer = this.context.createBuffer(1, samples.length, this.sampleRate);
+      const channel = buffer.getChannelData(0);
+      for (let i = 0; i < samples.length; i++) channel[i] = samples[i] / 32768;
+      const now = this.context.currentTime;
+      if (this.anchor === null || this.anchor + this.offset / this.sampleRate < now) {
+        if (this.anchor !== null) report.underruns += 1;
+        this.anchor = now + START_LEAD_S;
+        this.offset = 0;
+      }
+      const start = this.anchor + this.offset / this.sampleRate;
+      const source = this.context.createBufferSource();
+      source.buffer = buffer;
+      source.connect(this.context.destination);
+      source.onended = () => this.sources.delete(source);
+      source.start(start);
+      this.sources.add(source);
+      report.buffers.push({ start, anchor: this.anchor, offset: this.offset, samples: samples.length,
+                            contextTimeAtSchedule: now });
+      this.offset += samples.length;
+      return samples.length;
+    }
+
+    stop() {
+      for (const source of this.sources) source.stop();
+      this.sources.clear();
+      this.context.close();
+    }
+  }
+
+  let socket = null;
+  let player = null;
+
+  function setState(text) { $("state").textContent = text; }
+
+  function showError(message) { $("error").textContent = message; }
+
+  function fillPickers() {
+    for (const voice of config.voices) $("voice").add(new Option(voice, voice));
+    for (const language of config.languages) $("language").add(new Option(language, language));
+    $("voice").disabled = config.voices.length === 0;
+    $("api-key-field").hidden = !config.api_key_required;
+  }
+
+  function sessionSettings() {
+    const settings = JSON.parse($("options").value || "{}");
+    if (config.voices.length) settings.voice = $("voice").value;
+    settings.language = $("language").value;
+    return { type: "session.update", ...settings };
+  }
+
+  function onEvent(event, current) {
+    report.events.push({ type: event.type, at: performance.now(), contextTime: current.context.currentTime,
+                         event });
+    if (event.type === "audio.start") {
+      $("request-id").textContent = event.request_id;
+    } else if (event.type === "audio.done") {
+      report.audioDone.push(event);
+    } else if (event.type === "error") {
+      showError(`${event.code}: ${event.message}`);
+    } else if (event.type === "session.done") {
+      setState(`done: ${event.duration_s.toFixed(2)} s of audio in ${event.segments} segment(s)`);
+    }
+  }
+
+  function onAudio(pcm, sentAt, current) {
+    if (report.firstPacketMs === null) {
+      report.firstPacketMs = performance.now() - sentAt;
+      $("first-packet").textContent = `${report.firstPacketMs.toFixed(0)} ms`;
+      setState("playing");
+    }
+    report.scheduledSamples += current.schedule(pcm);
+    $("samples-scheduled").textContent = String(report.scheduledSamples);
+    $("seconds-scheduled").textContent = `${(report.scheduledSamples / config.sample_rate).toFixed(2)} s`;
+  }
+
+  function speak() {
+    let settings;
+    try {
+      settings = sessionSettings();
+    } catch (error) {
+      showError(`options are not valid JSON: ${error.message}`);
+      return;
+    }
+    stop();
+    Object.assign(report, { events: [], buffers: [], scheduledSamples: 0, underruns: 0, firstPacketMs: null,
+                            audioDone: [] });
+    showError("");
+    $("first-packet").textContent = "–";
+    $("samples-scheduled").textContent = "0";
+    const current = player = new StreamPlayer(config.sample_rate); // in the click: a gesture may start audio
+    const url = new URL(config.stream_path, location.href);
+    url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    const key = $("api-key").value.trim();
+    const ws = socket = new WebSocket(url, key ? ["voxmesh", `bearer.${key}`] : ["voxmesh"]);
+    ws.binaryType = "arraybuffer";
+    let sentAt = 0;
+    ws.onopen = () => {
+      setState("waiting for audio");
+      sentAt = performance.now();
+      ws.send(JSON.stringify(settings));
+      ws.send(JSON.stringify({ type: "input.text", text: $("text").value }));
+      ws.send(JSON.stringify({ type: "input.done" }));
+    };
+    ws.onmessage = (message) => {
+      if (current !== player) return; // a message of a session that was stopped
+      if (typeof message.data === "string") onEvent(JSON.parse(message.data), current);
+      else onAudio(message.data, sentAt, current);
+    };
+    ws.onclose = (close) => {
+      $("stop").disabled = true;
+      if (close.code !== 1000) showError(`connection closed (${close.code}) ${close.reason}`);
+    };
+    $("stop").disabled = false;
+  }
+
+  function stop() {
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify({ type: "cancel" }));
+      socket.close(1000);
+      setState("stopped");
+    }
+    if (player) player.stop();
+    socket = null;
+    player = null;
+    $("stop").disabled = true;
+  }
+
+  fillPickers();
+  $("speak").addEventListener("click", speak);
+  $("stop").addEventListener("click", stop);
+})();
