@@ -40,9 +40,12 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.CANCELLED: HTTPStatus.CONFLICT,
 }
 
-# OpenAI's error `type` for client mistakes; everything else is a server-side failure.
-_CLIENT_TYPES = {HTTPStatus.BAD_REQUEST: "invalid_request_error", HTTPStatus.UNAUTHORIZED: "invalid_request_error",
-                 HTTPStatus.NOT_FOUND: "invalid_request_error", HTTPStatus.TOO_MANY_REQUESTS: "rate_limit_error"}
+
+def error_type(status: int) -> str:
+    """OpenAI's error `type`: a rate limit, a client mistake (any other 4xx), or the server's failure."""
+    if status == HTTPStatus.TOO_MANY_REQUESTS:
+        return "rate_limit_error"
+    return "invalid_request_error" if 400 <= status < 500 else "server_error"
 
 
 def status_of(code: ErrorCode) -> int:
@@ -79,7 +82,7 @@ class GatewayError(Exception):
 
     def body(self) -> dict:
         """OpenAI's error shape, plus the stage and the request id where known."""
-        return {"error": {"message": self.message, "type": _CLIENT_TYPES.get(self.status, "server_error"),
+        return {"error": {"message": self.message, "type": error_type(self.status),
                           "param": self.param, "code": self.code.value, "stage": self.stage.value,
                           "request_id": self.request_id}}
 

@@ -72,7 +72,8 @@ class _Delivery:
     def __init__(self, send: Send, body: SpeechBody, request_id: str | None) -> None:
         self._send = send
         self._mode = body.stream_format
-        self._format: AudioFormat = audio_format(body.response_format)
+        self._format_name = body.response_format
+        self._format: AudioFormat | None = None  # looked up once admitted: admission refuses unknown formats
         self._encoder: StreamEncoder | None = None
         self._sample_rate = SAMPLE_RATE
         self._num_samples = 0
@@ -82,6 +83,7 @@ class _Delivery:
     async def run(self, stream: AudioStream) -> None:
         """Deliver the whole request; GatewayError from the stream propagates (to `fail`)."""
         self._request_id = stream.request_id
+        self._format = audio_format(self._format_name)
         if self._mode is None:
             await self._send_whole(stream)
             return
