@@ -9,7 +9,8 @@ REQUESTS = "voxmesh_requests"
 """Requests ended, by `outcome` (finished, failed, refused, abandoned, stood_down) and error `code` ("none" when
 there is none)."""
 FIRST_PACKET = "voxmesh_first_packet_seconds"
-"""Seconds from admission to the first audio chunk the gateway holds for the client."""
+"""Seconds from admission to the first audio chunk the gateway handed to the client (observed when the request
+ends)."""
 RTF = "voxmesh_rtf"
 """Real-time factor of finished requests: seconds from admission to the last audio, over seconds of audio."""
 QUEUE_DEPTH = "voxmesh_queue_depth"
