@@ -1,8 +1,13 @@
-"""`voxmesh say "text" -o out.wav`: synthesize through a running mesh's HTTP API."""
+"""`voxmesh say "text" -o out.wav`: synthesize through a running mesh's HTTP API.
+
+`voxmesh say --stdin -o out.wav` (or `-o -` for raw PCM on stdout) streams instead: text in as it is typed, audio
+out as it is made (say_stream.py).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 
@@ -10,8 +15,13 @@ import httpx
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("text", help="what to say")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="WAV file to write")
+    parser.add_argument("text", nargs="?", default=None, help="what to say (or --stdin)")
+    parser.add_argument("--stdin", action="store_true",
+                        help="stream: read text from standard input as it arrives; speak each sentence at once")
+    parser.add_argument("-o", "--output", type=Path, required=True,
+                        help="WAV file to write; with --stdin, '-' writes the audio to standard output")
+    parser.add_argument("--format", choices=("wav", "pcm"), default=None,
+                        help="with --stdin: wav or raw s16le 24 kHz mono pcm (default: wav for a file, pcm for '-')")
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway (default http://127.0.0.1:8000)")
     parser.add_argument("--model", default="tiny", help="model name as served")
     parser.add_argument("--voice", default=None, help="speaker of the checkpoint")
@@ -22,6 +32,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.stdin == (args.text is not None):
+        print("voxmesh say: give the text as an argument, or --stdin, not both", file=sys.stderr)
+        return 2
+    if args.stdin:
+        from services.cli.say_stream import stream_stdin
+
+        return asyncio.run(stream_stdin(args))
+    if str(args.output) == "-" or args.format is not None:
+        print("voxmesh say: '-o -' and --format go with --stdin", file=sys.stderr)
+        return 2
     body = {"model": args.model, "input": args.text, "response_format": "wav"}
     for key in ("voice", "language", "seed"):
         if getattr(args, key) is not None:

@@ -52,9 +52,16 @@ class GapRepair:
         self.num_requests = 0
 
     def progressed(self, next_seq: int) -> None:
-        """The stream now holds every chunk below `next_seq`: a gap at or before it is repaired."""
+        """The stream now holds every chunk below `next_seq`. A re-decode republishes every chunk from its seq on,
+        so while one delivers, the chunks after it are under way too: it stays the outstanding repair (from the
+        first chunk still missing, with a fresh deadline) instead of a new request per chunk."""
         if self._from_seq is not None and next_seq > self._from_seq:
-            self._from_seq, self._attempts = None, 0
+            self._from_seq, self._attempts = next_seq, 0
+            self._retry_at = time.monotonic() + self._policy.arrival_timeout_s
+
+    def settled(self) -> None:
+        """No chunk is missing any more: nothing is outstanding."""
+        self._from_seq, self._attempts = None, 0
 
     def wait_s(self) -> float | None:
         """How long the stream may wait for the next message before this repair is due again (None: no repair)."""

@@ -121,6 +121,8 @@ class AudioStream:
                 break
             if self._has_gap():
                 await self._repair_gap()
+            else:
+                self._repair.settled()
             await self._wait(self._repair.wait_s())
         if isinstance(self.terminal, Failed):
             raise RequestFailed.from_event(self.terminal)

@@ -1,0 +1,138 @@
+"""`voxmesh say --stdin`: text in as it is typed (or piped from a program that writes as it thinks), audio out as it
+is made, through the gateway's streaming WebSocket.
+
+Standard input is read as it arrives and sent as `input.text`; the gateway speaks each sentence as soon as it ends;
+end of input sends `input.done`. The PCM goes to a WAV file (its header completed at the end) or to standard output
+(raw s16le 24 kHz mono by default, ready for `aplay -f S16_LE -r 24000 -c 1`). Progress goes to standard error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import BinaryIO
+
+import websockets
+
+from services.gateway.wav import SAMPLE_RATE, wav_header
+
+STREAM_PATH = "/v1/audio/speech/stream"
+READ_BYTES = 4096  # at most 4096 characters per input.text message
+MAX_WAV_SAMPLES = (2**32 - 1 - 36) // 2  # a WAV header for a stream of unknown length
+
+
+class AudioSink:
+    """Where the PCM goes: a WAV file (header fixed on close), or stdout as raw PCM or an open-ended WAV."""
+
+    def __init__(self, output: Path | None, audio_format: str) -> None:
+        self.num_samples = 0
+        self._is_wav = audio_format == "wav"
+        self._file: BinaryIO = sys.stdout.buffer if output is None else open(output, "wb")  # noqa: SIM115
+        self._seekable = output is not None
+        if self._is_wav:
+            self._file.write(wav_header(0 if self._seekable else MAX_WAV_SAMPLES, SAMPLE_RATE))
+
+    def write(self, pcm: bytes) -> None:
+        self._file.write(pcm)
+        self._file.flush()  # a player reading stdout hears it now
+        self.num_samples += len(pcm) // 2
+
+    def close(self) -> None:
+        if self._is_wav and self._seekable:
+            self._file.seek(0)
+            self._file.write(wav_header(self.num_samples, SAMPLE_RATE))
+        if self._file is not sys.stdout.buffer:
+            self._file.close()
+
+
+def stream_url(url: str) -> str:
+    """The WebSocket URL of the gateway at `url` (http[s]://host:port)."""
+    base = url.rstrip("/").replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+    return base + STREAM_PATH
+
+
+def session_update(args) -> dict:
+    """The session's settings from the command line."""
+    update = {"type": "session.update", "model": args.model}
+    for key in ("voice", "language", "seed"):
+        if getattr(args, key) is not None:
+            update[key] = getattr(args, key)
+    return update
+
+
+def read_stdin_into(queue: asyncio.Queue[str | None], loop: asyncio.AbstractEventLoop) -> None:
+    """Read standard input as it arrives (a thread: reads block); None at the end."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while data := os.read(sys.stdin.fileno(), READ_BYTES):
+        text = decoder.decode(data)
+        if text:
+            loop.call_soon_threadsafe(queue.put_nowait, text)
+    if tail := decoder.decode(b"", final=True):
+        loop.call_soon_threadsafe(queue.put_nowait, tail)
+    loop.call_soon_threadsafe(queue.put_nowait, None)
+
+
+async def send_input(socket, queue: asyncio.Queue[str | None]) -> None:
+    """Forward standard input as `input.text` messages, then `input.done`."""
+    while (text := await queue.get()) is not None:
+        await socket.send(json.dumps({"type": "input.text", "text": text}))
+    await socket.send(json.dumps({"type": "input.done"}))
+
+
+async def receive_audio(socket, sink: AudioSink) -> int:
+    """Write the audio, report progress on stderr; 0 once `session.done` arrived with no error, else 1."""
+    failed = False
+    async for message in socket:
+        if isinstance(message, bytes):
+            sink.write(message)
+            continue
+        event = json.loads(message)
+        kind = event["type"]
+        if kind == "audio.start":
+            print(f"segment {event['segment']} {event['request_id']}: {event['text']!r}", file=sys.stderr, flush=True)
+        elif kind == "audio.done":
+            print(f"  audio.done {event['duration_s']:.2f} s", file=sys.stderr, flush=True)
+        elif kind == "error":
+            failed = True
+            print(f"voxmesh say: {event['code']}: {event['message']}", file=sys.stderr, flush=True)
+        elif kind == "session.done":
+            print(f"session.done: {event['segments']} segments, {event['duration_s']:.2f} s", file=sys.stderr,
+                  flush=True)
+            return 1 if failed else 0
+    print("voxmesh say: the gateway closed the connection before session.done", file=sys.stderr)
+    return 1
+
+
+async def stream_stdin(args) -> int:
+    """Run one streaming session from stdin to `args.output` (None: stdout)."""
+    output = None if str(args.output) == "-" else args.output
+    audio_format = args.format or ("pcm" if output is None else "wav")
+    headers = {}
+    if args.api_key_file is not None:
+        headers["Authorization"] = "Bearer " + args.api_key_file.read_text(encoding="utf-8").strip()
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+    # A daemon thread: a read blocked on a terminal must not keep the process alive after the session ends.
+    threading.Thread(target=read_stdin_into, args=(queue, asyncio.get_running_loop()), daemon=True).start()
+    sink = AudioSink(output, audio_format)
+    try:
+        async with websockets.connect(stream_url(args.url), additional_headers=headers, max_size=None,
+                                      open_timeout=args.timeout) as socket:
+            await socket.send(json.dumps(session_update(args)))
+            sender = asyncio.create_task(send_input(socket, queue))
+            try:
+                code = await receive_audio(socket, sink)
+            finally:
+                sender.cancel()
+    except (OSError, websockets.WebSocketException) as error:
+        print(f"voxmesh say: cannot stream through {args.url}: {error}", file=sys.stderr)
+        return 1
+    finally:
+        sink.close()
+    if output is not None:
+        print(f"wrote {sink.num_samples / SAMPLE_RATE:.2f} s of audio to {output}", file=sys.stderr)
+    return code
