@@ -40,6 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="gateway port on 127.0.0.1 (default 8000)")
     parser.add_argument("--nats-url", default=None, help="use this NATS server instead of an embedded one")
     parser.add_argument("--state-dir", type=Path, default=None, help=f"default: {default_state_dir()}")
+    parser.add_argument("--model-name", default=None,
+                        help="the name clients ask for (default: the compose file's, `tiny`)")
     parser.add_argument("--device", default=None, help="torch device for decode and vocoder (default: the file's)")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"))
     parser.add_argument("--kv-cache-blocks", type=int, default=None, help="decode's KV pool size in blocks")
@@ -54,6 +56,7 @@ def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict
         "VOXMESH_MODEL_DIR": str(model_dir),
         "VOXMESH_HOST": "127.0.0.1",
         "VOXMESH_PORT": str(args.port),
+        "VOXMESH_MODEL_NAME": args.model_name,
         "VOXMESH_DEVICE": args.device,
         "VOXMESH_DTYPE": args.dtype,
         "VOXMESH_KV_CACHE_BLOCKS": args.kv_cache_blocks,

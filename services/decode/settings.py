@@ -23,11 +23,12 @@ class DecodeSettings(CommonSettings):
     max_num_batched_tokens: int = setting(2048, "most new tokens in one engine step (prefill chunks + 1 per decode)")
     max_model_len: int = setting(4096, "most tokens (prompt + frames) one request may reach")
     initial_chunk_frames: int = setting(2, "frames in a request's first codes chunk (low first-packet latency)")
-    chunk_frames: int = setting(8, "frames in every later codes chunk (the last one may be shorter)")
+    chunk_frames: int = setting(8, "largest codes chunk: chunk sizes ramp initial, initial, 2x, 4x ... up to this")
     runaway_min_frames: int = setting(60, "runaway guard: frames any text may reach (60 frames = 4.8 s of audio)")
     runaway_frames_per_char: float = setting(
         4.0, "runaway guard: extra frames per character of text (4.0 = 0.32 s of audio per character)")
     max_new_frames: int = setting(2048, "hard cap on frames per request, whatever the text or the request asks")
+    cuda_graphs: bool = setting(True, "on CUDA, replay decode-only steps as CUDA graphs (one per batch bucket)")
     shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
     metrics_port: int = setting(0, "port of the Prometheus /metrics listener on 127.0.0.1 (0: off)",
                                 env="VOXMESH_DECODE_METRICS_PORT")
@@ -58,7 +59,7 @@ class DecodeSettings(CommonSettings):
         """The engine's limits from these settings."""
         return EngineConfig(kv_cache_blocks=self.kv_cache_blocks, block_size=self.block_size,
                             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                            max_model_len=self.max_model_len)
+                            max_model_len=self.max_model_len, cuda_graphs=self.cuda_graphs)
 
     def frame_budget(self, text_chars: int, requested: int | None) -> int:
         """Most frames a request may produce: the runaway guard (DESIGN.md invariant 7), the request's own cap and
