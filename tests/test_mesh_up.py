@@ -38,14 +38,16 @@ def _alive(pid: int) -> bool:
 
 def test_up_makes_its_model_serves_say_and_stops_leaving_no_process(tmp_path):
     state = tmp_path / "state"
-    with run_mesh(None, state) as mesh:  # no --model: the first run writes the tiny checkpoint
+    # No --model: the first run writes the tiny checkpoint. A dotted model name travels slugged in subjects.
+    with run_mesh(None, state, "--model-name", "Qwen3-TTS-0.6B-demo") as mesh:
         assert (state / "models" / "tiny" / "config.json").is_file()
         children = dict(mesh.pids)
         assert set(children) == {"gateway", "decode", "vocoder"}
         assert _processes_mentioning(str(state)), "the embedded nats-server stores under the state dir"
         out = tmp_path / "said.wav"
         said = subprocess.run([sys.executable, "-m", "services.cli", "say", "Hello there.", "-o", str(out),
-                               "--url", mesh.gateway_url, "--voice", "ryan"], capture_output=True, text=True,
+                               "--url", mesh.gateway_url, "--voice", "ryan",
+                               "--model", "Qwen3-TTS-0.6B-demo"], capture_output=True, text=True,
                               timeout=120)
         assert said.returncode == 0, said.stderr
         with wave.open(str(out)) as wav:
