@@ -4,6 +4,15 @@
 # they pull gradio and a CUDA torchaudio, which the 12 Hz path never touches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The web page's browser test (tests/test_web_page.py) drives Debian's chromium through Playwright, which is told
+# never to download a browser of its own.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+  else
+    echo "tests/install.sh: chromium is missing; tests/test_web_page.py needs it: apt-get install chromium" >&2
+  fi
+fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench]'
