@@ -160,7 +160,8 @@ class ErrorEvent(msgspec.Struct, tag="error", **_Tagged):
 
 
 class SessionDone(msgspec.Struct, tag="session.done", **_Tagged):
-    """After `input.done`: every segment was served; the server closes the socket next."""
+    """After `input.done`: every segment was served; the server closes the socket next (1000). `request_ids`,
+    `samples` and `duration_s` count the requests whose audio was delivered in full (`audio.done`)."""
 
     request_ids: list[str]
     segments: int

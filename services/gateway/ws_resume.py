@@ -82,6 +82,7 @@ class ResumeRegistry:
 
     def park(self, parked: ParkedRequest) -> None:
         """The socket streaming the request is gone; a resume may take it until the window ends."""
+        self._expire_old(parked.left_at)  # nothing else prunes requests nobody came back for
         self._parked[parked.request_id] = parked
         self.detach(parked.request_id)
 

@@ -10,7 +10,6 @@ window; requests it never heard of are cancelled at once, since nobody can resum
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
@@ -21,17 +20,16 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from messages.errors import ErrorCode
-from messages.frames import AudioChunk
 from services.gateway.body import SynthesisFields
 from services.gateway.errors import GatewayError, RequestFailed
 from services.gateway.stream import AudioStream
 from services.gateway.synthesis import Synthesizer
 from services.gateway.wav import SAMPLE_RATE
 from services.gateway.ws_jobs import Job, JobQueue
-from services.gateway.ws_protocol import (BASE64_FORMAT, BINARY_FORMAT, AudioDelta, AudioDone, AudioStart, Cancel,
-                                          ErrorEvent, InputDone, InputFlush, InputText, Resume, ServerEvent,
-                                          SessionConfig, SessionDone, SessionUpdate, SessionUpdated, encode_event,
-                                          parse_client_message)
+from services.gateway.ws_channel import ClientChannel
+from services.gateway.ws_protocol import (BINARY_FORMAT, AudioDone, AudioStart, Cancel, InputDone, InputFlush,
+                                          InputText, Resume, SessionConfig, SessionDone, SessionUpdate,
+                                          SessionUpdated, parse_client_message)
 from services.gateway.ws_resume import ParkedRequest, ResumeRefused, ResumeRegistry, resumed_stream
 from services.gateway.ws_text import SentenceSegmenter
 
@@ -77,7 +75,7 @@ class SpeechSession:
         self._config = SessionConfig()
         self._segmenter = SentenceSegmenter(synthesizer.admission.max_text_chars)
         self._queue: JobQueue | None = None
-        self._send_lock = asyncio.Lock()  # the receiver's events and the player's audio share the socket
+        self._channel = ClientChannel(websocket)
         self._is_input_done = False
         self._num_segments = 0
         self._delivered: list[str] = []
@@ -94,7 +92,7 @@ class SpeechSession:
                 group.create_task(self._play(), name="ws-play")
         except* SessionOver:
             with contextlib.suppress(Exception):
-                await self._ws.close(code=1000)
+                await self._channel.close(1000)
         except* (ClientGone, WebSocketDisconnect, OSError):  # OSError: a send to a socket already gone
             log.debug("websocket client left")
         finally:
@@ -113,18 +111,17 @@ class SpeechSession:
             if size > self._limits.max_message_bytes:
                 await self._close_oversized(size)
             if text is None:
-                await self._send_error(GatewayError(_INVALID, "send JSON text messages, not binary"))
+                await self._channel.error(GatewayError(_INVALID, "send JSON text messages, not binary"))
                 continue
             try:
                 await self._handle(parse_client_message(text))
             except GatewayError as error:
-                await self._send_error(error)
+                await self._channel.error(error)
 
     async def _close_oversized(self, size: int) -> None:
         self._left_at = time.time()
-        async with self._send_lock:
-            await self._ws.close(code=MESSAGE_TOO_BIG, reason=f"message of {size} bytes is over the "
-                                                              f"{self._limits.max_message_bytes}-byte limit")
+        await self._channel.close(MESSAGE_TOO_BIG, f"message of {size} bytes is over the "
+                                                   f"{self._limits.max_message_bytes}-byte limit")
         raise ClientGone()
 
     async def _handle(self, message: Any) -> None:
@@ -135,7 +132,7 @@ class SpeechSession:
             config = self._config.updated(message)
             self._synthesizer.admission.admit(config.fields_for("check"))  # voice, language, model: refused now
             self._config = config
-            await self._send(SessionUpdated(session=config))
+            await self._channel.event(SessionUpdated(session=config))
         elif isinstance(message, (InputText, InputFlush, InputDone)):
             self._take_text(message)
         elif isinstance(message, Cancel):
@@ -218,7 +215,7 @@ class SpeechSession:
         while (job := await queue.next()) is not None:
             await self._play_job(job)
             queue.finished(job)  # not on cancellation: _leave still sees the job being played
-        await self._send(SessionDone(request_ids=self._delivered, segments=self._num_segments,
+        await self._channel.event(SessionDone(request_ids=self._delivered, segments=self._num_segments,
                                      samples=self._samples_delivered,
                                      duration_s=self._samples_delivered / SAMPLE_RATE))
         raise SessionOver()
@@ -228,12 +225,12 @@ class SpeechSession:
             stream = await job.opened()
         except GatewayError as error:
             if not job.is_cancelled:
-                await self._send_error(error)
+                await self._channel.error(error)
             return
         if job.is_cancelled:
             return  # cancelled before the client heard of it (the holder cancels it in the mesh)
         self._registry.attach(stream.request_id)
-        await self._send(AudioStart(request_id=stream.request_id, format=job.audio_format, first_seq=job.first_seq,
+        await self._channel.event(AudioStart(request_id=stream.request_id, format=job.audio_format, first_seq=job.first_seq,
                                     **job.describe))
         job.is_announced = True
         try:
@@ -241,15 +238,15 @@ class SpeechSession:
         except RequestFailed as error:
             error.request_id = stream.request_id
             self._registry.detach(stream.request_id)
-            await self._send_error(error)
+            await self._channel.error(error)
             return
         self._registry.detach(stream.request_id)
         if job.is_cancelled:
-            await self._send_error(GatewayError(ErrorCode.CANCELLED, f"{CLIENT_CANCEL_REASON}; the request had "
+            await self._channel.error(GatewayError(ErrorCode.CANCELLED, f"{CLIENT_CANCEL_REASON}; the request had "
                                                 f"ended already, {job.next_seq} chunks were sent"))
             return
         terminal = stream.terminal
-        await self._send(AudioDone(request_id=stream.request_id, chunk_count=stream.next_seq, samples=samples,
+        await self._channel.event(AudioDone(request_id=stream.request_id, chunk_count=stream.next_seq, samples=samples,
                                    duration_s=samples / sample_rate, frames=getattr(terminal, "frames", None),
                                    stop=getattr(terminal, "stop", None)))
         self._delivered.append(stream.request_id)
@@ -261,7 +258,7 @@ class SpeechSession:
         async for chunk in stream.chunks():
             if job.is_cancelled:
                 continue  # silence at once; the mesh's terminal follows the cancel
-            await self._send_audio(job.audio_format, chunk)
+            await self._channel.audio(job.audio_format, chunk)
             job.next_seq = chunk.seq + 1
             samples += chunk.num_samples
             sample_rate = chunk.sample_rate
@@ -287,25 +284,7 @@ class SpeechSession:
             except Exception:  # noqa: BLE001 - the supervisor still cancels it after the window
                 log.exception("could not cancel request %s of a closed socket", stream.request_id)
 
-    # Sending.
-
     def _jobs(self) -> JobQueue:
         if self._queue is None:
             raise RuntimeError("the session is not running")
         return self._queue
-
-    async def _send_audio(self, audio_format: str, chunk: AudioChunk) -> None:
-        if audio_format == BASE64_FORMAT:
-            await self._send(AudioDelta(request_id=chunk.request_id, seq=chunk.seq,
-                                        audio=base64.b64encode(chunk.pcm).decode()))
-            return
-        async with self._send_lock:
-            await self._ws.send_bytes(chunk.pcm)
-
-    async def _send_error(self, error: GatewayError) -> None:
-        await self._send(ErrorEvent(request_id=error.request_id, code=error.code.value, message=error.message,
-                                    param=error.param, stage=error.stage.value))
-
-    async def _send(self, event: ServerEvent) -> None:
-        async with self._send_lock:
-            await self._ws.send_text(encode_event(event))
