@@ -77,7 +77,7 @@ async def test_http_speech_returns_a_wav_with_request_id_and_one_terminal_event(
     async with httpx.AsyncClient(timeout=120) as client:
         response = await client.post(f"{mesh.gateway_url}/v1/audio/speech",
                                      json={"model": "tiny", "input": "A short sentence.", "voice": "ryan",
-                                           "max_new_tokens": 10})
+                                           "max_new_tokens": 10, "ignore_eos": True})
     assert response.status_code == 200, response.text
     request_id = response.headers["x-request-id"]
     with wave.open(io.BytesIO(response.content)) as wav:
