@@ -10,7 +10,7 @@ import pytest
 from messages.base import ErrorInfo, Usage
 from messages.errors import ErrorCode, Stage
 from messages.requests import SamplingSpec
-from services.decode.admission import AdmissionError, ServedModel, admit, sampling_params
+from services.decode.admission import AdmissionError, ServedModel, admit, predictor_sampling_params, sampling_params
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.settings import DecodeSettings
 from services.engine.config import PreemptionMode
@@ -126,3 +126,18 @@ def test_a_request_past_its_deadline_is_refused_with_timeout(served):
     with pytest.raises(AdmissionError) as caught:
         admit(late, served, DecodeSettings())
     assert caught.value.code == ErrorCode.TIMEOUT
+
+
+def test_code_predictor_sampling_follows_subtalker_defaults_and_a_greedy_talker():
+    defaults = GenerationDefaults(temperature=0.9, top_k=50, subtalker_temperature=0.7, subtalker_top_k=20,
+                                  subtalker_top_p=0.95)
+    sampled = sampling_params(SamplingSpec(), defaults)
+    predictor = predictor_sampling_params(None, sampled, defaults)
+    assert (predictor.temperature, predictor.top_k, predictor.top_p, predictor.repetition_penalty) == (
+        0.7, 20, 0.95, 1.0)
+    greedy = predictor_sampling_params(None, sampling_params(SamplingSpec(temperature=0), defaults), defaults)
+    assert greedy.temperature == 0.0
+    chosen = predictor_sampling_params(SamplingSpec(temperature=1.1, top_k=5), sampled, defaults)
+    assert (chosen.temperature, chosen.top_k, chosen.top_p) == (1.1, 5, 0.95)
+    with pytest.raises(AdmissionError, match="subtalker sampling"):
+        predictor_sampling_params(SamplingSpec(top_k=-1), sampled, defaults)

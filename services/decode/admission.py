@@ -83,39 +83,33 @@ def admit(request: SynthesisRequest, model: ServedModel, settings: DecodeSetting
 
 def sampling_params(spec: SamplingSpec, defaults: GenerationDefaults) -> SamplingParams:
     """The request's talker sampling, each unset field taken from the checkpoint's generation_config."""
-    temperature = spec.temperature
-    if temperature is None:
-        temperature = defaults.temperature if defaults.do_sample else 0.0
-    try:
-        return SamplingParams(
-            temperature=float(temperature),
-            top_k=spec.top_k if spec.top_k is not None else defaults.top_k,
-            top_p=float(spec.top_p if spec.top_p is not None else defaults.top_p),
-            repetition_penalty=float(spec.repetition_penalty if spec.repetition_penalty is not None
-                                     else defaults.repetition_penalty),
-        )
-    except SamplingParamsError as exc:
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"sampling: {exc}") from exc
+    fallback = SamplingParams(temperature=defaults.temperature if defaults.do_sample else 0.0, top_k=defaults.top_k,
+                              top_p=defaults.top_p, repetition_penalty=defaults.repetition_penalty)
+    return _merged(spec, fallback, "sampling")
 
 
 def predictor_sampling_params(spec: SamplingSpec | None, talker: SamplingParams,
                               defaults: GenerationDefaults) -> SamplingParams:
     """The code predictor's sampling: the request's `subtalker_sampling`, each unset field from the checkpoint's
     `subtalker_*` settings (as `voxmesh synth` does). A greedy talker with no subtalker settings makes the
-    predictor greedy too: a client that asked for temperature 0 wants the same audio every time."""
-    if spec is None and talker.temperature == 0:
-        return SamplingParams(temperature=0.0, top_k=defaults.subtalker_top_k, top_p=defaults.subtalker_top_p,
-                              repetition_penalty=1.0)
-    spec = spec or SamplingSpec()
-    temperature = spec.temperature
-    if temperature is None:
-        temperature = defaults.subtalker_temperature if defaults.subtalker_dosample else 0.0
+    predictor greedy too: a client that asked for temperature 0 wants the same audio every time. No repetition
+    penalty: the reference penalises codebook 0 only."""
+    greedy = spec is None and talker.temperature == 0
+    sampled = defaults.subtalker_dosample and not greedy
+    fallback = SamplingParams(temperature=defaults.subtalker_temperature if sampled else 0.0,
+                              top_k=defaults.subtalker_top_k, top_p=defaults.subtalker_top_p, repetition_penalty=1.0)
+    return _merged(spec or SamplingSpec(repetition_penalty=1.0), fallback, "subtalker sampling")
+
+
+def _merged(spec: SamplingSpec, fallback: SamplingParams, what: str) -> SamplingParams:
+    """`spec`'s fields where set, `fallback`'s elsewhere; an out-of-range result is the request's error."""
     try:
         return SamplingParams(
-            temperature=float(temperature),
-            top_k=spec.top_k if spec.top_k is not None else defaults.subtalker_top_k,
-            top_p=float(spec.top_p if spec.top_p is not None else defaults.subtalker_top_p),
-            repetition_penalty=1.0,  # the reference penalises codebook 0 only
+            temperature=float(fallback.temperature if spec.temperature is None else spec.temperature),
+            top_k=fallback.top_k if spec.top_k is None else spec.top_k,
+            top_p=float(fallback.top_p if spec.top_p is None else spec.top_p),
+            repetition_penalty=float(fallback.repetition_penalty if spec.repetition_penalty is None
+                                     else spec.repetition_penalty),
         )
     except SamplingParamsError as exc:
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"subtalker sampling: {exc}") from exc
+        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"{what}: {exc}") from exc
