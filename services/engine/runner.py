@@ -4,7 +4,8 @@ It owns the paged KV pool tensor. Input rows come from three sources: a prompt's
 replay's rows (prompt + every stored frame, for a request preempted earlier), or, for a decoding
 request, the input of its last frame (all 16 codes plus its trailing text row). A decode-only step
 runs through `PaddedDecodeStep` (CUDA graphs) when the engine enables it, else eagerly; either way its
-attention takes the sync-free decode kernel.
+attention takes the sync-free decode kernel. With graphs enabled, every step's frame sampling (codebook 0 and
+the code predictor's 15 codebooks) runs through `PaddedFrameSampler`, graphed per rows bucket too.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from services.engine import model_ops
 from services.engine.batch_builder import build_attention_batch, on_device, sampling_rows
 from services.engine.decode_graphs import DecodeGraphSpec, PaddedDecodeStep
 from services.engine.outputs import ModelRunnerOutput, ScheduledSequence
+from services.engine.predictor_graphs import PaddedFrameSampler
 from services.engine.sequence import NUM_CODEBOOKS, Sequence
 from services.model.attention_batch import AttentionBatch
 from services.model.loader import TTSModel
@@ -46,6 +48,8 @@ class ModelRunner:
         self.eos_id = model_ops.eos_id(model)
         self.decode_step = (None if decode_graphs is None
                             else PaddedDecodeStep(model.talker, self.kv_pool, num_blocks, decode_graphs))
+        self.frame_sampler = (None if decode_graphs is None
+                              else PaddedFrameSampler(model, decode_graphs.max_num_seqs, decode_graphs.capture))
 
     @torch.inference_mode()
     def execute(self, scheduled: list[ScheduledSequence]) -> ModelRunnerOutput:
@@ -116,6 +120,9 @@ class ModelRunner:
             seen[owners.to(device), firsts.to(device)] = True
         penalty = torch.tensor([s.params.repetition_penalty for s in seqs], dtype=torch.float32, device=device)
         min_frames = torch.tensor([s.min_new_frames for s in seqs], device=device)
+        sampler = self.frame_sampler
+        if sampler is not None and sampler.bucket(len(seqs)) is not None:
+            return sampler.run(hidden, seen, counts.to(device), penalty, talker_rows, predictor_rows, min_frames)
         return model_ops.sample_frames(self.model, hidden, seen, counts.to(device), penalty, talker_rows,
                                        predictor_rows, min_frames)
 

@@ -1,0 +1,168 @@
+"""CUDA graphs of a frame's sampling: codebook 0's logits and draw, then the code predictor's 15 steps and draws.
+
+Eager, this part of an engine step issues ~4,500-5,700 kernels and costs 73-137 ms on an H200 against
+11.5-15.6 ms replayed as a graph (loadtest/RESULTS-GPU.md). `model_ops.sample_frames` has no host
+synchronisation: every shape it picks comes from tensor shapes or from `RowSampling`'s host-side summaries
+(`max_top_k`, `uses_top_p`, `is_all_greedy`). So it is captured once per
+
+    (rows bucket, talker summaries, predictor summaries)
+
+and replayed. Rows pad up to a bucket (powers of two up to `max_rows`, as the talker's decode graphs do).
+Every operation in it is row-wise (the talker head, the logit processing, the keyed sampler, the predictor's
+per-row attention), so a padding row cannot change a real row; its codes are dropped. Padding rows hold
+greedy defaults at first and afterwards whatever rows an earlier, larger step left there: finite values
+of real requests, which is as harmless.
+
+Inputs live in static buffers shared by every graph (rows [:B] are copied in before a replay); the output
+codes are a view of the replayed graph's output, valid until the next call. At most `max_graphs` graphs are
+kept, least recently used first out: each combination of sampling summaries would otherwise keep its own.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable
+
+import torch
+
+from services.engine import model_ops
+from services.engine.decode_graphs import buckets
+from services.engine.errors import EngineError
+from services.model.loader import TTSModel
+from services.model.sampling import RowSampling, row_keys
+from services.model.talker_logits import MIN_NEW_TOKENS
+
+DEFAULT_MAX_GRAPHS = 32
+"""Graphs kept at once; a few (bucket, sampling summary) combinations are live in practice."""
+
+NUM_FRAMES, MIN_FRAMES, TALKER_TOP_K, PREDICTOR_TOP_K, SEED, FRAME, KEYS = 0, 1, 2, 3, 4, 5, 6
+"""Columns of the static int64 inputs (KEYS takes two columns: the keyed sampler's two hash lanes)."""
+PENALTY, TALKER_TEMPERATURE, TALKER_TOP_P, PREDICTOR_TEMPERATURE, PREDICTOR_TOP_P = 0, 1, 2, 3, 4
+"""Columns of the static float32 inputs."""
+
+GraphKey = tuple[int, int | None, bool, bool, int | None, bool, bool]
+"""(rows bucket, then max_top_k, uses_top_p, is_all_greedy of the talker's rows and of the predictor's)."""
+
+
+class FrameBucketError(EngineError, ValueError):
+    """More rows were given to `PaddedFrameSampler.run` than its largest bucket holds."""
+
+    code = "no_frame_bucket"
+
+
+def _summary(rows: RowSampling) -> tuple[int | None, bool, bool]:
+    return rows.max_top_k, rows.uses_top_p, rows.is_all_greedy
+
+
+class PaddedFrameSampler:
+    """`model_ops.sample_frames` over static, padded inputs; graph-replayed per key when `capture`."""
+
+    def __init__(self, model: TTSModel, max_rows: int, capture: bool = True,
+                 max_graphs: int = DEFAULT_MAX_GRAPHS) -> None:
+        """`capture` False runs the same padded, static-buffer step eagerly (the CPU tests' path)."""
+        if max_graphs < 1:
+            raise FrameBucketError(f"max_graphs must be >= 1, got {max_graphs}")
+        self.model, self.capture, self.max_graphs = model, capture, max_graphs
+        self.row_buckets = buckets(max_rows)
+        device, vocab = model.device, model.config.talker.vocab_size
+        self.hidden = torch.zeros((max_rows, model.talker.hidden_size), dtype=model.dtype, device=device)
+        self.seen = torch.zeros((max_rows, vocab), dtype=torch.bool, device=device)
+        self.ints = torch.zeros((max_rows, KEYS + 2), dtype=torch.int64, device=device)
+        self.floats = torch.zeros((max_rows, PREDICTOR_TOP_P + 1), dtype=torch.float32, device=device)
+        # Padding rows start greedy, unpenalised, top-p off: a defined row whatever graph runs first.
+        self.floats[:, PENALTY] = 1.0
+        self.floats[:, TALKER_TOP_P] = self.floats[:, PREDICTOR_TOP_P] = 1.0
+        self.graph_pool = torch.cuda.graph_pool_handle() if capture else None
+        self.graphs: OrderedDict[GraphKey, Callable[[], torch.Tensor]] = OrderedDict()
+        self.captures = 0
+        """How many steps were prepared (captured, when `capture`): evictions make it exceed len(graphs)."""
+
+    def bucket(self, num_rows: int) -> int | None:
+        """The rows bucket of a batch of `num_rows`, or None if it is larger than every bucket."""
+        return next((size for size in self.row_buckets if size >= num_rows), None)
+
+    def run(self, hidden: torch.Tensor, seen: torch.Tensor, num_frames: torch.Tensor, penalty: torch.Tensor,
+            talker_rows: RowSampling, predictor_rows: RowSampling,
+            min_new_frames: torch.Tensor | None = None) -> torch.Tensor:
+        """`model_ops.sample_frames(model, ...)` for B rows, same arguments and result [B, 16] (a view, valid
+        until the next call). Both row samplings must be of the same rows (seeds and frames, as the runner
+        builds them). Raises `FrameBucketError` if B is larger than every bucket."""
+        count = hidden.shape[0]
+        rows = self.bucket(count)
+        if rows is None:
+            raise FrameBucketError(f"{count} rows fit no frame bucket (largest {self.row_buckets[-1]}); "
+                                   "check `bucket(rows)` first and sample such a step eagerly")
+        key: GraphKey = (rows, *_summary(talker_rows), *_summary(predictor_rows))
+        self._stage(hidden, seen, num_frames, penalty, talker_rows, predictor_rows, min_new_frames)
+        step = self.graphs.get(key)
+        if step is None:
+            step = self._prepare(key)
+        self.graphs.move_to_end(key)
+        return step()[:count]
+
+    def _stage(self, hidden: torch.Tensor, seen: torch.Tensor, num_frames: torch.Tensor, penalty: torch.Tensor,
+               talker_rows: RowSampling, predictor_rows: RowSampling, min_new_frames: torch.Tensor | None) -> None:
+        """Copy the batch's rows into rows [:B] of the static inputs (device to device; no host sync)."""
+        count = hidden.shape[0]
+        keys = talker_rows.keys if talker_rows.keys is not None else predictor_rows.keys
+        if keys is None:  # both all-greedy: never read (zeros); else hashed as `sample` would
+            both_greedy = talker_rows.is_all_greedy and predictor_rows.is_all_greedy
+            seed = talker_rows.seed
+            keys = seed.new_zeros((count, 2)) if both_greedy else row_keys(seed, talker_rows.frame)
+        if min_new_frames is None:
+            min_new_frames = torch.full_like(num_frames, MIN_NEW_TOKENS)
+        self.hidden[:count].copy_(hidden)
+        self.seen[:count].copy_(seen)
+        self.ints[:count].copy_(torch.stack((
+            num_frames.to(torch.int64), min_new_frames.to(torch.int64), talker_rows.top_k, predictor_rows.top_k,
+            talker_rows.seed, talker_rows.frame, keys[:, 0], keys[:, 1]), dim=1))
+        self.floats[:count].copy_(torch.stack((
+            penalty.to(torch.float32), talker_rows.temperature, talker_rows.top_p, predictor_rows.temperature,
+            predictor_rows.top_p), dim=1))
+
+    def _forward(self, key: GraphKey) -> Callable[[], torch.Tensor]:
+        """`sample_frames` over rows [:bucket] of the static inputs, with the key's host-side summaries."""
+        rows, talker_summary, predictor_summary = key[0], key[1:4], key[4:7]
+        ints, floats = self.ints[:rows], self.floats[:rows]
+        seed, frame = ints[:, SEED], ints[:, FRAME]
+        talker = RowSampling(floats[:, TALKER_TEMPERATURE], ints[:, TALKER_TOP_K], floats[:, TALKER_TOP_P], seed,
+                             frame, *talker_summary, keys=None if talker_summary[2] else ints[:, KEYS:])
+        predictor = RowSampling(floats[:, PREDICTOR_TEMPERATURE], ints[:, PREDICTOR_TOP_K],
+                                floats[:, PREDICTOR_TOP_P], seed, frame, *predictor_summary,
+                                keys=None if predictor_summary[2] else ints[:, KEYS:])
+        hidden, seen = self.hidden[:rows], self.seen[:rows]
+
+        def forward() -> torch.Tensor:
+            return model_ops.sample_frames(self.model, hidden, seen, ints[:, NUM_FRAMES], floats[:, PENALTY],
+                                           talker, predictor, ints[:, MIN_FRAMES])
+
+        return forward
+
+    def _prepare(self, key: GraphKey) -> Callable[[], torch.Tensor]:
+        step = self._forward(key)
+        if self.capture:
+            step = self._capture(step)
+        self.captures += 1
+        self.graphs[key] = step
+        while len(self.graphs) > self.max_graphs:
+            self.graphs.popitem(last=False)  # its graph's memory goes back to the shared pool
+        return step
+
+    def _capture(self, forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        """Warm up on a side stream (lazy set-up stays outside the capture), then capture `forward`."""
+        device = self.model.device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            forward()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: CUDA work of other threads in the process may go on while this one captures.
+        with torch.cuda.graph(graph, pool=self.graph_pool, capture_error_mode="thread_local"):
+            output = forward()
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return output
+
+        return replay

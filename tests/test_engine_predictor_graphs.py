@@ -1,0 +1,223 @@
+"""The frame sampler on the graph path: codebook 0 and the code predictor over padded, static buffers.
+
+On the CPU the padded sampler runs eagerly over the same static buffers a CUDA graph replays (buckets,
+padding rows, the LRU of keys), so everything but the capture itself is checked here: identical codes to
+the plain engine, padding rows that cannot reach real rows, and no host synchronisation inside the step.
+The capture runs in the CUDA-only test at the end and in `loadtest/gpu_step_graphs.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import replace
+
+import pytest
+import torch
+
+from loadtest import gpu_step_graphs
+from services.engine import model_ops
+from services.engine.config import EngineConfig
+from services.engine.decode_graphs import DecodeGraphSpec
+from services.engine.engine import Engine
+from services.engine.predictor_graphs import FrameBucketError, PaddedFrameSampler
+from services.engine.runner import ModelRunner
+from services.model.attention_batch import AttentionBatch
+from services.model.sampling import RowSampling, SamplingParams
+from tests.engine_helpers import TEXTS, EngineRun, load_tiny, make_request, new_engine, record
+
+GREEDY = SamplingParams(temperature=0.0, repetition_penalty=1.0)
+PARAMS = [  # (talker, predictor, frames): greedy, default seeded, top-k only, top-p, mixed greedy/sampled
+    (GREEDY, GREEDY, 6),
+    (SamplingParams(), SamplingParams(), 9),
+    (SamplingParams(temperature=0.9, top_k=7), SamplingParams(temperature=1.2, top_k=0, top_p=0.8), 4),
+    (SamplingParams(top_p=0.7, repetition_penalty=1.3), GREEDY, 8),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_checkpoint):
+    return load_tiny(tiny_checkpoint)
+
+
+def _padded(engine: Engine) -> Engine:
+    """The engine with its runner rebuilt to pad (and on CUDA graph) decode steps and frame sampling, eagerly."""
+    config = engine.config
+    spec = DecodeGraphSpec(config.max_num_seqs, -(-config.max_model_len // config.block_size), capture=False)
+    engine.runner = ModelRunner(engine.model, engine.num_blocks, config.block_size, capture_hidden=True,
+                                decode_graphs=spec)
+    return engine
+
+
+def _admit(engine: Engine, tokenizer, index: int) -> None:
+    talker, predictor, frames = PARAMS[index]
+    request = make_request(tokenizer, TEXTS[index], ("ryan", "vivian", "eric", "ryan")[index])
+    assert engine.add_request(str(index), request, 300 + index, talker, frames, predictor_params=predictor,
+                              ignore_eos=True) is None
+
+
+def _staggered(engine: Engine, tokenizer) -> EngineRun:
+    """Four requests joining on steps 0, 2, 3 and 7 and leaving after 4-9 frames: batches of 1 to 4 rows."""
+    arrivals = {0: 0, 2: 1, 3: 2, 7: 3}
+    run = EngineRun()
+    while run.steps < 8 or engine.has_unfinished():
+        if run.steps in arrivals:
+            _admit(engine, tokenizer, arrivals[run.steps])
+        record(run, engine)
+        assert run.steps < 200
+    return run
+
+
+def test_padded_sampler_gives_the_plain_engine_codes(tiny):
+    model, tokenizer = tiny
+    expected = _staggered(new_engine(model, blocks=60), tokenizer)
+    engine = _padded(new_engine(model, blocks=60))
+    run = _staggered(engine, tokenizer)
+    assert sorted(run.codes) == sorted(expected.codes) == ["0", "1", "2", "3"]
+    for request_id, (_, _, frames) in zip("0123", PARAMS):
+        assert run.stacked(request_id).shape == (frames, 16)
+        assert torch.equal(run.stacked(request_id), expected.stacked(request_id)), request_id
+    assert len(set(expected.stacked("1")[:, 1].tolist())) > 2, "degenerate output proves nothing"
+    sampler = engine.runner.frame_sampler
+    buckets_used = {key[0] for key in sampler.graphs}
+    assert {1, 2, 4} <= buckets_used, buckets_used  # 3 rows ran in the 4-row bucket: one padding row
+    assert len(sampler.graphs) > len(buckets_used), "mixed sampling should have made several keys per bucket"
+
+
+def _inputs(model, rows: int, params: list[tuple[SamplingParams, SamplingParams]], seed: int):
+    """Random sample_frames arguments for `rows` rows (hidden, seen, frame counts, penalties, row samplings)."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.config.talker.vocab_size
+    hidden = torch.randn(rows, model.talker.hidden_size, generator=generator)
+    seen = torch.rand(rows, vocab, generator=generator) < 0.05
+    frames = torch.randint(0, 30, (rows,), generator=generator)
+    seeds = [1000 + seed * 10 + row for row in range(rows)]
+    talker = RowSampling.build([p[0] for p in params], seeds, frames.tolist())
+    predictor = RowSampling.build([p[1] for p in params], seeds, frames.tolist(), keys=talker.keys)
+    penalty = torch.tensor([p[0].repetition_penalty for p in params])
+    return hidden, seen, frames, penalty, talker, predictor, torch.full((rows,), 2)
+
+
+@torch.inference_mode()
+def test_padding_rows_cannot_reach_real_rows(tiny):
+    model, _ = tiny
+    sampler = PaddedFrameSampler(model, max_rows=8, capture=False)
+    mixed = [(SamplingParams(), SamplingParams(top_k=5)), (GREEDY, SamplingParams()),
+             (SamplingParams(top_p=0.6), GREEDY)]
+    args = _inputs(model, 3, mixed, seed=1)
+    expected = model_ops.sample_frames(model, *args)
+    # A 4-row step leaves a real-looking row 3 behind; then row 3 is poisoned outright: NaN hidden state,
+    # every id seen, a huge penalty. A cross-row operation would carry the NaN into the real rows.
+    sampler.run(*_inputs(model, 4, [mixed[0]] * 4, seed=2))
+    sampler.hidden[3], sampler.seen[3], sampler.floats[3] = float("nan"), True, 1e6
+    got = sampler.run(*args)
+    assert list(sampler.graphs)[-1][0] == 4 and got.shape == (3, 16)
+    assert torch.equal(got, expected)
+    assert bool(torch.isnan(sampler.hidden[3]).all()), "the poison must still be there for the check to mean anything"
+    # The same rows at a different batch position give the same codes (no row sees another).
+    reordered = _inputs(model, 3, mixed, seed=1)
+    flipped = [t.flip(0) if isinstance(t, torch.Tensor) else t.select(torch.tensor([2, 1, 0])) for t in reordered]
+    assert torch.equal(sampler.run(*flipped).flip(0), expected)
+
+
+@torch.inference_mode()
+def test_graphs_are_capped_least_recently_used_first(tiny):
+    model, _ = tiny
+    sampler = PaddedFrameSampler(model, max_rows=4, capture=False, max_graphs=2)
+    greedy, sampled, top_p = [(GREEDY, GREEDY)] * 2, [(SamplingParams(), SamplingParams())] * 2, \
+        [(SamplingParams(top_p=0.5), GREEDY)] * 2
+    for params in (greedy, sampled, greedy, top_p):
+        args = _inputs(model, 2, params, seed=3)
+        assert torch.equal(sampler.run(*args), model_ops.sample_frames(model, *args))
+    # greedy was used again after sampled, so sampled is the one evicted when top_p came.
+    assert [key[3] for key in sampler.graphs] == [True, False] and sampler.captures == 3
+    assert [key[2] for key in sampler.graphs] == [False, True]
+    with pytest.raises(FrameBucketError) as raised:
+        sampler.run(*_inputs(model, 5, [(GREEDY, GREEDY)] * 5, seed=4))
+    assert raised.value.code == "no_frame_bucket" and sampler.bucket(5) is None and sampler.bucket(3) == 4
+
+
+class HostSync(AssertionError):
+    """Raised by the patched tensor-to-host conversions."""
+
+
+SYNCING = ("item", "tolist", "__int__", "__bool__", "__float__", "__index__")
+
+
+@contextmanager
+def _no_host_reads(monkeypatch):
+    """Every tensor-to-Python conversion raises inside the scope (each one would be a device sync on CUDA)."""
+    with monkeypatch.context() as patch:
+        for name in SYNCING:
+            def refuse(self, *args, _name=name, **kwargs):
+                raise HostSync(f"Tensor.{_name} called inside the graphed region")
+            patch.setattr(torch.Tensor, name, refuse)
+        yield
+
+
+def _guarded(step, monkeypatch, calls: list[int]):
+    def run():
+        with _no_host_reads(monkeypatch):
+            output = step()
+        calls.append(1)
+        return output
+    return run
+
+
+def test_padded_step_reads_nothing_back_from_the_device(tiny, monkeypatch):
+    model, tokenizer = tiny
+    engine = _padded(new_engine(model, blocks=60))
+    for index in range(3):
+        _admit(engine, tokenizer, index)
+    run = EngineRun()
+    for _ in range(3):  # prefill, then decode steps: every bucket used below is prepared (warm)
+        record(run, engine)
+    runner, calls = engine.runner, []
+    for key, bucket in runner.decode_step.prepared.items():
+        runner.decode_step.prepared[key] = replace(bucket, step=_guarded(bucket.step, monkeypatch, calls))
+    for key, step in runner.frame_sampler.graphs.items():
+        runner.frame_sampler.graphs[key] = _guarded(step, monkeypatch, calls)
+    out = record(run, engine)
+    assert len(out.frames) == 3 and len(calls) == 2, "the talker step and the sampler step both ran guarded"
+    # The probe works: the reference attention kernel (prefill) reads lengths back, and fails under it.
+    batch = AttentionBatch(torch.arange(3), torch.arange(3), torch.tensor([0, 3]), torch.tensor([3]),
+                           torch.tensor([[0]]), max_seq_len=3)
+    pool = torch.zeros(model.talker.kv_pool_shape(2, 4))
+    with pytest.raises(HostSync), torch.inference_mode(), _no_host_reads(monkeypatch):
+        model.talker(torch.zeros(3, model.talker.hidden_size), batch, pool)
+
+
+def test_step_graphs_script_runs_on_cpu(tmp_path):
+    out = tmp_path / "step_graphs.json"
+    rc = gpu_step_graphs.main(["--out", str(out), "--device", "cpu", "--tiny", "--batch-sizes", "1", "3",
+                               "--steps", "2", "--warmup", "1", "--commit", "test"])
+    report = json.loads(out.read_text())
+    assert rc == 0 and report["errors"] == [] and report["verdict"] == {"codes_equal": True, "sampler_equal": True}
+    assert [row["batch"] for row in report["results"]] == [1, 3]
+    row = report["results"][1]
+    assert row["codes_equal"] and row["graph_mode"] == "padded eager (no CUDA)"
+    assert row["eager"]["median_ms"] > 0 and row["graphs"]["median_ms"] > 0
+    assert row["sampler_buckets"] == [4] and row["talker_buckets"]
+    assert row["sampler_equal"] == {"equal": True, "rows_mismatched": 0, "bucket": 4}
+    assert gpu_step_graphs.table(report["results"])[-1].startswith("| 3 |")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_graphed_sampler_equals_eager_on_cuda(tiny_checkpoint):
+    from services.model.loader import load_model
+    from services.model.text_tokenizer import TextTokenizer
+
+    model, tokenizer = load_model(tiny_checkpoint, device=torch.device("cuda")), TextTokenizer.from_dir(tiny_checkpoint)
+    graphed = new_engine(model, blocks=60)  # cuda_graphs defaults on
+    run = _staggered(graphed, tokenizer)
+    assert {1, 2, 4} <= {key[0] for key in graphed.runner.frame_sampler.graphs}
+    eager = new_engine(model, blocks=60, cuda_graphs=False)
+    expected = _staggered(eager, tokenizer)
+    for request_id in expected.codes:
+        assert torch.equal(run.stacked(request_id), expected.stacked(request_id)), request_id
+
+
+def test_engine_config_keeps_graphs_off_on_cpu(tiny):
+    model, _ = tiny
+    engine = Engine(model, EngineConfig(kv_cache_blocks=8, block_size=4, max_num_seqs=4))
+    assert engine.runner.frame_sampler is None and engine.runner.decode_step is None
