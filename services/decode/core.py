@@ -26,7 +26,7 @@ from services.decode.settings import DecodeSettings
 from services.decode.stats import DecodeStats
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
-from services.engine.sequence import RequestOutcome, SequenceStatus
+from services.engine.sequence import FailureCode, RequestOutcome, SequenceStatus
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,15 @@ class Ending:
     error: ErrorInfo | None = None
 
 
+
+# The engine's failure codes as the bus names them; a failed model step is the model's error.
+_ENGINE_CODES = {
+    FailureCode.CAPACITY: ErrorCode.CAPACITY,
+    FailureCode.PREEMPTED: ErrorCode.PREEMPTED,
+    FailureCode.DRAINED: ErrorCode.DRAINED,
+    FailureCode.STEP_FAILED: ErrorCode.MODEL_ERROR,
+}
+
 def ending_of(outcome: RequestOutcome) -> Ending:
     """The CodesEnd content of an engine outcome."""
     if outcome.status == SequenceStatus.FINISHED_EOS:
@@ -47,7 +56,7 @@ def ending_of(outcome: RequestOutcome) -> Ending:
         return Ending(stop="length")
     if outcome.status == SequenceStatus.CANCELLED:
         return Ending(error=ErrorInfo(code=ErrorCode.CANCELLED, stage=Stage.GATEWAY, message="cancelled"))
-    code = ErrorCode(outcome.code.value) if outcome.code is not None else ErrorCode.INTERNAL
+    code = _ENGINE_CODES.get(outcome.code, ErrorCode.INTERNAL) if outcome.code is not None else ErrorCode.INTERNAL
     return Ending(error=ErrorInfo(code=code, stage=Stage.DECODE, message=outcome.reason or code.value))
 
 

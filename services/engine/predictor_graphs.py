@@ -20,6 +20,8 @@ kept, least recently used first out: each combination of sampling summaries woul
 
 from __future__ import annotations
 
+import logging
+
 from collections import OrderedDict
 from typing import Callable
 
@@ -42,6 +44,8 @@ PENALTY, TALKER_TEMPERATURE, TALKER_TOP_P, PREDICTOR_TEMPERATURE, PREDICTOR_TOP_
 
 GraphKey = tuple[int, int | None, bool, bool, int | None, bool, bool]
 """(rows bucket, then max_top_k, uses_top_p, is_all_greedy of the talker's rows and of the predictor's)."""
+
+log = logging.getLogger(__name__)
 
 
 class FrameBucketError(EngineError, ValueError):
@@ -141,7 +145,13 @@ class PaddedFrameSampler:
     def _prepare(self, key: GraphKey) -> Callable[[], torch.Tensor]:
         step = self._forward(key)
         if self.capture:
-            step = self._capture(step)
+            try:
+                step = self._capture(step)
+            except RuntimeError:
+                # A region that cannot be captured must not take the replica down: run it eagerly from now on
+                # (same results, more launches) and say so once.
+                log.exception("capturing the sampling step failed; it runs eagerly from now on")
+                self.capture = False
         self.captures += 1
         self.graphs[key] = step
         while len(self.graphs) > self.max_graphs:

@@ -38,13 +38,13 @@ class TalkerLogitsProcessor:
         if self.repetition_penalty != 1.0:
             penalised = torch.where(scores < 0, scores * self.repetition_penalty, scores / self.repetition_penalty)
             scores = torch.where(seen, penalised, scores)
-        blocked = torch.zeros(self.vocab_size, dtype=torch.bool, device=scores.device)
-        blocked[self.vocab_size - NUM_SPECIAL_IDS :] = True
-        blocked[self.eos_id] = False
-        blocked = blocked[None, :].expand_as(scores).clone()
+        # Built from comparisons only (no indexed writes of host scalars), so a CUDA graph can capture it.
+        ids = torch.arange(self.vocab_size, device=scores.device)
+        is_eos = ids == self.eos_id
+        special = (ids >= self.vocab_size - NUM_SPECIAL_IDS) & ~is_eos
         floor = self.min_new_tokens if min_new_tokens is None else min_new_tokens
-        blocked[:, self.eos_id] = num_frames < floor
-        return scores.masked_fill(blocked, float("-inf"))
+        eos_held = (num_frames < floor)[:, None] & is_eos[None, :]
+        return scores.masked_fill(special[None, :] | eos_held, float("-inf"))
 
     def new_seen(self, rows: int, device: torch.device) -> torch.Tensor:
         """An empty `seen` mask for `rows` requests."""
