@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from services.engine import cuda_graph
 from services.engine.config import EngineConfig
 from services.engine.errors import EngineError
 from services.model.attention_batch import AttentionBatch
@@ -154,19 +155,4 @@ class PaddedDecodeStep:
         return bucket
 
     def _capture(self, forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
-        device = self.kv_pool.device
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            forward()  # lazy set-up (library handles, RoPE's device table) happens outside the capture
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: CUDA work of other threads in the process (another model, say) may go on meanwhile.
-        with torch.cuda.graph(graph, pool=self.graph_pool, capture_error_mode="thread_local"):
-            output = forward()
-
-        def replay() -> torch.Tensor:
-            graph.replay()
-            return output
-
-        return replay
+        return cuda_graph.capture(forward, self.kv_pool.device, self.graph_pool)

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from services.engine import model_ops
+from services.engine import cuda_graph, model_ops
 from services.engine.decode_graphs import buckets
 from services.engine.errors import EngineError
 from services.model.loader import TTSModel
@@ -159,20 +159,4 @@ class PaddedFrameSampler:
         return step
 
     def _capture(self, forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
-        """Warm up on a side stream (lazy set-up stays outside the capture), then capture `forward`."""
-        device = self.model.device
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            forward()
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: CUDA work of other threads in the process may go on while this one captures.
-        with torch.cuda.graph(graph, pool=self.graph_pool, capture_error_mode="thread_local"):
-            output = forward()
-
-        def replay() -> torch.Tensor:
-            graph.replay()
-            return output
-
-        return replay
+        return cuda_graph.capture(forward, self.model.device, self.graph_pool)

@@ -1,0 +1,30 @@
+"""Capture one step function as a CUDA graph and hand back its replay."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+def capture(forward: Callable[[], torch.Tensor], device: torch.device, pool) -> Callable[[], torch.Tensor]:
+    """Warm `forward` up on a side stream, capture it into a graph drawing on `pool`, return a replay function.
+
+    The warm-up keeps lazy set-up (library handles, device tables) out of the capture. `thread_local` capture lets
+    CUDA work of other threads in the process (another model, say) go on meanwhile. The replay returns the same
+    output tensor every time: copy out of it before the next replay.
+    """
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        forward()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        output = forward()
+
+    def replay() -> torch.Tensor:
+        graph.replay()
+        return output
+
+    return replay
