@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from loadtest.gpu_common import bench_entry, measure_ceilings, tensor_bytes
-from loadtest.gpu_micro import DTYPES, Report, environment
+from loadtest.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
 from loadtest.gpu_models import build_model, write_config_files
 from loadtest.gpu_talker_bench import BLOCK_SIZE, decode_batch, kv_bytes_read
 from services.engine.config import EngineConfig
@@ -165,21 +165,13 @@ def table(results: list[dict]) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON report")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--tiny", action="store_true", help="the tiny preset in float32 (CPU smoke run)")
-    parser.add_argument("--preset", default="0.6b", choices=("tiny", "0.6b", "1.7b"))
-    parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bfloat16, float32 with --tiny")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
+    add_model_arguments(parser)
     parser.add_argument("--context", type=int, default=256, help="cached tokens per sequence")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--copy-mib", type=int, default=2048, help="bytes copied to measure bandwidth, MiB")
     parser.add_argument("--commit", help="the commit measured (recorded in the report)")
-    args = parser.parse_args(argv)
-    if args.tiny:
-        args.preset, args.dtype = "tiny", args.dtype or "float32"
-    args.dtype = args.dtype or "bfloat16"
-    return args
+    return settle_model_arguments(parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:

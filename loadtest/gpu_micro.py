@@ -30,6 +30,23 @@ from loadtest.gpu_talker_bench import predictor_frame, talker_step
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--device/--tiny/--preset/--dtype/--batch-sizes, shared by the single-model GPU scripts."""
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--tiny", action="store_true", help="the tiny preset in float32 (CPU smoke run)")
+    parser.add_argument("--preset", default="0.6b", choices=("tiny", "0.6b", "1.7b"))
+    parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bfloat16, float32 with --tiny")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
+
+
+def settle_model_arguments(args: argparse.Namespace) -> argparse.Namespace:
+    """--tiny means the tiny preset in float32; otherwise bfloat16 unless --dtype says."""
+    if args.tiny:
+        args.preset, args.dtype = "tiny", args.dtype or "float32"
+    args.dtype = args.dtype or "bfloat16"
+    return args
+
+
 def environment(device: torch.device, commit: str | None) -> dict:
     info = {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from loadtest.engine_step_bench import TEXT
-from loadtest.gpu_micro import DTYPES, Report, environment
+from loadtest.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
 from loadtest.gpu_models import build_model, build_tokenizer, write_config_files
 from services.engine.config import EngineConfig
 from services.engine.decode_graphs import DecodeGraphSpec
@@ -173,19 +173,11 @@ def table(results: list[dict]) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--tiny", action="store_true", help="the tiny preset in float32 (CPU smoke run)")
-    parser.add_argument("--preset", default="0.6b", choices=("tiny", "0.6b", "1.7b"))
-    parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bfloat16, float32 with --tiny")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
+    add_model_arguments(parser)
     parser.add_argument("--steps", type=int, default=20, help="timed decode steps per engine")
     parser.add_argument("--warmup", type=int, default=3, help="untimed decode steps first (graph captures)")
     parser.add_argument("--commit")
-    args = parser.parse_args(argv)
-    if args.tiny:
-        args.preset, args.dtype = "tiny", args.dtype or "float32"
-    args.dtype = args.dtype or "bfloat16"
-    return args
+    return settle_model_arguments(parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,6 @@ import websockets
 
 from messages import decode, subjects
 from messages.events import Failed, Finished, TerminalEvent
-from messages.records import CancelRecord
 from messages.requests import SynthesisRequest
 from messages.streams import EVENTS_STREAM, REQUESTS_STREAM
 from services.bus.terminal import publish_terminal
@@ -23,6 +22,7 @@ from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_
 from tests.fixtures.gateway_fixtures import WS_PATH as PATH
 from tests.fixtures.gateway_fixtures import receive_until_event
 from tests.fixtures.gateway_standin import MODEL, Plan, expected_pcm
+from tests.http_client import next_cancel
 
 pytestmark = pytest.mark.timeout(60)  # a hang is a failure, reported fast
 
@@ -35,18 +35,6 @@ async def terminals_of(gateway_bus, request_id: str) -> tuple[int, TerminalEvent
     if not count:
         return 0, None
     return count, decode((await gateway_bus.js.get_last_msg(EVENTS_STREAM, subject)).data, TerminalEvent)
-
-
-async def next_cancel(gateway_bus, request_id: str) -> CancelRecord:
-    """The request's cancel record, awaited on a KV watch (no polling)."""
-    watcher = await gateway_bus.kv.watch(subjects.cancel_key(request_id))
-    try:
-        async for entry in watcher:
-            if entry is not None and entry.value:
-                return decode(entry.value, CancelRecord)
-    finally:
-        await watcher.stop()
-    raise AssertionError("watch ended")
 
 
 async def test_request_queued_past_its_deadline_fails_with_timeout(standin, gateway_factory, gateway_bus):
@@ -62,7 +50,7 @@ async def test_request_queued_past_its_deadline_fails_with_timeout(standin, gate
     request_id = response.headers["x-request-id"]
     count, terminal = await terminals_of(gateway_bus, request_id)
     assert count == 1 and isinstance(terminal, Failed) and terminal.code == "timeout"
-    assert (await next_cancel(gateway_bus, request_id)).code == "timeout"
+    assert (await next_cancel(gateway_bus.kv, request_id)).code == "timeout"
     assert (await gateway_bus.js.stream_info(REQUESTS_STREAM)).state.messages == 0  # its queue slot is free
 
 
@@ -110,7 +98,7 @@ async def test_client_gone_past_the_resume_window_cancels_the_request(standin, s
             request_id = json.loads(await socket.recv())["request_id"]
             await socket.recv()  # the first chunk; then the client leaves
         left = time.time()
-        cancel = await asyncio.wait_for(next_cancel(gateway_bus, request_id), 10)
+        cancel = await asyncio.wait_for(next_cancel(gateway_bus.kv, request_id), 10)
     assert cancel.code == "cancelled" and "did not resume" in cancel.reason
     assert cancel.at - left >= 0.2 - 0.05  # not before the window (clock granularity aside)
 
@@ -139,5 +127,5 @@ async def test_http_client_hanging_up_cancels_the_request_after_the_window(stand
             post.cancel()  # the client hangs up
             with contextlib.suppress(asyncio.CancelledError):
                 await post
-        cancel = await asyncio.wait_for(next_cancel(gateway_bus, standin.requests[0].id), 10)
+        cancel = await asyncio.wait_for(next_cancel(gateway_bus.kv, standin.requests[0].id), 10)
     assert cancel.code == "cancelled" and "did not resume within 0.2s" in cancel.reason
