@@ -16,12 +16,14 @@
 set -uo pipefail
 
 PRESET=0.6b DEVICE=cuda DTYPE=bfloat16 WHEELS=.whl_mesh PROMPTS=.gpumesh_data/prompts_en.tsv
-FRAMES=48 RATES="0.5 1 2" C1_REQUESTS=4 LOAD_REQUESTS=8 LEVEL_TIMEOUT=75 REQUEST_TIMEOUT=60 READY_S=240
-DEADLINE_S=400  # the whole script, so that one device call (limit 450 s) always ends with its files
+FRAMES=48 RATES="2 5 10 20" CLOSED="1 8 64" OPEN_S=60 LEVEL_TIMEOUT=120 REQUEST_TIMEOUT=60 READY_S=240
+UP_ARGS="--max-num-seqs 64 --kv-cache-blocks 4096" PROFILE_S=0
+DEADLINE_S=560  # the whole script, so that one device call (limit 600 s) always ends with its files
 while [ $# -gt 0 ]; do
   case $1 in
     --preset) PRESET=$2;; --device) DEVICE=$2;; --dtype) DTYPE=$2;; --wheels) WHEELS=$2;; --prompts) PROMPTS=$2;;
-    --frames) FRAMES=$2;; --rates) RATES=$2;; --c1-requests) C1_REQUESTS=$2;; --load-requests) LOAD_REQUESTS=$2;;
+    --frames) FRAMES=$2;; --rates) RATES=$2;; --closed) CLOSED=$2;; --open-seconds) OPEN_S=$2;;
+    --up-args) UP_ARGS=$2;; --profile-s) PROFILE_S=$2;;
     --level-timeout) LEVEL_TIMEOUT=$2;; --deadline) DEADLINE_S=$2;;
     *) echo "gpu_mesh_run.sh: unknown flag $1" >&2; exit 2;;
   esac
@@ -52,13 +54,14 @@ finish() {  # stop what this script started (by pid), pack the logs, print the t
     wait "$UP_PID" 2>/dev/null
   fi
   local docs=() doc
-  for doc in "$WORK"/bench_c1.json "$WORK"/bench_load.json; do [ -f "$doc" ] && docs+=("$doc"); done
+  for doc in "$WORK"/bench_*.json; do [ -f "$doc" ] && docs+=("$doc"); done
   if [ ${#docs[@]} -gt 0 ]; then
     "$PY" -m loadtest.gpu_mesh_table "${docs[@]}" --gpu-samples "$WORK/gpu_samples.csv" \
       --cpu-before "$WORK/ps_before.txt" --cpu-after "$WORK/ps_after.txt" --bench-wall-s "${BENCH_WALL:-0}" \
       --decode-stats "$WORK/decode_stats.json" \
       | tee "$WORK/table.md"
-    cp "$WORK"/bench_*.json "$WORK"/bench_*.png "$WORK/table.md" "$OUT"/ 2>/dev/null
+    cp "$WORK/table.md" "$OUT"/ 2>/dev/null
+    tar czf "$OUT/bench_docs.tgz" -C "$WORK" $(cd "$WORK" && ls bench_*.json) 2>/dev/null
   fi
   grep -E "ERROR|Traceback|Error:" "$WORK"/up.log 2>/dev/null | head -n 20
   tar czf "$OUT/logs.tgz" -C "$WORK" --exclude=model --exclude=site --exclude=state . 2>/dev/null
@@ -75,7 +78,7 @@ if [ "$WHEELS" != none ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
   say "installing $(ls "$WHEELS"/*.whl | wc -l) carried wheels into $SITE"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl \
     >"$WORK/pip.log" 2>&1 || { cat "$WORK/pip.log"; say "wheel install FAILED"; exit 1; }
-  export PYTHONPATH="$PYTHONPATH:$SITE"
+  export PYTHONPATH="$PYTHONPATH:$SITE" PATH="$SITE/bin:$PATH"
   # pip --target leaves the package's RECORD pointing outside $SITE, so name the binary it unpacked.
   [ -x "$SITE/bin/nats-server" ] && export VOXMESH_NATS_SERVER="$SITE/bin/nats-server"
 fi
@@ -91,8 +94,9 @@ grep -E "^(wrote|weights|talker) " "$WORK/model_init.log"
 
 PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 say "voxmesh up --model $WORK/model --device $DEVICE --dtype $DTYPE --port $PORT"
+# shellcheck disable=SC2086  # UP_ARGS is a list of flags
 "$PY" -m services.cli up --model "$WORK/model" --device "$DEVICE" --dtype "$DTYPE" --port "$PORT" \
-  --state-dir "$WORK/state" >"$WORK/up.log" 2>&1 &
+  --state-dir "$WORK/state" $UP_ARGS >"$WORK/up.log" 2>&1 &
 UP_PID=$!
 started=$SECONDS
 until grep -q "voxmesh is serving" "$WORK/up.log"; do  # a launcher's log line, not a test: polling is fine here
@@ -113,16 +117,30 @@ snapshot "$WORK/ps_before.txt"
 bench_started=$SECONDS
 common=(--url "http://127.0.0.1:$PORT" --fixed-frames "$FRAMES" --prompts "$PROMPTS" --label "$PRESET-$DEVICE"
         --level-timeout "$LEVEL_TIMEOUT" --request-timeout "$REQUEST_TIMEOUT")
-say "bench 1: closed loop x1, $C1_REQUESTS requests"
-timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency 1 \
-  --requests "$C1_REQUESTS" --out "$WORK/bench_c1.json" 2>&1 | tee "$WORK/bench_c1.log"
-say "bench 2: open loop at $RATES /s, closed loop x8, $LOAD_REQUESTS requests a level"
-# shellcheck disable=SC2086  # RATES is a list of numbers
-timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode both --rates $RATES --concurrency 8 \
-  --requests "$LOAD_REQUESTS" --out "$WORK/bench_load.json" 2>&1 | tee "$WORK/bench_load.log"
+profile() {  # py-spy of every mesh process for PROFILE_S seconds, in the background (raw folded stacks)
+  local pid name
+  for pid in $(ps -o pid= --ppid "$UP_PID"); do
+    name=$(ps -o args= -p "$pid" | grep -o "serve [a-z]*" | tr ' ' _)
+    [ -n "$name" ] && timeout $((PROFILE_S + 15)) py-spy record -p "$pid" -d "$PROFILE_S" -r 50 -f raw \
+      -o "$WORK/profile_$name.txt" >"$WORK/pyspy_$name.log" 2>&1 &
+  done
+}
+for c in $CLOSED; do  # closed loop: at least 8 requests, 2 per stream
+  requests=$((2 * c > 8 ? 2 * c : 8))
+  [ "$PROFILE_S" -gt 0 ] && [ "$c" = "${CLOSED##* }" ] && command -v py-spy >/dev/null && profile
+  say "bench: closed loop x$c, $requests requests"
+  timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency "$c" \
+    --requests "$requests" --no-plot --out "$WORK/bench_c$c.json" 2>&1 | tail -n 3 | tee -a "$WORK/bench.log"
+done
+for rate in $RATES; do  # open loop: OPEN_S seconds of Poisson arrivals a rate, so a rate is sustained, not survived
+  requests=$("$PY" -c "print(max(8, round($rate * $OPEN_S)))")
+  say "bench: open loop $rate/s, $requests requests"
+  timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode open --rates "$rate" \
+    --requests "$requests" --no-plot --out "$WORK/bench_r$rate.json" 2>&1 | tail -n 3 | tee -a "$WORK/bench.log"
+done
 BENCH_WALL=$((SECONDS - bench_started))
 snapshot "$WORK/ps_after.txt"
 say "bench done in $BENCH_WALL s"
 NATS_URL=$(grep -o "NATS nats://[0-9.:]*" "$WORK/up.log" | head -n 1 | cut -d' ' -f2)
 timeout 20 "$PY" -m loadtest.gpu_mesh_stats "$NATS_URL" | tee "$WORK/decode_stats.json"
-[ -f "$WORK/bench_c1.json" ] && [ -f "$WORK/bench_load.json" ]
+ls "$WORK"/bench_*.json >/dev/null 2>&1

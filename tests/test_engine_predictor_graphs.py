@@ -121,20 +121,38 @@ def test_padding_rows_cannot_reach_real_rows(tiny):
 
 
 @torch.inference_mode()
-def test_graphs_are_capped_least_recently_used_first(tiny):
+def test_every_sampling_mix_shares_one_graph_per_bucket(tiny):
     model, _ = tiny
-    sampler = PaddedFrameSampler(model, max_rows=4, capture=False, max_graphs=2)
+    sampler = PaddedFrameSampler(model, max_rows=4, capture=False)
     greedy, sampled, top_p = [(GREEDY, GREEDY)] * 2, [(SamplingParams(), SamplingParams())] * 2, \
         [(SamplingParams(top_p=0.5), GREEDY)] * 2
-    for params in (greedy, sampled, greedy, top_p):
+    mixed = [(GREEDY, SamplingParams(top_k=9)), (SamplingParams(temperature=1.3, repetition_penalty=1.4), GREEDY)]
+    for params in (greedy, sampled, greedy, top_p, mixed):
         args = _inputs(model, 2, params, seed=3)
         assert torch.equal(sampler.run(*args), model_ops.sample_frames(model, *args))
-    # greedy was used again after sampled, so sampled is the one evicted when top_p came.
-    assert [key[3] for key in sampler.graphs] == [True, False] and sampler.captures == 3
-    assert [key[2] for key in sampler.graphs] == [False, True]
+    assert list(sampler.graphs) == [(2, False, False)] and sampler.captures == 1
+    # A row that keeps more candidates than the cap (top_k 0: the whole vocabulary) takes the key's other graph.
+    whole = [(SamplingParams(), SamplingParams(top_k=0)), (GREEDY, GREEDY)]
+    args = _inputs(model, 2, whole, seed=5)
+    assert torch.equal(sampler.run(*args), model_ops.sample_frames(model, *args))
+    assert list(sampler.graphs)[-1] == (2, False, True)
+    sampler.prepare_all()
+    assert len(sampler.graphs) == 4 * len(sampler.row_buckets) == 12 and sampler.captures == 12
     with pytest.raises(FrameBucketError) as raised:
         sampler.run(*_inputs(model, 5, [(GREEDY, GREEDY)] * 5, seed=4))
     assert raised.value.code == "no_frame_bucket" and sampler.bucket(5) is None and sampler.bucket(3) == 4
+
+
+@torch.inference_mode()
+def test_graphs_are_capped_least_recently_used_first(tiny):
+    model, _ = tiny
+    sampler = PaddedFrameSampler(model, max_rows=4, capture=False, max_graphs=2)
+    capped, whole = [(GREEDY, GREEDY)] * 2, [(SamplingParams(top_k=0), GREEDY)] * 2
+    for rows, params in ((2, capped), (2, whole), (2, capped), (4, capped * 2)):
+        args = _inputs(model, rows, params, seed=3)
+        assert torch.equal(sampler.run(*args), model_ops.sample_frames(model, *args))
+    # (2, capped) was used again after (2, whole), so (2, whole) is the one evicted when 4 rows came.
+    assert list(sampler.graphs) == [(2, False, False), (4, False, False)] and sampler.captures == 3
 
 
 class HostSync(AssertionError):

@@ -19,6 +19,7 @@ metadata tensor in one asynchronous transfer; the input rows are copied into the
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,8 +29,11 @@ from services.engine import cuda_graph
 from services.engine.config import EngineConfig
 from services.engine.errors import EngineError
 from services.model.attention_batch import AttentionBatch
+from services.model import triton_decode
 from services.model.paged_decode import is_decode_only, num_columns
 from services.model.talker import Talker
+
+log = logging.getLogger(__name__)
 
 POSITION, SLOT, SEQ_LEN, TABLE = 0, 1, 2, 3
 """Columns of the staged metadata: position, slot, sequence length, then the block table."""
@@ -90,12 +94,25 @@ class PaddedDecodeStep:
         """`scratch_block`: a block of `kv_pool` no request ever owns (the dummies write there)."""
         self.talker, self.kv_pool, self.scratch_block, self.spec = talker, kv_pool, scratch_block, spec
         self.block_size = kv_pool.shape[3]
-        self.row_buckets, self.column_buckets = buckets(spec.max_num_seqs), buckets(spec.max_blocks_per_seq)
         device = kv_pool.device
+        # The fused kernel walks each row's table up to the row's own length, so the table's width costs
+        # nothing and one width serves every step; the torch kernel reads every column, so it is bucketed.
+        fused = triton_decode.is_available(device)
+        self.row_buckets = buckets(spec.max_num_seqs)
+        self.column_buckets = (spec.max_blocks_per_seq,) if fused else buckets(spec.max_blocks_per_seq)
         self.rows = torch.zeros((spec.max_num_seqs, talker.hidden_size), dtype=kv_pool.dtype, device=device)
         self.query_start = torch.arange(spec.max_num_seqs + 1, dtype=torch.int64, device=device)
         self.graph_pool = torch.cuda.graph_pool_handle() if spec.capture else None
         self.prepared: dict[tuple[int, int], _Bucket] = {}
+        self.num_capture_failures = 0
+        """Buckets whose capture failed and that run eagerly instead (logged, and reported in the stats)."""
+
+    def prepare_all(self) -> None:
+        """Prepare (capture) every bucket now, so that no step after start-up pays for a capture."""
+        for rows in self.row_buckets:
+            for columns in self.column_buckets:
+                if (rows, columns) not in self.prepared:
+                    self._prepare(rows, columns)
 
     def bucket(self, batch: AttentionBatch) -> tuple[int, int] | None:
         """(rows, columns) of the bucket that runs `batch`, or None if it is not decode-only or too big."""
@@ -150,7 +167,13 @@ class PaddedDecodeStep:
         step = forward
         if self.spec.capture:
             metadata.copy_(self._staged(None, rows, columns))  # warm-up and capture write only the scratch block
-            step = self._capture(forward)
+            try:
+                step = self._capture(forward)
+            except RuntimeError:
+                # Same results eagerly, only slower: a capture problem must not take the replica down.
+                log.exception("capturing the decode step for %d rows x %d block columns failed; it runs eagerly",
+                              rows, columns)
+                self.num_capture_failures += 1
         self.prepared[(rows, columns)] = bucket = _Bucket(metadata, step)
         return bucket
 

@@ -8,6 +8,7 @@ ended requests with their reasons) instead of printing or publishing anything.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -71,7 +72,12 @@ class Engine:
         self.num_blocks = pool_num_blocks(config, model)
         self.scheduler = Scheduler(config, self.num_blocks, stage.preemption_mode)
         self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay,
-                                  DecodeGraphSpec.for_engine(config, model.device))
+                                  DecodeGraphSpec.for_engine(config, model.device), config.max_num_seqs)
+        started = time.perf_counter()
+        self.runner.prepare_graphs()  # before the replica serves: the first requests must not pay for captures
+        if self.runner.decode_step is not None:
+            _log.info("captured the decode and sampling graphs in %.1f s (%d failed and run eagerly)",
+                      time.perf_counter() - started, self.runner.num_capture_failures)
 
     def add_request(
         self,
@@ -111,6 +117,7 @@ class Engine:
 
     def abort_request(self, request_id: str) -> RequestOutcome | None:
         """Cancel a request; its blocks are free on return. None if the id is unknown or already ended."""
+        self.runner.forget(request_id)
         return self.scheduler.abort(request_id)
 
     def step(self) -> StepOutput:
@@ -120,6 +127,7 @@ class Engine:
         and the engine keeps serving the others.
         """
         scheduled = self.scheduler.schedule()
+        self._forget(scheduled.outcomes, scheduled.preempted_ids)
         if scheduled.is_empty:
             return StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
         try:
@@ -129,8 +137,10 @@ class Engine:
             reason = (f"the decode step running this request failed ({type(error).__name__}: {error}); "
                       "the output generated so far is truncated; retry the request")
             failed = self.scheduler.fail_scheduled(scheduled, reason)
+            self._forget(failed, [])
             return StepOutput([], scheduled.outcomes + failed, scheduled.preempted_ids, 0)
         frames, outcomes = self.scheduler.update_from_output(scheduled, runner_output)
+        self._forget(outcomes, [])
         return StepOutput(frames, scheduled.outcomes + outcomes, scheduled.preempted_ids,
                           scheduled.num_batched_tokens)
 
@@ -141,8 +151,14 @@ class Engine:
         `allow` requests are queued for a faithful replay after the scope; `fail` requests end with code
         `drained`, and their outcomes are yielded. The scope is cleared even if its body raises.
         """
+        self.runner.seen.clear()  # every running request leaves the running set
         with self.scheduler.drain() as ended:
             yield ended
+
+    def _forget(self, outcomes: list[RequestOutcome], preempted_ids: list[str]) -> None:
+        """Requests that left the running set give back their per-request rows in the runner."""
+        for request_id in [outcome.request_id for outcome in outcomes] + preempted_ids:
+            self.runner.forget(request_id)
 
     @property
     def num_unfinished(self) -> int:

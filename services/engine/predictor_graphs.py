@@ -3,11 +3,14 @@
 Eager, this part of an engine step issues ~4,500-5,700 kernels and costs 73-137 ms on an H200 against
 11.5-15.6 ms replayed as a graph (loadtest/RESULTS-GPU.md). `model_ops.sample_frames` has no host
 synchronisation: every shape it picks comes from tensor shapes or from `RowSampling`'s host-side summaries
-(`max_top_k`, `uses_top_p`, `is_all_greedy`). So it is captured once per
+(`max_top_k`, `uses_top_p`, `is_all_greedy`). The sampler replaces each summary by a bound that holds for
+any request (top-p always applied, greedy decided per row, candidates cut at `TOP_K_CAP` unless a row asks
+for more or for none), so every mix of requests shares one graph per
 
-    (rows bucket, talker summaries, predictor summaries)
+    (rows bucket, talker needs the whole vocabulary, predictor needs the whole vocabulary)
 
-and replayed. Rows pad up to a bucket (powers of two up to `max_rows`, as the talker's decode graphs do).
+and the per-request values (temperature, top-k, top-p, penalty, seed) are tensor inputs. All of them are
+captured up front (`prepare_all`). Rows pad up to a bucket (powers of two up to `max_rows`, as the talker's decode graphs do).
 Every operation in it is row-wise (the talker head, the logit processing, the keyed sampler, the predictor's
 per-row attention), so a padding row cannot change a real row; its codes are dropped. Padding rows hold
 greedy defaults at first and afterwards whatever rows an earlier, larger step left there: finite values
@@ -34,16 +37,16 @@ from services.model.loader import TTSModel
 from services.model.sampling import RowSampling, row_keys
 from services.model.talker_logits import MIN_NEW_TOKENS
 
-DEFAULT_MAX_GRAPHS = 32
-"""Graphs kept at once; a few (bucket, sampling summary) combinations are live in practice."""
+TOP_K_CAP = 128
+"""Candidates kept per row when every row's top_k is in 1..TOP_K_CAP (the released default is 50)."""
 
 NUM_FRAMES, MIN_FRAMES, TALKER_TOP_K, PREDICTOR_TOP_K, SEED, FRAME, KEYS = 0, 1, 2, 3, 4, 5, 6
 """Columns of the static int64 inputs (KEYS takes two columns: the keyed sampler's two hash lanes)."""
 PENALTY, TALKER_TEMPERATURE, TALKER_TOP_P, PREDICTOR_TEMPERATURE, PREDICTOR_TOP_P = 0, 1, 2, 3, 4
 """Columns of the static float32 inputs."""
 
-GraphKey = tuple[int, int | None, bool, bool, int | None, bool, bool]
-"""(rows bucket, then max_top_k, uses_top_p, is_all_greedy of the talker's rows and of the predictor's)."""
+GraphKey = tuple[int, bool, bool]
+"""(rows bucket, whether the talker's rows need the whole vocabulary, whether the predictor's do)."""
 
 log = logging.getLogger(__name__)
 
@@ -54,20 +57,28 @@ class FrameBucketError(EngineError, ValueError):
     code = "no_frame_bucket"
 
 
-def _summary(rows: RowSampling) -> tuple[int | None, bool, bool]:
-    return rows.max_top_k, rows.uses_top_p, rows.is_all_greedy
+def needs_whole_vocabulary(rows: RowSampling) -> bool:
+    """Whether some row keeps more candidates than TOP_K_CAP (top_k 0 keeps all of them)."""
+    return rows.max_top_k is None or rows.max_top_k > TOP_K_CAP
+
+
+def _summary(whole_vocabulary: bool) -> tuple[int | None, bool, bool]:
+    """Summaries true for any rows: top-p applied (a no-op where top_p is 1), greedy rows chosen per row."""
+    return None if whole_vocabulary else TOP_K_CAP, True, False
 
 
 class PaddedFrameSampler:
     """`model_ops.sample_frames` over static, padded inputs; graph-replayed per key when `capture`."""
 
     def __init__(self, model: TTSModel, max_rows: int, capture: bool = True,
-                 max_graphs: int = DEFAULT_MAX_GRAPHS) -> None:
-        """`capture` False runs the same padded, static-buffer step eagerly (the CPU tests' path)."""
+                 max_graphs: int | None = None) -> None:
+        """`capture` False runs the same padded, static-buffer step eagerly (the CPU tests' path).
+        `max_graphs` None keeps every key's graph (4 per rows bucket)."""
+        self.row_buckets = buckets(max_rows)
+        max_graphs = 4 * len(self.row_buckets) if max_graphs is None else max_graphs
         if max_graphs < 1:
             raise FrameBucketError(f"max_graphs must be >= 1, got {max_graphs}")
         self.model, self.capture, self.max_graphs = model, capture, max_graphs
-        self.row_buckets = buckets(max_rows)
         device, vocab = model.device, model.config.talker.vocab_size
         self.hidden = torch.zeros((max_rows, model.talker.hidden_size), dtype=model.dtype, device=device)
         self.seen = torch.zeros((max_rows, vocab), dtype=torch.bool, device=device)
@@ -80,6 +91,17 @@ class PaddedFrameSampler:
         self.graphs: OrderedDict[GraphKey, Callable[[], torch.Tensor]] = OrderedDict()
         self.captures = 0
         """How many steps were prepared (captured, when `capture`): evictions make it exceed len(graphs)."""
+        self.num_capture_failures = 0
+        """Captures that failed; from the first one on, every step runs eagerly (logged, reported in the stats)."""
+
+    def prepare_all(self) -> None:
+        """Prepare (capture) the graph of every key now, so that no step after start-up pays for a capture."""
+        for rows in self.row_buckets:
+            for talker_whole in (False, True):
+                for predictor_whole in (False, True):
+                    key = (rows, talker_whole, predictor_whole)
+                    if key not in self.graphs:
+                        self._prepare(key)
 
     def bucket(self, num_rows: int) -> int | None:
         """The rows bucket of a batch of `num_rows`, or None if it is larger than every bucket."""
@@ -96,7 +118,7 @@ class PaddedFrameSampler:
         if rows is None:
             raise FrameBucketError(f"{count} rows fit no frame bucket (largest {self.row_buckets[-1]}); "
                                    "check `bucket(rows)` first and sample such a step eagerly")
-        key: GraphKey = (rows, *_summary(talker_rows), *_summary(predictor_rows))
+        key: GraphKey = (rows, needs_whole_vocabulary(talker_rows), needs_whole_vocabulary(predictor_rows))
         self._stage(hidden, seen, num_frames, penalty, talker_rows, predictor_rows, min_new_frames)
         step = self.graphs.get(key)
         if step is None:
@@ -125,8 +147,8 @@ class PaddedFrameSampler:
             predictor_rows.top_p), dim=1))
 
     def _forward(self, key: GraphKey) -> Callable[[], torch.Tensor]:
-        """`sample_frames` over rows [:bucket] of the static inputs, with the key's host-side summaries."""
-        rows, talker_summary, predictor_summary = key[0], key[1:4], key[4:7]
+        """`sample_frames` over rows [:bucket] of the static inputs, with summaries that hold for any rows."""
+        rows, talker_summary, predictor_summary = key[0], _summary(key[1]), _summary(key[2])
         ints, floats = self.ints[:rows], self.floats[:rows]
         seed, frame = ints[:, SEED], ints[:, FRAME]
         talker = RowSampling(floats[:, TALKER_TEMPERATURE], ints[:, TALKER_TOP_K], floats[:, TALKER_TOP_P], seed,
@@ -152,6 +174,7 @@ class PaddedFrameSampler:
                 # (same results, more launches) and say so once.
                 log.exception("capturing the sampling step failed; it runs eagerly from now on")
                 self.capture = False
+                self.num_capture_failures += 1
         self.captures += 1
         self.graphs[key] = step
         while len(self.graphs) > self.max_graphs:

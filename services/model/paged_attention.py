@@ -19,6 +19,7 @@ import torch
 from torch.nn import functional as F
 
 from services.model.attention_batch import AttentionBatch
+from services.model import triton_decode
 from services.model.paged_decode import DecodeLayout, decode_kernel, is_decode_only
 
 
@@ -97,9 +98,24 @@ REFERENCE = AttentionKernel("reference", lambda batch, block_size, _dtype: Paged
 DECODE = AttentionKernel("decode", DecodeLayout.of, decode_kernel)
 
 
+def _fused_plan(batch: AttentionBatch, _block_size: int, _dtype: torch.dtype) -> AttentionBatch:
+    return batch  # the kernel reads the block table and lengths as they are: nothing to prepare
+
+
+def _fused_attend(q: torch.Tensor, pool: torch.Tensor, layer: int, batch: AttentionBatch, scale: float) -> torch.Tensor:
+    return triton_decode.decode_attention(q, pool, layer, batch.block_tables, batch.seq_lens, scale)
+
+
+FUSED_DECODE = AttentionKernel("fused_decode", _fused_plan, _fused_attend)
+"""The Triton decode kernel (`triton_decode.py`): reads each row's blocks in place, up to its own length."""
+
+
 def select_kernel(batch: AttentionBatch) -> AttentionKernel:
-    """`DECODE` when every sequence adds one token (decided from shapes, no sync), else `REFERENCE`."""
-    return DECODE if is_decode_only(batch) else REFERENCE
+    """For a decode-only batch (decided from shapes, no sync) `FUSED_DECODE` where Triton runs on the batch's
+    device, else `DECODE`; any other batch `REFERENCE`."""
+    if not is_decode_only(batch):
+        return REFERENCE
+    return FUSED_DECODE if triton_decode.is_available(batch.seq_lens.device) else DECODE
 
 
 class PagedAttention:

@@ -1,0 +1,80 @@
+"""The fused Triton decode kernel against the plain-torch decode kernel, on random pools with NaN-filled stale blocks.
+
+On the CPU the kernel runs under Triton's interpreter, which is chosen when Triton is imported, so that check runs
+in a fresh process with TRITON_INTERPRET=1 (the rest of the suite keeps the torch kernel on the CPU). On a CUDA
+device the compiled kernel is checked in this process, in float32 and bfloat16.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from services.model.attention_batch import AttentionBatch
+from services.model.paged_decode import DecodeLayout, decode_kernel
+
+# (query heads, K/V heads, head dim, block size, lengths): grouped 2 and 4, plain multi-head, one-token rows,
+# rows ending mid-block and on a block edge, a row longer than one loop tile.
+CASES = [
+    (4, 2, 16, 4, [1, 5, 9, 16, 13]),
+    (8, 2, 32, 8, [3, 8, 40, 17]),
+    (2, 2, 16, 16, [1, 70, 33]),
+]
+
+
+def compare(device: str, dtype: torch.dtype = torch.float32) -> float:
+    """Largest |fused - torch| over CASES (relative to the output's scale); raises on NaN or a shape mismatch."""
+    from services.model import triton_decode
+
+    generator = torch.Generator().manual_seed(7)
+    worst = 0.0
+    for num_heads, kv_heads, head_dim, block_size, lengths in CASES:
+        rows, layers = len(lengths), 3
+        blocks_needed = sum(-(-n // block_size) for n in lengths)
+        pool = torch.randn(blocks_needed + 4, layers, 2, block_size, kv_heads, head_dim, generator=generator)
+        pool[0] = float("nan")  # the padding columns point here: a kernel that reads past a length returns NaN
+        width = max(-(-n // block_size) for n in lengths) + 1
+        tables = torch.zeros((rows, width), dtype=torch.int64)
+        order = (torch.randperm(blocks_needed, generator=generator) + 4).tolist()
+        for row, length in enumerate(lengths):
+            count = -(-length // block_size)
+            tables[row, :count] = torch.tensor(order[:count])
+            order = order[count:]
+        lens = torch.tensor(lengths)
+        q = torch.randn(rows, num_heads, head_dim, generator=generator)
+        pool, tables, lens, q = pool.to(device, dtype), tables.to(device), lens.to(device), q.to(device, dtype)
+        batch = AttentionBatch(positions=lens - 1, slot_mapping=lens, query_start=torch.arange(rows + 1),
+                               seq_lens=lens, block_tables=tables)
+        scale = head_dim**-0.5
+        clean = pool.nan_to_num(0.0)  # the torch kernel zeroes stale slots itself; its padding reads stay finite
+        expected = decode_kernel(q.float(), clean.float(), 1, DecodeLayout.of(batch, block_size, torch.float32), scale)
+        got = triton_decode.decode_attention(q, pool, 1, tables, lens, scale, block_n=8)
+        if got.shape != expected.shape or bool(torch.isnan(got).any()):
+            raise AssertionError(f"bad output: shape {tuple(got.shape)}, NaN {bool(torch.isnan(got).any())}")
+        worst = max(worst, float((got.float() - expected).abs().max() / expected.abs().max()))
+    return worst
+
+
+def test_fused_kernel_equals_the_torch_kernel_under_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    code = "from tests.test_triton_decode import compare; print(compare('cpu'))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.strip().splitlines()[-1]) < 1e-5
+
+
+def test_the_interpreter_is_what_makes_the_kernel_available_on_the_cpu():
+    from services.model import triton_decode
+
+    assert triton_decode.triton is not None, "Triton is a test dependency (pyproject's test extra)"
+    assert triton_decode.is_available(torch.device("cpu")) == (os.environ.get("TRITON_INTERPRET") == "1")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel needs a CUDA device")
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_fused_kernel_equals_the_torch_kernel_on_cuda(dtype, tolerance):
+    assert compare("cuda", dtype) < tolerance
