@@ -3,8 +3,8 @@
 - reference: `Talker.forward` with the reference kernel forced (what every step ran before the fast path:
   host syncs, so no graph);
 - fast: `Talker.forward` as the engine calls it now (a decode-only batch selects the sync-free kernel);
-- graph: the engine's own `PaddedDecodeStep` (services/engine/decode_graphs.py) with the engine's default
-  buckets (max_num_seqs 64, max_model_len 4096: a 257-token context reads a 32-block bucket), so a call
+- graph: the engine's own `PaddedTalkerStep` (services/engine/talker_graphs.py) with the engine's default
+  limits (max_num_seqs 64, max_model_len 4096: one 256-column table), so a call
   includes staging the metadata, its one host-to-device copy, the input-row copy and the replay; on a
   device without CUDA it runs the same padded step eagerly.
 Checks before timing, recorded per batch: the decode kernel equals the reference in float32 on the device
@@ -30,9 +30,9 @@ from loadtest.gpu_micro import DTYPES, Report, add_model_arguments, environment,
 from loadtest.gpu_models import build_model, write_config_files
 from loadtest.gpu_talker_bench import BLOCK_SIZE, decode_batch, kv_bytes_read
 from services.engine.config import EngineConfig
-from services.engine.decode_graphs import DecodeGraphSpec, PaddedDecodeStep
+from services.engine.talker_graphs import PaddedTalkerStep, TalkerGraphSpec
 from services.model.loader import TTSModel
-from services.model.paged_attention import DECODE, REFERENCE, PagedAttention, select_kernel
+from services.model.paged_attention import DECODE, FUSED_DECODE, REFERENCE, PagedAttention, select_kernel
 
 KERNEL_TOLERANCE = 1e-5
 """Largest absolute difference allowed between the decode and the reference kernel in float32."""
@@ -96,16 +96,16 @@ def decode_step(model: TTSModel, batch_size: int, context: int, opts: dict) -> d
     host_batch = replace(decode_batch(batch_size, context, num_blocks, torch.device("cpu"), seed=batch_size),
                          max_seq_len=context + 1)
     batch = replace(decode_batch(batch_size, context, num_blocks, device, seed=batch_size), max_seq_len=context + 1)
-    if select_kernel(batch) is not DECODE:
+    if select_kernel(batch) not in (DECODE, FUSED_DECODE):
         raise RuntimeError("a decode batch did not select the decode kernel")
     # One block past the batch's: the padded step's scratch block (as the engine reserves it).
     pool = torch.randn(talker.kv_pool_shape(num_blocks + 1, BLOCK_SIZE), device=device, dtype=model.dtype)
     _poison_free_blocks(pool[:num_blocks], batch.block_tables)
     embeds = torch.randn(batch_size, talker.hidden_size, device=device, dtype=model.dtype)
-    spec = DecodeGraphSpec(max_num_seqs=max(batch_size, ENGINE_DEFAULTS.max_num_seqs),
+    spec = TalkerGraphSpec(max_num_seqs=max(batch_size, ENGINE_DEFAULTS.max_num_seqs),
                            max_blocks_per_seq=-(-ENGINE_DEFAULTS.max_model_len // BLOCK_SIZE),
-                           capture=device.type == "cuda")
-    padded = PaddedDecodeStep(talker, pool, scratch_block=num_blocks, spec=spec)
+                           max_num_tokens=max(batch_size, ENGINE_DEFAULTS.max_num_seqs), capture=device.type == "cuda")
+    padded = PaddedTalkerStep(talker, pool, scratch_block=num_blocks, spec=spec)
 
     def reference() -> torch.Tensor:
         return talker(embeds, batch, pool, kernel=REFERENCE)
@@ -128,7 +128,7 @@ def decode_step(model: TTSModel, batch_size: int, context: int, opts: dict) -> d
         "step_rel_error": errors, "step_tolerance": tolerance,
         "steps_equal": all(error <= tolerance for error in errors.values()),
         "graph_mode": "cuda_graph" if spec.capture else "padded eager (no CUDA)",
-        "graph_bucket": {"rows": padded.bucket(host_batch)[0], "columns": padded.bucket(host_batch)[1]},
+        "graph_bucket": {"tokens": padded.bucket(host_batch)},
         "sync_free": {"fast": sync_probe(fast, device), "graph": sync_probe(graph, device),
                       "reference (must fail on CUDA)": sync_probe(reference, device)},
         "reference": bench_entry(reference, device, opts["warmup"], opts["reps"], graph=False),

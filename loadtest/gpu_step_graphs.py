@@ -33,7 +33,7 @@ from loadtest.engine_step_bench import TEXT
 from loadtest.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
 from loadtest.gpu_models import build_model, build_tokenizer, write_config_files
 from services.engine.config import EngineConfig
-from services.engine.decode_graphs import DecodeGraphSpec
+from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.engine import Engine
 from services.engine.model_ops import sample_frames
 from services.engine.predictor_graphs import PaddedFrameSampler
@@ -54,8 +54,9 @@ def _engine(model: TTSModel, batch: int, max_frames: int, prompt_len: int, graph
                           max_num_batched_tokens=max(2048, batch), cuda_graphs=graphs)
     engine = Engine(model, config)
     if graphs and model.device.type != "cuda":
-        spec = DecodeGraphSpec(config.max_num_seqs, -(-config.max_model_len // BLOCK_SIZE), capture=False)
-        engine.runner = ModelRunner(model, engine.num_blocks, BLOCK_SIZE, decode_graphs=spec)
+        spec = TalkerGraphSpec(config.max_num_seqs, -(-config.max_model_len // BLOCK_SIZE),
+                               config.max_num_batched_tokens, capture=False)
+        engine.runner = ModelRunner(model, engine.num_blocks, BLOCK_SIZE, graphs=spec)
     return engine
 
 
@@ -93,7 +94,7 @@ def run_engine(model: TTSModel, tokenizer: TextTokenizer, batch: int, steps: int
     runner = engine.runner
     result = {"codes": {rid: torch.stack(frames) for rid, frames in codes.items()}, "samples": samples,
               "prefill_steps": prefill_steps,
-              "talker_buckets": sorted({rows for rows, _ in runner.decode_step.prepared}) if runner.decode_step else [],
+              "talker_buckets": sorted(runner.talker_step.prepared) if runner.talker_step else [],
               "sampler_buckets": sorted({key[0] for key in runner.frame_sampler.graphs}) if runner.frame_sampler else []}
     for request_id in list(codes):
         engine.abort_request(request_id)

@@ -18,7 +18,7 @@ import torch
 from loadtest import gpu_step_graphs
 from services.engine import model_ops
 from services.engine.config import EngineConfig
-from services.engine.decode_graphs import DecodeGraphSpec
+from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.engine import Engine
 from services.engine.predictor_graphs import FrameBucketError, PaddedFrameSampler
 from services.engine.runner import ModelRunner
@@ -41,11 +41,11 @@ def tiny(tiny_checkpoint):
 
 
 def _padded(engine: Engine) -> Engine:
-    """The engine with its runner rebuilt to pad (and on CUDA graph) decode steps and frame sampling, eagerly."""
+    """The engine with its runner rebuilt to pad (and on CUDA graph) talker steps and frame sampling, eagerly."""
     config = engine.config
-    spec = DecodeGraphSpec(config.max_num_seqs, -(-config.max_model_len // config.block_size), capture=False)
-    engine.runner = ModelRunner(engine.model, engine.num_blocks, config.block_size, capture_hidden=True,
-                                decode_graphs=spec)
+    spec = TalkerGraphSpec(config.max_num_seqs, -(-config.max_model_len // config.block_size),
+                           config.max_num_batched_tokens, capture=False)
+    engine.runner = ModelRunner(engine.model, engine.num_blocks, config.block_size, capture_hidden=True, graphs=spec)
     return engine
 
 
@@ -191,8 +191,8 @@ def test_padded_step_reads_nothing_back_from_the_device(tiny, monkeypatch):
     for _ in range(3):  # prefill, then decode steps: every bucket used below is prepared (warm)
         record(run, engine)
     runner, calls = engine.runner, []
-    for key, bucket in runner.decode_step.prepared.items():
-        runner.decode_step.prepared[key] = replace(bucket, step=_guarded(bucket.step, monkeypatch, calls))
+    for key, bucket in runner.talker_step.prepared.items():
+        runner.talker_step.prepared[key] = replace(bucket, step=_guarded(bucket.step, monkeypatch, calls))
     for key, step in runner.frame_sampler.graphs.items():
         runner.frame_sampler.graphs[key] = _guarded(step, monkeypatch, calls)
     out = record(run, engine)
@@ -238,4 +238,4 @@ def test_graphed_sampler_equals_eager_on_cuda(tiny_checkpoint):
 def test_engine_config_keeps_graphs_off_on_cpu(tiny):
     model, _ = tiny
     engine = Engine(model, EngineConfig(kv_cache_blocks=8, block_size=4, max_num_seqs=4))
-    assert engine.runner.frame_sampler is None and engine.runner.decode_step is None
+    assert engine.runner.frame_sampler is None and engine.runner.talker_step is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -55,6 +56,19 @@ def compare(device: str, dtype: torch.dtype = torch.float32) -> float:
         got = triton_decode.decode_attention(q, pool, 1, tables, lens, scale, block_n=8)
         if got.shape != expected.shape or bool(torch.isnan(got).any()):
             raise AssertionError(f"bad output: shape {tuple(got.shape)}, NaN {bool(torch.isnan(got).any())}")
+        worst = max(worst, float((got.float() - expected).abs().max() / expected.abs().max()))
+        # The per-token form of the same step: each row's cache seen by three tokens, causally (a prefill chunk),
+        # with the token metadata in strided columns as the engine's padded step keeps it.
+        metadata = torch.stack([torch.arange(rows).repeat_interleave(3), (lens.cpu() - 2).clamp(min=1)
+                                .repeat_interleave(3) + torch.arange(3).repeat(rows)], dim=1).to(device)
+        token_rows, limits = metadata[:, 0], metadata[:, 1].clamp(max=lens.repeat_interleave(3))
+        per_token = q.repeat_interleave(3, dim=0)
+        expected = decode_kernel(per_token.float(), clean.float(), 1, DecodeLayout.of(
+            replace(batch, block_tables=tables[token_rows], seq_lens=limits), block_size, torch.float32), scale)
+        got = triton_decode.decode_attention(per_token, pool, 1, tables, limits, scale, block_n=8,
+                                             token_rows=token_rows)
+        if bool(torch.isnan(got).any()):
+            raise AssertionError("NaN in the per-token form")
         worst = max(worst, float((got.float() - expected).abs().max() / expected.abs().max()))
     return worst
 

@@ -17,7 +17,7 @@ import torch
 from services.model.talker_logits import MIN_NEW_TOKENS
 from services.engine import model_ops
 from services.engine.config import EngineConfig, StageConfig, StageKind
-from services.engine.decode_graphs import DecodeGraphSpec
+from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.errors import ConfigError, EngineError
 from services.engine.outputs import StepOutput
 from services.engine.runner import ModelRunner
@@ -72,11 +72,11 @@ class Engine:
         self.num_blocks = pool_num_blocks(config, model)
         self.scheduler = Scheduler(config, self.num_blocks, stage.preemption_mode)
         self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay,
-                                  DecodeGraphSpec.for_engine(config, model.device), config.max_num_seqs)
+                                  TalkerGraphSpec.for_engine(config, model.device), config.max_num_seqs)
         started = time.perf_counter()
         self.runner.prepare_graphs()  # before the replica serves: the first requests must not pay for captures
-        if self.runner.decode_step is not None:
-            _log.info("captured the decode and sampling graphs in %.1f s (%d failed and run eagerly)",
+        if self.runner.talker_step is not None:
+            _log.info("captured the talker and sampling graphs in %.1f s (%d failed and run eagerly)",
                       time.perf_counter() - started, self.runner.num_capture_failures)
 
     def add_request(

@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 
 from services.engine import cuda_graph, model_ops
-from services.engine.decode_graphs import buckets
+from services.engine.talker_graphs import buckets
 from services.engine.errors import EngineError
 from services.model.loader import TTSModel
 from services.model.sampling import RowSampling, row_keys

@@ -4,11 +4,10 @@ It owns the paged KV pool tensor and the repetition-penalty rows (`SeenTable`). 
 sources: a prompt's prefill rows, a replay's rows (prompt + every stored frame, for a request preempted
 earlier), or, for a decoding request, the input of its last frame (all 16 codes plus its trailing text row).
 
-A step is split by kind, not by request: the decoding rows run through `PaddedDecodeStep` (a CUDA graph per
-rows bucket when the engine enables graphs) and the prefilling rows, if any, through their own eager forward
-beside it, so a prefill chunk never pushes the decoding rows off the graph. The frames of both are then
-sampled together (`PaddedFrameSampler`, graphed per rows bucket too). The one host synchronisation of a step
-is the copy of its codes back to the host.
+With graphs enabled, the whole talker step, decoding rows and prefill chunks together, replays the CUDA graph
+of its token bucket (`PaddedTalkerStep`), and the frames are sampled by `PaddedFrameSampler`, graphed per rows
+bucket; otherwise both run eagerly. No value is read back from the device before the step's codes, which
+are its one host synchronisation.
 """
 
 from __future__ import annotations
@@ -16,12 +15,13 @@ from __future__ import annotations
 import torch
 
 from services.engine import model_ops
-from services.engine.batch_builder import build_attention_batch, on_device
-from services.engine.decode_graphs import DecodeGraphSpec, PaddedDecodeStep
+from services.engine.batch_builder import build_attention_batch, on_device, sampling_rows
 from services.engine.outputs import ModelRunnerOutput, ScheduledSequence
 from services.engine.predictor_graphs import PaddedFrameSampler
 from services.engine.seen_table import SeenTable
 from services.engine.sequence import NUM_CODEBOOKS, Sequence
+from services.engine.talker_graphs import PaddedTalkerStep, TalkerGraphSpec
+from services.model.attention_batch import AttentionBatch
 from services.model.loader import TTSModel
 from services.model.sampling import RowSampling
 
@@ -36,39 +36,39 @@ class ModelRunner:
         block_size: int,
         capture_hidden: bool = False,
         replay: model_ops.ReplayBuilder = model_ops.replay_rows,
-        decode_graphs: DecodeGraphSpec | None = None,
+        graphs: TalkerGraphSpec | None = None,
         max_num_seqs: int | None = None,
     ) -> None:
-        """`decode_graphs`: pad and graph decode rows and frame sampling (None: every step eager).
-        `max_num_seqs`: rows of the repetition-penalty table (default: the graphs' largest bucket, else 64)."""
+        """`graphs`: pad and graph the talker step and frame sampling (None: every step eager).
+        `max_num_seqs`: rows of the repetition-penalty table (default: the graphs' largest step, else 64)."""
         self.model = model
         self.block_size = block_size
         self.capture_hidden = capture_hidden
         self.replay = replay
         """Builds a preempted request's replay rows; replaceable so tests can prove a wrong replay is caught."""
         # Padding rows of a graphed step need a block no request owns: block `num_blocks`, past the manager's.
-        scratch_blocks = 0 if decode_graphs is None else 1
+        scratch_blocks = 0 if graphs is None else 1
         shape = model_ops.kv_pool_shape(model, num_blocks + scratch_blocks, block_size)
         self.kv_pool = torch.zeros(shape, dtype=model.dtype, device=model.device)
         self.eos_id = model_ops.eos_id(model)
-        self.decode_step = (None if decode_graphs is None
-                            else PaddedDecodeStep(model.talker, self.kv_pool, num_blocks, decode_graphs))
-        self.frame_sampler = (None if decode_graphs is None
-                              else PaddedFrameSampler(model, decode_graphs.max_num_seqs, decode_graphs.capture))
-        rows = max_num_seqs or (decode_graphs.max_num_seqs if decode_graphs is not None else 64)
+        self.talker_step = (None if graphs is None
+                            else PaddedTalkerStep(model.talker, self.kv_pool, num_blocks, graphs))
+        self.frame_sampler = (None if graphs is None
+                              else PaddedFrameSampler(model, graphs.max_num_seqs, graphs.capture))
+        rows = max_num_seqs or (graphs.max_num_seqs if graphs is not None else 64)
         self.seen = SeenTable(rows, model.config.talker.vocab_size, model.device)
 
     def prepare_graphs(self) -> None:
         """Capture every graph a step can need now (start-up), so that the first requests run as fast as the rest."""
-        if self.decode_step is not None:
-            self.decode_step.prepare_all()
+        if self.talker_step is not None:
+            self.talker_step.prepare_all()
         if self.frame_sampler is not None:
             self.frame_sampler.prepare_all()
 
     @property
     def num_capture_failures(self) -> int:
         """Graphs that could not be captured and run eagerly instead."""
-        return sum(part.num_capture_failures for part in (self.decode_step, self.frame_sampler) if part is not None)
+        return sum(part.num_capture_failures for part in (self.talker_step, self.frame_sampler) if part is not None)
 
     def forget(self, request_id: str) -> None:
         """The request left the running set (ended or preempted): free its penalty row."""
@@ -77,23 +77,16 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, scheduled: list[ScheduledSequence]) -> ModelRunnerOutput:
         """Compute every scheduled token's K/V and sample a frame for each sequence whose tokens are complete."""
-        decoding = [item for item in scheduled if _is_decode(item)]
-        prefilling = [item for item in scheduled if not _is_decode(item)]
-        if decoding and not self._fits_graph(decoding):
-            decoding, prefilling = [], scheduled  # too large for every bucket: one eager forward for all
-        hidden: list[torch.Tensor] = []
-        seqs: list[Sequence] = []
-        if decoding:
-            hidden.append(self._decode(decoding))
-            seqs += [item.seq for item in decoding]
-        if prefilling:
-            rows, sampled = self._prefill(prefilling)
-            if sampled:
-                hidden.append(rows)
-                seqs += sampled
-        if not seqs:
+        device = self.model.device
+        batch = build_attention_batch(scheduled, self.block_size)  # on the host: no reads back from the device
+        query_start = batch.query_start.tolist()
+        hidden = self._talker(self._input_rows(scheduled, query_start), batch)
+        rows = sampling_rows(scheduled)
+        if not rows:
             return ModelRunnerOutput([], torch.zeros((0, NUM_CODEBOOKS), dtype=torch.int64), [])
-        last_hidden = hidden[0] if len(hidden) == 1 else torch.cat(hidden)
+        last_token = torch.tensor([query_start[row + 1] - 1 for row in rows], dtype=torch.int64)
+        last_hidden = hidden[last_token.to(device, non_blocking=True)]
+        seqs = [scheduled[row].seq for row in rows]
         codes = self._sample(last_hidden, seqs).cpu()
         return ModelRunnerOutput(
             request_ids=[seq.request_id for seq in seqs],
@@ -102,41 +95,30 @@ class ModelRunner:
             hidden=last_hidden.float().cpu() if self.capture_hidden else None,
         )
 
-    def _fits_graph(self, decoding: list[ScheduledSequence]) -> bool:
-        if self.decode_step is None:
-            return True  # eager decode: any size
-        return self.decode_step.bucket(build_attention_batch(decoding, self.block_size)) is not None
+    def _talker(self, embeds: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+        """The talker's hidden states [T, H]: the graph of the step's token bucket when one fits, else eager."""
+        if self.talker_step is not None and self.talker_step.bucket(batch) is not None:
+            return self.talker_step.run(embeds, batch)
+        return self.model.talker(embeds, on_device(batch, self.model.device), self.kv_pool)
 
-    def _decode(self, decoding: list[ScheduledSequence]) -> torch.Tensor:
-        """Hidden states [B, H] of the decoding rows (one new token each)."""
-        batch = build_attention_batch(decoding, self.block_size)  # on the host: no reads back from the device
-        seqs = [item.seq for item in decoding]
-        codes = torch.stack([seq.last_frame for seq in seqs]).to(self.model.device, non_blocking=True)
-        rows = model_ops.frame_input_rows(self.model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs])
-        rows = rows.to(self.model.dtype)
-        if self.decode_step is not None:
-            return self.decode_step.run(rows, batch)
-        return self.model.talker(rows, on_device(batch, self.model.device), self.kv_pool)
-
-    def _prefill(self, prefilling: list[ScheduledSequence]) -> tuple[torch.Tensor, list[Sequence]]:
-        """The prefilling rows' eager forward: last hidden states [S, H] of the sequences that sample a frame."""
+    def _input_rows(self, scheduled: list[ScheduledSequence], query_start: list[int]) -> torch.Tensor:
+        """The flattened input rows [T, H]: prefill slices copied in place, decode rows built in one batch."""
         model = self.model
-        batch = build_attention_batch(prefilling, self.block_size)
-        query_start = batch.query_start.tolist()
         rows = torch.empty((query_start[-1], model.talker.hidden_size), dtype=model.dtype, device=model.device)
-        for index, item in enumerate(prefilling):
-            if _is_decode(item):  # only when a batch too large for the graphs runs eagerly whole
-                seq = item.seq
-                codes = seq.last_frame[None].to(model.device)
-                rows[query_start[index]] = model_ops.frame_input_rows(model, [seq.prompt], codes,
-                                                                      [seq.text_position])[0]
+        decode: list[int] = []
+        for index, item in enumerate(scheduled):
+            if _is_decode(item):
+                decode.append(index)
                 continue
             source = self._prefill_source(item.seq)
             rows[query_start[index] : query_start[index + 1]] = source[item.start : item.start + item.num_new_tokens]
-        hidden = model.talker(rows, on_device(batch, model.device), self.kv_pool)
-        sampling = [index for index, item in enumerate(prefilling) if item.will_sample]
-        last = torch.tensor([query_start[index + 1] - 1 for index in sampling], dtype=torch.int64)
-        return hidden[last.to(model.device)], [prefilling[index].seq for index in sampling]
+        if decode:
+            seqs = [scheduled[index].seq for index in decode]
+            codes = torch.stack([seq.last_frame for seq in seqs]).to(model.device, non_blocking=True)
+            built = model_ops.frame_input_rows(model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs])
+            where = torch.tensor([query_start[index] for index in decode], dtype=torch.int64)
+            rows[where.to(model.device, non_blocking=True)] = built.to(rows.dtype)
+        return rows
 
     def _prefill_source(self, seq: Sequence) -> torch.Tensor:
         """The rows a prefill reads, built once per prefill (a chunked one reuses them)."""

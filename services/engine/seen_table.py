@@ -28,6 +28,8 @@ class SeenTable:
         self._folded: dict[str, int] = {}
         """Frames already marked in each request's row; a mismatch with its frames means the row is stale."""
         self._free = list(range(num_rows - 1, -1, -1))
+        self._true = torch.ones((), dtype=torch.bool, device=device)
+        """The value `mark` writes, made once: a Python True would be copied from the host, a sync each step."""
 
     def slots_of(self, seqs: list[Sequence]) -> torch.Tensor:
         """The rows of `seqs` as an index tensor on the device, each row up to date with its request's frames."""
@@ -50,7 +52,7 @@ class SeenTable:
 
     def mark(self, slots: torch.Tensor, first_codes: torch.Tensor) -> None:
         """Record each row's newly drawn codebook-0 id (on the device, no host read)."""
-        self.table[slots, first_codes] = True
+        self.table.index_put_((slots, first_codes), self._true)
 
     def release(self, request_id: str) -> None:
         slot = self._slots.pop(request_id, None)

@@ -39,6 +39,12 @@ class AttentionBatch:
     sizes its padding from this number instead of reading `seq_lens` back from the device (a host sync);
     any value >= every sequence's length is correct. None: attention works it out (decode-only batches
     use the block table's width, which is also known without a sync)."""
+    token_rows: torch.Tensor | None = None
+    """[T] int64, the per-token form (set by the engine's padded steps): the `block_tables` row token t reads.
+    With it, attention needs no per-sequence sizes at all: token t attends to the first `token_limits[t]`
+    cache entries of its row, so prefill chunks and decode rows run through one shape-static kernel."""
+    token_limits: torch.Tensor | None = None
+    """[T] int64, with `token_rows`: cache entries token t may see (its position + 1: causal, itself included)."""
 
     @property
     def num_seqs(self) -> int:

@@ -12,7 +12,7 @@ kernel's layout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -98,6 +98,23 @@ REFERENCE = AttentionKernel("reference", lambda batch, block_size, _dtype: Paged
 DECODE = AttentionKernel("decode", DecodeLayout.of, decode_kernel)
 
 
+def _token_plan(batch: AttentionBatch, block_size: int, dtype: torch.dtype) -> AttentionBatch | DecodeLayout:
+    if triton_decode.is_available(batch.token_limits.device):
+        return batch  # the fused kernel reads the table rows and limits as they are
+    # The torch form: each token is a one-token "sequence" with its own copy of its row's table.
+    per_token = replace(batch, block_tables=batch.block_tables[batch.token_rows], seq_lens=batch.token_limits,
+                        max_seq_len=None)
+    return DecodeLayout.of(per_token, block_size, dtype)
+
+
+def _token_attend(q: torch.Tensor, pool: torch.Tensor, layer: int, plan: AttentionBatch | DecodeLayout,
+                  scale: float) -> torch.Tensor:
+    if isinstance(plan, DecodeLayout):
+        return decode_kernel(q, pool, layer, plan, scale)
+    return triton_decode.decode_attention(q, pool, layer, plan.block_tables, plan.token_limits, scale,
+                                          token_rows=plan.token_rows)
+
+
 def _fused_plan(batch: AttentionBatch, _block_size: int, _dtype: torch.dtype) -> AttentionBatch:
     return batch  # the kernel reads the block table and lengths as they are: nothing to prepare
 
@@ -107,12 +124,17 @@ def _fused_attend(q: torch.Tensor, pool: torch.Tensor, layer: int, batch: Attent
 
 
 FUSED_DECODE = AttentionKernel("fused_decode", _fused_plan, _fused_attend)
-"""The Triton decode kernel (`triton_decode.py`): reads each row's blocks in place, up to its own length."""
+"""The Triton kernel (`triton_decode.py`) on a decode-only batch: reads each row's blocks in place."""
+TOKEN = AttentionKernel("token", _token_plan, _token_attend)
+"""Per-token form (`AttentionBatch.token_rows`): any mix of prefill and decode tokens, no host sync; the Triton
+kernel where it runs, else the torch decode kernel over per-token tables (the CPU tests' path)."""
 
 
 def select_kernel(batch: AttentionBatch) -> AttentionKernel:
-    """For a decode-only batch (decided from shapes, no sync) `FUSED_DECODE` where Triton runs on the batch's
-    device, else `DECODE`; any other batch `REFERENCE`."""
+    """`TOKEN` for a batch in the per-token form; for a decode-only batch (decided from shapes, no sync)
+    `FUSED_DECODE` where Triton runs on the batch's device, else `DECODE`; any other batch `REFERENCE`."""
+    if batch.token_rows is not None:
+        return TOKEN
     if not is_decode_only(batch):
         return REFERENCE
     return FUSED_DECODE if triton_decode.is_available(batch.seq_lens.device) else DECODE

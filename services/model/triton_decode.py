@@ -1,16 +1,18 @@
-"""Paged decode attention as one Triton kernel: each new token reads its sequence's cached K/V in place, once.
+"""Paged attention as one Triton kernel: each new token reads its sequence's cached K/V in place, up to itself.
 
 The plain-torch decode kernel (`paged_decode.py`) gathers every row's block columns into a dense copy, zeroes
 the stale slots and hands the copy to SDPA: about four passes over a padded [B, L] cache per layer, L set by
 the widest row of the bucket. This kernel walks each sequence's own block table up to its own length, with
 an online softmax, so the bytes read are the cache's real size and nothing is written but the output.
 
-One program serves one (sequence, K/V head) pair and all the query heads that share that K/V head
+One program serves one (token, K/V head) pair and all the query heads that share that K/V head
 (grouped-query attention): the G query rows are a small [G, D] tile scored against [N, D] key tiles
 with broadcast products, which suits G of 1..8 better than the matrix units. Keys past a sequence's length
-are never loaded, so stale slots (NaN included) cannot leak in. Every size is a tensor shape except the
-loop's trip count, which the kernel reads from `seq_lens` on the device: the call needs no host sync and
-can be captured in a CUDA graph whose only fixed shape is the number of rows.
+are never loaded, so stale slots (NaN included) cannot leak in. A token names its block-table row and how
+many cache entries it sees, so a decode row (one token, its whole sequence) and the tokens of a prefill chunk
+(each up to its own position: causal) are the same case, and one call serves a mixed step. Every size is a
+tensor shape except the loop's trip count, which the kernel reads on the device: the call needs no host sync
+and can be captured in a CUDA graph whose only fixed shape is the number of tokens.
 
 Triton runs on CUDA devices; on the CPU the same code runs under `TRITON_INTERPRET=1` (tests) and the
 torch kernel stays the CPU path.
@@ -42,23 +44,24 @@ if triton is not None:
 
     @triton.jit
     def _decode_kernel(
-        q_ptr, pool_ptr, tables_ptr, seq_lens_ptr, out_ptr,
+        q_ptr, pool_ptr, tables_ptr, rows_ptr, seq_lens_ptr, out_ptr,
         scale, layer,
         stride_qb, stride_qh,
         stride_pb, stride_pl, stride_pkv, stride_pt, stride_ph,
-        stride_tb, stride_lb, stride_ob, stride_oh,
+        stride_tb, stride_rb, stride_lb, stride_ob, stride_oh,
         BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, GROUP_P: tl.constexpr,
-        HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+        HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, HAS_ROWS: tl.constexpr,
     ):
-        row = tl.program_id(0)
+        token = tl.program_id(0)
+        row = tl.load(rows_ptr + token * stride_rb) if HAS_ROWS else token
         kv_head = tl.program_id(1)
         groups = tl.arange(0, GROUP_P)
         dims = tl.arange(0, HEAD_DIM)
         heads = kv_head * GROUP + groups
         group_ok = groups < GROUP
-        q = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + dims[None, :],
+        q = tl.load(q_ptr + token * stride_qb + heads[:, None] * stride_qh + dims[None, :],
                     mask=group_ok[:, None], other=0.0).to(tl.float32)
-        seq_len = tl.load(seq_lens_ptr + row * stride_lb).to(tl.int32)
+        seq_len = tl.load(seq_lens_ptr + token * stride_lb).to(tl.int32)
         best = tl.full((GROUP_P,), float("-inf"), tl.float32)
         total = tl.zeros((GROUP_P,), tl.float32)
         acc = tl.zeros((GROUP_P, HEAD_DIM), tl.float32)
@@ -82,16 +85,17 @@ if triton is not None:
             best = new_best
             start += BLOCK_N
         out = acc / total[:, None]
-        tl.store(out_ptr + row * stride_ob + heads[:, None] * stride_oh + dims[None, :],
+        tl.store(out_ptr + token * stride_ob + heads[:, None] * stride_oh + dims[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=group_ok[:, None])
 
 
 def decode_attention(q: torch.Tensor, pool: torch.Tensor, layer: int, tables: torch.Tensor, seq_lens: torch.Tensor,
-                     scale: float, block_n: int = 32) -> torch.Tensor:
-    """Attention of each row's one new token q [B, Hq, D] to its first seq_lens[b] cached tokens -> [B, Hq, D].
+                     scale: float, block_n: int = 32, token_rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of each new token q [T, Hq, D] to the first seq_lens[t] cache entries of its table row -> [T, Hq, D].
 
     `pool` is the block-major pool [blocks, layers, 2, block_size, Hkv, D] (already holding the new tokens);
-    `tables` [B, C] the rows' blocks (entries past a row's length are never read); seq_lens [B] >= 1.
+    `tables` [R, C] the rows' blocks (entries past what a token sees are never read); seq_lens [T] >= 1;
+    `token_rows` [T] the table row of each token (None: token t reads row t, one token per row as in decode).
     """
     rows, num_heads, head_dim = q.shape
     block_size, kv_heads = pool.shape[3], pool.shape[4]
@@ -101,11 +105,12 @@ def decode_attention(q: torch.Tensor, pool: torch.Tensor, layer: int, tables: to
     if pool.stride(5) != 1 or tables.stride(1) != 1:
         raise ValueError("decode_attention needs a pool with contiguous head_dim and a row-major block table")
     _decode_kernel[(rows, kv_heads)](
-        q, pool, tables, seq_lens, out, scale, layer,
+        q, pool, tables, seq_lens if token_rows is None else token_rows, seq_lens, out, scale, layer,
         q.stride(0), q.stride(1),
         pool.stride(0), pool.stride(1), pool.stride(2), pool.stride(3), pool.stride(4),
-        tables.stride(0), seq_lens.stride(0), out.stride(0), out.stride(1),
+        tables.stride(0), 0 if token_rows is None else token_rows.stride(0), seq_lens.stride(0),
+        out.stride(0), out.stride(1),
         BLOCK_SIZE=block_size, GROUP=group, GROUP_P=triton.next_power_of_2(group), HEAD_DIM=head_dim,
-        BLOCK_N=block_n,
+        BLOCK_N=block_n, HAS_ROWS=token_rows is not None,
     )
     return out
