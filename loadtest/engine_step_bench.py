@@ -34,11 +34,11 @@ import torch
 from services.engine import model_ops
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
-from services.model.init_checkpoint import write_checkpoint
 from services.model.loader import TTSModel, load_model
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
 from services.model.text_tokenizer import TextTokenizer
+from services.random_checkpoint.checkpoint_writer import write_checkpoint
 
 TEXT = "The quick brown fox jumps over the lazy dog while the band plays on, loud and clear."
 

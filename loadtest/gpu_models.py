@@ -17,14 +17,15 @@ from torch import nn
 
 from services.model.code_predictor import CodePredictor
 from services.model.codec import CodecConfig, CodecDecoder
-from services.model.codec.presets import codec_preset
-from services.model.codec.weight_init import init_decoder
 from services.model.config import load_config
 from services.model.layers import RMSNorm
 from services.model.loader import TTSModel
-from services.model.presets import generation_config, num_regular_text_tokens, preset_config
 from services.model.talker import Talker
-from services.model.text_tokenizer import TextTokenizer, build_byte_level_bpe
+from services.model.text_tokenizer import TextTokenizer
+from services.random_checkpoint.codec_presets import codec_preset
+from services.random_checkpoint.codec_weights import init_decoder
+from services.random_checkpoint.model_presets import generation_config, num_regular_text_tokens, preset_config
+from services.random_checkpoint.tokenizer_writer import build_byte_level_bpe
 
 WEIGHT_STD = 0.02
 

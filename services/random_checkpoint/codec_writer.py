@@ -20,11 +20,11 @@ from safetensors.torch import save_file
 
 from services.model.codec.config import CONFIG_FILE, CodecConfig
 from services.model.codec.decoder import CodecDecoder
-from services.model.codec.encoder_layout import encoder_tensor_shapes
 from services.model.codec.errors import CodecConfigError
 from services.model.codec.loader import DECODER_PREFIX, ENCODE_ONLY_TENSORS, WEIGHTS_FILE
-from services.model.codec.presets import PREPROCESSOR_CONFIG, codec_preset
-from services.model.codec.weight_init import decoder_tensors, encode_only_shape, encoder_tensor
+from services.random_checkpoint.codec_encoder_layout import encoder_tensor_shapes
+from services.random_checkpoint.codec_presets import PREPROCESSOR_CONFIG, codec_preset
+from services.random_checkpoint.codec_weights import decoder_tensors, encode_only_shape, encoder_tensor
 
 SPEECH_TOKENIZER_DIR = "speech_tokenizer"
 PREPROCESSOR_FILE = "preprocessor_config.json"

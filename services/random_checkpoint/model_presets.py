@@ -12,7 +12,8 @@ import copy
 from types import MappingProxyType
 from typing import Any
 
-from services.model.text_tokenizer import IM_END, IM_START, TTS_BOS, TTS_EOS, TTS_PAD, special_token_ids
+from services.model.text_tokenizer import IM_END, IM_START, TTS_BOS, TTS_EOS, TTS_PAD
+from services.random_checkpoint.tokenizer_writer import special_token_ids
 
 TTS_MODEL_TYPES = ("custom_voice", "voice_design", "base")
 RELEASED_NUM_REGULAR_TEXT_TOKENS = 151643  # Qwen2's byte-level BPE; the added tokens follow

@@ -1,8 +1,8 @@
 """`voxmesh model init`: write a complete Qwen3-TTS checkpoint with deterministic random weights.
 
 The layout is the released one: config.json, generation_config.json, model.safetensors (released
-tensor names and shapes, see `init_layout`), the tokenizer files, and speech_tokenizer/ (written by
-the codec package). Every tensor draws from its own generator keyed by (seed, tensor name, chunk),
+tensor names and shapes, see `tensor_plan`), the tokenizer files (`tokenizer_writer`), and
+speech_tokenizer/ (`codec_writer`). Every tensor draws from its own generator keyed by (seed, tensor name, chunk),
 so a tensor's values do not depend on which other tensors exist or in what order they are written.
 """
 
@@ -16,10 +16,11 @@ from typing import Any
 
 import torch
 
-from services.model.init_layout import TensorPlan, plan_tensors
-from services.model.presets import generation_config, num_regular_text_tokens, preset_config
-from services.model.safetensors_writer import ProgressLine, write_safetensors
-from services.model.text_tokenizer import build_byte_level_bpe
+from services.random_checkpoint.codec_writer import write_codec_checkpoint
+from services.random_checkpoint.model_presets import generation_config, num_regular_text_tokens, preset_config
+from services.random_checkpoint.safetensors_writer import ProgressLine, write_safetensors
+from services.random_checkpoint.tensor_plan import TensorPlan, plan_tensors
+from services.random_checkpoint.tokenizer_writer import build_byte_level_bpe
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 WEIGHTS_FILE = "model.safetensors"
@@ -55,16 +56,14 @@ def write_checkpoint(
     torch_dtype = _torch_dtype(dtype)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise CheckpointInitError(f"seed must be a non-negative integer, got {seed!r}", "invalid_seed")
-    codec_writer = _codec_writer() if with_codec else None
     out = _prepare_dir(Path(out_dir), overwrite)
     config["dtype"] = dtype
     _write_json(out / "config.json", config)
     _write_json(out / "generation_config.json", generation_config(preset))
     build_byte_level_bpe(out, num_regular_text_tokens(config))
     write_weights(out / WEIGHTS_FILE, config, seed, torch_dtype, show_progress)
-    if codec_writer is not None:
-        # The codec package writes <out>/speech_tokenizer/ itself.
-        codec_writer(out, preset, seed, dtype, progress=show_progress)
+    if with_codec:
+        write_codec_checkpoint(out, preset, seed, dtype, progress=show_progress)
     return out
 
 
@@ -120,19 +119,6 @@ def _prepare_dir(out: Path, overwrite: bool) -> Path:
         raise CheckpointInitError(f"{out} is not empty (pass --force to write into it anyway)", "out_not_empty")
     out.mkdir(parents=True, exist_ok=True)
     return out
-
-
-def _codec_writer():
-    """The codec package's checkpoint writer, or a clear error while it does not exist."""
-    try:
-        from services.model.codec import write_codec_checkpoint
-    except ImportError as exc:
-        raise CheckpointInitError(
-            "cannot write speech_tokenizer/: services.model.codec.write_codec_checkpoint is not available "
-            f"({exc}); pass with_codec=False to write the talker files only",
-            "codec_writer_missing",
-        ) from exc
-    return write_codec_checkpoint
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
