@@ -2,7 +2,7 @@
 
 On the CPU the padded step runs eagerly over the same static buffers a CUDA graph replays (the bucketing,
 the dummy rows, the scratch block), so everything but the capture itself is checked here; the capture
-runs in the CUDA-only test at the end and in `loadtest/gpu_decode_path.py`.
+runs in the CUDA-only test at the end and in `loadtest/gpu/gpu_decode_path.py`.
 """
 
 from __future__ import annotations

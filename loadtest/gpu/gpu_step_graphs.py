@@ -14,8 +14,8 @@ bucket's block columns (masked), the eager talker its batch's own. So the frame 
 alone (`sampler_equal`): the same random inputs (mixed greedy, top-k, top-p and whole-vocabulary rows)
 through `PaddedFrameSampler` (captured on CUDA) and through eager `model_ops.sample_frames`, bit for bit.
 
-    python -m loadtest.gpu_step_graphs --out step_graphs.json [--device cuda] [--batch-sizes 1 8 32 64]
-    python -m loadtest.gpu_step_graphs --out /tmp/x.json --device cpu --tiny    (the CPU smoke run)
+    python -m loadtest.gpu.gpu_step_graphs --out step_graphs.json [--device cuda] [--batch-sizes 1 8 32 64]
+    python -m loadtest.gpu.gpu_step_graphs --out /tmp/x.json --device cpu --tiny    (the CPU smoke run)
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-from loadtest.engine_step_bench import TEXT
-from loadtest.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
-from loadtest.gpu_models import build_model, build_tokenizer, write_config_files
+from loadtest.gpu.engine_step_bench import TEXT
+from loadtest.gpu.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
+from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
 from services.engine.config import EngineConfig
 from services.engine.decode_graphs import DecodeGraphSpec
 from services.engine.engine import Engine

@@ -3,7 +3,7 @@
 Prints one JSON object: the STATS reply's endpoint data (steps, frames, max batch size, ...), plus
 `mean_batch_size` = frames / steps, the engine's average rows per step over the whole run.
 
-    python -m loadtest.gpu_mesh_stats nats://127.0.0.1:PORT
+    python -m loadtest.gpu.gpu_mesh_stats nats://127.0.0.1:PORT
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ import sys
 
 import nats
 
-SUBJECT = "$SRV.STATS.voxmesh-decode"
+from messages import subjects
+from services.decode.service import SERVICE_NAME as DECODE_SERVICE
 
 
 async def decode_stats(url: str, timeout_s: float = 5.0) -> dict:
     """The first decode replica's STATS endpoint data, with mean_batch_size added."""
     client = await nats.connect(url, connect_timeout=timeout_s, allow_reconnect=False)
     try:
-        reply = await client.request(SUBJECT, b"", timeout=timeout_s)
+        reply = await client.request(subjects.micro_stats(DECODE_SERVICE), b"", timeout=timeout_s)
     finally:
         await client.close()
     body = json.loads(reply.data)
@@ -34,7 +35,7 @@ async def decode_stats(url: str, timeout_s: float = 5.0) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not args[0].startswith("nats://"):
-        print("usage: python -m loadtest.gpu_mesh_stats nats://HOST:PORT", file=sys.stderr)
+        print("usage: python -m loadtest.gpu.gpu_mesh_stats nats://HOST:PORT", file=sys.stderr)
         return 2
     try:
         print(json.dumps(asyncio.run(decode_stats(args[0]))))

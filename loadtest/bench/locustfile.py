@@ -4,30 +4,77 @@ Locust has no WebSocket user; this one speaks the protocol with `websocket-clien
 types (method "WS"): `first_packet` (time to the first non-empty audio chunk), `stream` (the whole stream, with the
 PCM bytes as its response length) and `max_underrun` (the longest wait of a real-time player, in ms).
 
-    locust -f loadtest/locustfile.py --host http://127.0.0.1:8000 --headless -u 8 -r 8 -t 60s \
+    locust -f loadtest/bench/locustfile.py --host http://127.0.0.1:8000 --headless -u 8 -r 8 -t 60s \
         --stream-requests 200 --fixed-frames 48 --json-file locust-stats
 
 This is the only module that imports locust: it monkey-patches the standard library with gevent on import.
 Flags of its own: --prompts, --voice, --language, --fixed-frames, --stream-requests, --request-timeout,
 --allow-remote. Loopback gateways only unless --allow-remote.
+
+The blocking client here (`websocket-client`: Locust's users are greenlets, and gevent makes these sockets
+cooperative) feeds the same `StreamRecorder` as the asyncio client of `voxmesh bench`, so both record alike.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from time import perf_counter
 
+import websocket
 from locust import User, constant, events, task
 from locust.exception import StopUser
 
-from loadtest.metrics import request_metrics
-from loadtest.payload import RequestShape
-from loadtest.prompts import DEFAULT_PROMPTS, fixed_sample, load_prompts, prompt_for
-from loadtest.sync_client import stream_request_sync
-from loadtest.target import TargetError, stream_url
+from loadtest.bench.client import StreamRecorder, TargetError, stream_url
+from loadtest.bench.metrics import StreamRecord, request_metrics
+from loadtest.bench.workload import DEFAULT_PROMPTS, RequestShape, fixed_sample, load_prompts, prompt_for
 
 log = logging.getLogger("voxmesh.locust")
 REQUEST_TYPE = "WS"
+_NO_PROXY = ["*"]  # a load test never goes through a proxy from the environment
+
+
+def stream_request_sync(url: str, payload: dict, *, index: int = 0, prompt_id: str = "", timeout_s: float = 120.0,
+                        api_key: str | None = None) -> tuple[StreamRecord, int]:
+    """Send `payload` on a new socket to `url` and record the stream; returns (record, PCM bytes received).
+    Failures end up in the record's `error`, as with `loadtest.bench.client.stream_request`."""
+    recorder = StreamRecorder(index, prompt_id, perf_counter())
+    deadline = recorder.started_at + timeout_s
+    headers = [f"Authorization: Bearer {api_key}"] if api_key else None
+    try:
+        socket = websocket.create_connection(url, timeout=timeout_s, header=headers, http_no_proxy=_NO_PROXY,
+                                             enable_multithread=False)
+    except (websocket.WebSocketException, OSError) as exc:
+        recorder.fail("connect_failed", f"cannot open {url}: {exc}", perf_counter())
+        return recorder.record(), 0
+    try:
+        socket.send(json.dumps(payload))
+        recorder.mark_sent(perf_counter())
+        _receive_until_end(socket, recorder, deadline)
+    except websocket.WebSocketTimeoutException:
+        recorder.fail("client_timeout", f"no end of stream within {timeout_s:.1f} s", perf_counter())
+    except (websocket.WebSocketConnectionClosedException, websocket.WebSocketException, OSError) as exc:
+        recorder.fail("connection_closed", f"the socket failed mid-stream: {exc}", perf_counter())
+    finally:
+        socket.close()
+    return recorder.record(), recorder.num_bytes
+
+
+def _receive_until_end(socket: websocket.WebSocket, recorder: StreamRecorder, deadline: float) -> None:
+    while True:
+        remaining = deadline - perf_counter()
+        if remaining <= 0:
+            raise websocket.WebSocketTimeoutException("deadline passed")
+        socket.settimeout(remaining)
+        opcode, data = socket.recv_data()
+        now = perf_counter()
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            recorder.fail("connection_closed", "the gateway closed the socket before audio.done", now)
+            return
+        message = data.decode("utf-8") if opcode == websocket.ABNF.OPCODE_TEXT else data
+        if recorder.on_message(message, now):
+            return
 
 
 @events.init_command_line_parser.add_listener

@@ -2,16 +2,16 @@
 # The whole mesh on one machine, driven by `voxmesh bench`, in one command (issue 8, item 1). On the GPU machine
 # (the `device` tool's `run`), from a clean `git archive HEAD` in `.gpumesh_tree/`, with `.whl_mesh/` (the 13
 # wheels the image lacks: loadtest/RESULTS-GPU.md lists them), `.gpumesh_data/prompts_en.tsv` and the tree carried:
-#   cd .gpumesh_tree && VOXMESH_COMMIT=<commit> bash loadtest/gpu_mesh_run.sh \
+#   cd .gpumesh_tree && VOXMESH_COMMIT=<commit> bash loadtest/gpu/gpu_mesh_run.sh \
 #       --wheels ../.whl_mesh --prompts ../.gpumesh_data/prompts_en.tsv
 # Rehearsal on a CPU machine (same steps, tiny checkpoint; wheels not needed where the venv has them):
-#   bash loadtest/gpu_mesh_run.sh --preset tiny --device cpu --dtype float32 --wheels none
+#   bash loadtest/gpu/gpu_mesh_run.sh --preset tiny --device cpu --dtype float32 --wheels none
 # Steps: install the carried wheels (what the GPU image lacks) into a folder on PYTHONPATH; write a random
 # checkpoint (`voxmesh model init`); `voxmesh up --model DIR --device D --dtype T` in the background; wait for its
 # "voxmesh is serving" line; `voxmesh bench` twice, fixed-length requests (closed loop at concurrency 1, then
 # open loop at 0.5/1/2 requests/s and closed loop at concurrency 8), sampling the GPU and the mesh's CPU time
-# meanwhile; read decode's STATS (loadtest/gpu_mesh_stats.py); stop the mesh (SIGTERM: it drains); print the
-# table (loadtest/gpu_mesh_table.py). The whole script keeps within --deadline (400 s). Under $OUT: the two bench
+# meanwhile; read decode's STATS (loadtest/gpu/gpu_mesh_stats.py); stop the mesh (SIGTERM: it drains); print the
+# table (loadtest/gpu/gpu_mesh_table.py). The whole script keeps within --deadline (400 s). Under $OUT: the two bench
 # JSON + PNG, table.md and logs.tgz (every log, the GPU samples, the ps snapshots): 6 files, the tool returns 8.
 set -uo pipefail
 
@@ -54,7 +54,7 @@ finish() {  # stop what this script started (by pid), pack the logs, print the t
   local docs=() doc
   for doc in "$WORK"/bench_c1.json "$WORK"/bench_load.json; do [ -f "$doc" ] && docs+=("$doc"); done
   if [ ${#docs[@]} -gt 0 ]; then
-    "$PY" -m loadtest.gpu_mesh_table "${docs[@]}" --gpu-samples "$WORK/gpu_samples.csv" \
+    "$PY" -m loadtest.gpu.gpu_mesh_table "${docs[@]}" --gpu-samples "$WORK/gpu_samples.csv" \
       --cpu-before "$WORK/ps_before.txt" --cpu-after "$WORK/ps_after.txt" --bench-wall-s "${BENCH_WALL:-0}" \
       --decode-stats "$WORK/decode_stats.json" \
       | tee "$WORK/table.md"
@@ -124,5 +124,5 @@ BENCH_WALL=$((SECONDS - bench_started))
 snapshot "$WORK/ps_after.txt"
 say "bench done in $BENCH_WALL s"
 NATS_URL=$(grep -o "NATS nats://[0-9.:]*" "$WORK/up.log" | head -n 1 | cut -d' ' -f2)
-timeout 20 "$PY" -m loadtest.gpu_mesh_stats "$NATS_URL" | tee "$WORK/decode_stats.json"
+timeout 20 "$PY" -m loadtest.gpu.gpu_mesh_stats "$NATS_URL" | tee "$WORK/decode_stats.json"
 [ -f "$WORK/bench_c1.json" ] && [ -f "$WORK/bench_load.json" ]

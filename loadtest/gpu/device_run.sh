@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU harness in one command, run from the repository root on the GPU machine (the `device` tool's `run`):
-#   VOXMESH_COMMIT=<commit> bash loadtest/device_run.sh [model] [codec] [engine] [ucx]   (default: all four)
+#   VOXMESH_COMMIT=<commit> bash loadtest/gpu/device_run.sh [model] [codec] [engine] [ucx]   (default: all four)
 # Installs the carried wheels in .whl/ (UCX: ucxx, libucx, rmm and friends; see ../shared/GPU-NOTES.md) into
 # /tmp/site, runs the micro-benchmarks, the two-process UCX KV hand-off and the engine step loop (tiny via
 # engine_step_bench's CLI, 0.6B in memory), and prints the short tables last. Every JSON report and log lands in
@@ -40,24 +40,24 @@ esac
 
 reports=()
 case " $PARTS " in *" model "*)
-  step micro_model 200 python3 -m loadtest.gpu_micro --parts model --out "$WORK/micro_model.json" --commit "$COMMIT"
+  step micro_model 200 python3 -m loadtest.gpu.gpu_micro --parts model --out "$WORK/micro_model.json" --commit "$COMMIT"
   reports+=("$WORK/micro_model.json");; esac
 case " $PARTS " in *" codec "*)
-  step micro_codec 150 python3 -m loadtest.gpu_micro --parts codec --out "$WORK/micro_codec.json" --commit "$COMMIT"
+  step micro_codec 150 python3 -m loadtest.gpu.gpu_micro --parts codec --out "$WORK/micro_codec.json" --commit "$COMMIT"
   reports+=("$WORK/micro_codec.json");; esac
 case " $PARTS " in *" ucx "*)
   mkdir -p "$WORK/ucx_logs"
-  step ucx 120 python3 -m loadtest.ucx_kv_handoff --out "$WORK/ucx.json" --device cuda --logs "$WORK/ucx_logs" \
+  step ucx 120 python3 -m loadtest.gpu.ucx_kv_handoff --out "$WORK/ucx.json" --device cuda --logs "$WORK/ucx_logs" \
     --timeout 100 --commit "$COMMIT"
   reports+=("$WORK/ucx.json");; esac
 
 case " $PARTS " in *" engine "*)
-  step engine_tiny 90 python3 -m loadtest.engine_step_bench --out "$WORK/engine_tiny.json" --device cuda \
+  step engine_tiny 90 python3 -m loadtest.gpu.engine_step_bench --out "$WORK/engine_tiny.json" --device cuda \
     --batch-sizes 1 8 32 64
-  step engine_06b 150 python3 -m loadtest.gpu_engine --out "$WORK/engine_06b.json" --device cuda --commit "$COMMIT"
+  step engine_06b 150 python3 -m loadtest.gpu.gpu_engine --out "$WORK/engine_06b.json" --device cuda --commit "$COMMIT"
   reports+=("$WORK/engine_tiny.json" "$WORK/engine_06b.json");; esac
 
-python3 -m loadtest.gpu_table "${reports[@]}" | tee "$WORK/tables.md"
+python3 -m loadtest.gpu.gpu_table "${reports[@]}" | tee "$WORK/tables.md"
 cp "$WORK/tables.md" "$OUT/tables.md"
 tar czf "$OUT/results.tgz" -C "$WORK" .
 exit $status

@@ -13,7 +13,7 @@ Time is attributed exclusively (nested calls are subtracted from their caller):
 On CUDA the split is of host time (launches are asynchronous; the per-step copy of the codes to the
 host waits for the device and lands in `other`), while steps and frames per second are exact.
 
-    python -m loadtest.engine_step_bench --out engine_step_bench.json [--batch-sizes 1 8 32] [--steps 50]
+    python -m loadtest.gpu.engine_step_bench --out engine_step_bench.json [--batch-sizes 1 8 32] [--steps 50]
 """
 
 from __future__ import annotations

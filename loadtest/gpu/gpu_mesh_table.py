@@ -1,4 +1,4 @@
-"""The short table of a `voxmesh bench` run of the whole mesh (loadtest/gpu_mesh_run.sh), for RESULTS-GPU.md.
+"""The short table of a `voxmesh bench` run of the whole mesh (loadtest/gpu/gpu_mesh_run.sh), for RESULTS-GPU.md.
 
 Reads the bench JSON documents and, when given, the GPU samples (`nvidia-smi --query-gpu=... --format=csv`) and two
 `ps` snapshots of the mesh's processes (`pid times args`, taken before and after the bench), and prints markdown:
@@ -8,7 +8,7 @@ Derived columns: frames/s = audio seconds per second x 12.5 (the codec's 80 ms f
 interval between audio chunks / chunk_frames (8: every chunk after the first carries 8 frames, except a shorter
 last one), i.e. the mesh's decode step time as a client sees it.
 
-    python -m loadtest.gpu_mesh_table bench_c1.json bench_load.json [--gpu-samples gpu.csv]
+    python -m loadtest.gpu.gpu_mesh_table bench_c1.json bench_load.json [--gpu-samples gpu.csv]
         [--cpu-before ps0.txt --cpu-after ps1.txt --bench-wall-s S] [--decode-stats decode_stats.json]
 """
 
@@ -101,7 +101,7 @@ def cpu_summary(before: Path, after: Path, wall_s: float) -> str:
 
 
 def decode_summary(path: Path) -> str:
-    """The decode engine's step counters from loadtest/gpu_mesh_stats.py's JSON."""
+    """The decode engine's step counters from loadtest/gpu/gpu_mesh_stats.py's JSON."""
     try:
         stats = json.loads(path.read_text())
     except (OSError, ValueError) as error:
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-samples", type=Path, help="nvidia-smi CSV taken during the bench")
     parser.add_argument("--cpu-before", type=Path, help="ps snapshot (pid times args) before the bench")
     parser.add_argument("--cpu-after", type=Path, help="the same after the bench")
-    parser.add_argument("--decode-stats", type=Path, help="loadtest/gpu_mesh_stats.py's JSON")
+    parser.add_argument("--decode-stats", type=Path, help="loadtest/gpu/gpu_mesh_stats.py's JSON")
     parser.add_argument("--bench-wall-s", type=float, help="the bench's wall time, for --cpu-*")
     args = parser.parse_args(argv)
     documents = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadtest.levels import MODES
+from loadtest.bench.workload import MODES
 
 
 class PlotError(RuntimeError):

@@ -13,7 +13,7 @@ message per block, no copies); `staged` gathers the blocks into one buffer, send
 receiver scatters it into its pool (the copies are inside the clock). `ping` times an 8-byte round trip.
 The result is printed as one line "RESULT <json>".
 
-    python -m loadtest.ucx_kv_peer --role sender|receiver --plan '<json>'
+    python -m loadtest.gpu.ucx_kv_peer --role sender|receiver --plan '<json>'
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from loadtest.ucx_kv_blocks import HandoffSpec, as_bytes, block_contents, block_ids, new_pool, same_bits
+from loadtest.gpu.ucx_kv_blocks import HandoffSpec, as_bytes, block_contents, block_ids, new_pool, same_bits
 
 READY, DONE, DATA, PING, FINISH = 1, 2, 3, 4, 5
 FINISH_TRIAL = 0xFFFF

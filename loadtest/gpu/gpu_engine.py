@@ -1,10 +1,10 @@
 """The engine's step loop with a preset's shapes (0.6B by default) on a device: `engine_step_bench` on a model
 built in memory (random bf16 weights, `gpu_models`), so no checkpoint has to be written first.
 
-The measuring is `loadtest.engine_step_bench.bench_batch` unchanged (steps/s, frames/s, host-time split);
+The measuring is `loadtest.gpu.engine_step_bench.bench_batch` unchanged (steps/s, frames/s, host-time split);
 this module only supplies the model and the tokenizer and records where and what it ran.
 
-    python -m loadtest.gpu_engine --out engine.json --device cuda [--preset 0.6b] [--batch-sizes 1 8 32 64]
+    python -m loadtest.gpu.gpu_engine --out engine.json --device cuda [--preset 0.6b] [--batch-sizes 1 8 32 64]
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from loadtest.engine_step_bench import bench_batch, instrumented
-from loadtest.gpu_micro import DTYPES, environment
-from loadtest.gpu_models import build_model, build_tokenizer, write_config_files
+from loadtest.gpu.engine_step_bench import bench_batch, instrumented
+from loadtest.gpu.gpu_micro import DTYPES, environment
+from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""`voxmesh bench`: sweep load levels against one gateway, or two alternately, and write JSON and a PNG.
+"""`voxmesh bench`: sweep load levels against one gateway, or two alternately, and write the JSON document.
 
 In comparison mode the two targets (two mesh configurations or topologies) take turns level by level, and the
 order flips every level (A B, B A, A B...) so that neither always runs on a machine warmed, or worn, by the other.
@@ -10,13 +10,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadtest.aggregate import Slo
-from loadtest.levels import Level
-from loadtest.payload import RequestShape
-from loadtest.progress import Progress
-from loadtest.prompts import DEFAULT_PROMPTS, fixed_sample, load_prompts
-from loadtest.report import SCHEMA, comparison_section, meta, target_section
-from loadtest.runner import LevelResult, LevelRunner, Target
+from loadtest.bench.loadgen import LevelResult, LevelRunner, Progress, Target
+from loadtest.bench.metrics import Slo
+from loadtest.bench.report import SCHEMA, comparison_section, meta, target_section
+from loadtest.bench.workload import DEFAULT_PROMPTS, Level, RequestShape, fixed_sample, load_prompts
 
 
 class BenchError(RuntimeError):

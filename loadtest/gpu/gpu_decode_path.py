@@ -12,8 +12,8 @@ Checks before timing, recorded per batch: the decode kernel equals the reference
 the model dtype, and on CUDA the fast step and the graph step run under `torch.cuda.set_sync_debug_mode
 ("error")` (the reference is probed too: it must fail, which shows the probe works).
 
-    python -m loadtest.gpu_decode_path --out decode_path.json [--device cuda] [--batch-sizes 1 8 32 64]
-    python -m loadtest.gpu_decode_path --out /tmp/x.json --device cpu --tiny    (the CPU smoke run)
+    python -m loadtest.gpu.gpu_decode_path --out decode_path.json [--device cuda] [--batch-sizes 1 8 32 64]
+    python -m loadtest.gpu.gpu_decode_path --out /tmp/x.json --device cpu --tiny    (the CPU smoke run)
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from loadtest.gpu_common import bench_entry, measure_ceilings, tensor_bytes
-from loadtest.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
-from loadtest.gpu_models import build_model, write_config_files
-from loadtest.gpu_talker_bench import BLOCK_SIZE, decode_batch, kv_bytes_read
+from loadtest.gpu.gpu_common import bench_entry, measure_ceilings, tensor_bytes
+from loadtest.gpu.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
+from loadtest.gpu.gpu_models import build_model, write_config_files
+from loadtest.gpu.gpu_talker_bench import BLOCK_SIZE, decode_batch, kv_bytes_read
 from services.engine.config import EngineConfig
 from services.engine.decode_graphs import DecodeGraphSpec, PaddedDecodeStep
 from services.model.loader import TTSModel

@@ -1,11 +1,11 @@
 """KV hand-off between two processes on one device through UCX (ucxx): bandwidth and latency, data checked.
 
-Starts a sender and a receiver (`loadtest.ucx_kv_peer`) per UCX transport setting, relays their worker
+Starts a sender and a receiver (`loadtest.gpu.ucx_kv_peer`) per UCX transport setting, relays their worker
 addresses through their stdin/stdout pipes (out of band: nobody listens), and gathers the timings of each
 (prompt length, mode) trial and the receiver's bit-for-bit checks into one JSON report. On a GPU both pools
 live on the same device and UCX moves the blocks by CUDA IPC (`cuda_ipc` among the active transports).
 
-    python -m loadtest.ucx_kv_handoff --out ucx.json --device cuda [--tokens 64 200 500 1000]
+    python -m loadtest.gpu.ucx_kv_handoff --out ucx.json --device cuda [--tokens 64 200 500 1000]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from loadtest.ucx_kv_blocks import HandoffSpec
+from loadtest.gpu.ucx_kv_blocks import HandoffSpec
 
 MODES = ("ping", "per_block", "staged")
 DEFAULT_SETTINGS = {"cuda": ["default", "cuda_copy,cuda_ipc,tcp,self,sm"], "cpu": ["default"]}
@@ -75,7 +75,7 @@ def run_pair(plan: dict, ucx_tls: str, logs: Path, timeout_s: float) -> dict:
     env, procs, outputs = _peer_env(ucx_tls), {}, {}
     log_of = {role: logs / f"{role}.{ucx_tls.replace(',', '_')}.log" for role in ("receiver", "sender")}
     for role, log in log_of.items():
-        command = [sys.executable, "-m", "loadtest.ucx_kv_peer", "--role", role, "--plan", json.dumps(plan)]
+        command = [sys.executable, "-m", "loadtest.gpu.ucx_kv_peer", "--role", role, "--plan", json.dumps(plan)]
         with log.open("w") as stderr:
             procs[role] = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=stderr, text=True, env=env)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from loadtest.gpu_common import bench_entry, count_flops, floor_ms, tensor_bytes
+from loadtest.gpu.gpu_common import bench_entry, count_flops, floor_ms, tensor_bytes
 from services.model.attention_batch import AttentionBatch
 from services.model.loader import TTSModel
 from services.model.paged_attention import PagedLayout, write_kv

@@ -6,7 +6,7 @@ medians, the CUDA kernels and copies of one call (torch.profiler), and the floor
 bandwidth (DESIGN.md) and FLOPs / measured GEMM rate. The report is rewritten after every entry, so a crash keeps
 what was measured; an entry that fails records its error and the run goes on.
 
-    python -m loadtest.gpu_micro --out micro.json --device cuda [--parts model codec] [--preset 0.6b]
+    python -m loadtest.gpu.gpu_micro --out micro.json --device cuda [--parts model codec] [--preset 0.6b]
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from loadtest.gpu_codec_bench import codec_batch, codec_graph_probe
-from loadtest.gpu_common import measure_ceilings
-from loadtest.gpu_models import build_codec, build_model, write_config_files
-from loadtest.gpu_talker_bench import predictor_frame, talker_step
+from loadtest.gpu.gpu_codec_bench import codec_batch, codec_graph_probe
+from loadtest.gpu.gpu_common import measure_ceilings
+from loadtest.gpu.gpu_models import build_codec, build_model, write_config_files
+from loadtest.gpu.gpu_talker_bench import predictor_frame, talker_step
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 

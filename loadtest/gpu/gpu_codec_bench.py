@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from loadtest.gpu_common import bench_entry, capture_graph, count_flops, floor_ms, tensor_bytes, time_call
+from loadtest.gpu.gpu_common import bench_entry, capture_graph, count_flops, floor_ms, tensor_bytes, time_call
 from services.model.codec import CodecDecoder
 from services.model.codec.stream_state import StreamBatch
 

@@ -1,22 +1,75 @@
-"""The client side of the gateway's WebSocket `/v1/audio/speech/stream`, independent of any socket library.
+"""The client side of the gateway's WebSocket `/v1/audio/speech/stream`: which gateway a load test may hit, the
+stream protocol, and one timed request with the asyncio `websockets` client.
 
 The client sends one JSON text message with the speech fields; the gateway answers `{"type": "audio.start",
 "request_id", "format": "pcm_s16le", "sample_rate", "channels": 1}`, binary frames of s16le mono PCM in order,
 then `{"type": "audio.done", "samples", ...}` or `{"type": "error", "code", "message", "stage", ...}` (after the
 audio made so far, when a request fails mid-stream). `StreamRecorder` turns those messages, with their arrival
-times, into a `StreamRecord`; the asyncio client (client.py) and the Locust user feed it the same way.
+times, into a `StreamRecord`, independent of any socket library: the asyncio client here and the Locust user's
+blocking one (locustfile.py) feed it the same way. Times come from `time.perf_counter`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import json
+from time import perf_counter
+from urllib.parse import urlsplit, urlunsplit
 
-from loadtest.metrics import ChunkArrival, StreamError, StreamRecord
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from loadtest.bench.metrics import ChunkArrival, StreamError, StreamRecord
 
 STREAM_PATH = "/v1/audio/speech/stream"
 PCM_FORMAT = "pcm_s16le"
 BYTES_PER_SAMPLE = 2
 DEFAULT_SAMPLE_RATE = 24000
+_WS_SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
+# Audio frames are a chunk's PCM (a few hundred KB at most); the default 1 MiB cap is lifted so a large
+# initial chunk is measured instead of failing the connection.
+_MAX_MESSAGE_BYTES = None
+
+
+class TargetError(ValueError):
+    """A gateway URL the bench refuses (malformed, or not loopback without the override).
+
+    Attributes:
+        code: `invalid_url` or `not_loopback`.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def is_loopback_host(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost; a name is never resolved (a resolver could point it anywhere)."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def stream_url(gateway_url: str, *, allow_remote: bool = False) -> str:
+    """The WebSocket stream endpoint of a gateway given as `http://host:port` (or `ws://...`, with or without the
+    path). Raises TargetError for a non-loopback host unless `allow_remote`."""
+    parts = urlsplit(gateway_url)
+    scheme = _WS_SCHEMES.get(parts.scheme)
+    if scheme is None or not parts.hostname:
+        raise TargetError("invalid_url", f"{gateway_url!r} is not a gateway URL: use http://127.0.0.1:PORT")
+    if not allow_remote and not is_loopback_host(parts.hostname):
+        raise TargetError("not_loopback", f"refusing to load-test {parts.hostname}: only loopback gateways "
+                                          "(127.0.0.0/8, ::1, localhost) unless you pass --allow-remote")
+    path = parts.path.rstrip("/")
+    if not path.endswith(STREAM_PATH):
+        path += STREAM_PATH
+    return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
 
 
 class StreamRecorder:
@@ -112,3 +165,34 @@ class StreamRecorder:
     def _end(self, at: float, error: StreamError | None) -> None:
         self._ended_at = at
         self._error = error
+
+
+async def stream_request(url: str, payload: dict, *, index: int = 0, prompt_id: str = "", timeout_s: float = 120.0,
+                         api_key: str | None = None) -> StreamRecord:
+    """Open a socket to `url` (the `.../v1/audio/speech/stream` endpoint), send `payload`, and record every
+    message until `audio.done` or `error`. Never raises for the server's or the network's failures: they end up
+    in the record's `error` (client-side codes: connect_failed, client_timeout, connection_closed)."""
+    recorder = StreamRecorder(index, prompt_id, perf_counter())
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    try:
+        async with asyncio.timeout(timeout_s):
+            await _exchange(url, payload, recorder, headers)
+    except TimeoutError:
+        recorder.fail("client_timeout", f"no end of stream within {timeout_s:.1f} s", perf_counter())
+    except ConnectionClosed as exc:
+        recorder.fail("connection_closed", f"the gateway closed the socket mid-stream: {exc}", perf_counter())
+    except (InvalidHandshake, InvalidURI, OSError) as exc:
+        recorder.fail("connect_failed", f"cannot open {url}: {exc}", perf_counter())
+    return recorder.record()
+
+
+async def _exchange(url: str, payload: dict, recorder: StreamRecorder, headers: dict | None) -> None:
+    # proxy=None: a load test never goes through a proxy from the environment (loopback traffic only).
+    async with connect(url, additional_headers=headers, compression=None, max_size=_MAX_MESSAGE_BYTES, proxy=None,
+                       open_timeout=None, ping_interval=None) as socket:
+        await socket.send(json.dumps(payload))
+        recorder.mark_sent(perf_counter())
+        async for message in socket:
+            if recorder.on_message(message, perf_counter()):
+                return
+    recorder.fail("connection_closed", "the gateway closed the socket before audio.done", perf_counter())
