@@ -1,5 +1,3 @@
-"""Benchmarks and load tests of a running voxmesh mesh through its streaming API (`voxmesh bench`, Locust).
-
-Nothing here imports `locust` except `loadtest/locustfile.py`: Locust monkey-patches the standard library with
-gevent on import, which would break asyncio code that imports these modules.
-"""
+"""Benchmarks of voxmesh: `bench/` (the `voxmesh bench` library and the Locust user, installed with the package),
+`gpu/` (GPU micro-benchmarks, UCX probes and device scripts) and `results/` (dated result files); the last two
+live in the source tree only."""

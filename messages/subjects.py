@@ -168,3 +168,29 @@ def lease_key(replica: str) -> str:
 def partition_key(partition: int) -> str:
     """A PartitionOwner: which vocoder replica owns partition n."""
     return f"part.{_partition(partition)}"
+
+
+def all_cancel_keys() -> str:
+    """Wildcard over every CancelRecord key (what decode watches)."""
+    return "cancel.*"
+
+
+def all_lease_keys() -> str:
+    """Wildcard over every replica's Lease key."""
+    return "lease.*"
+
+
+def all_partition_keys() -> str:
+    """Wildcard over every PartitionOwner key."""
+    return "part.*"
+
+
+# --- NATS micro discovery (nats-py's `micro` answers these for every service) -----------------------------------
+def micro_ping(service: str | None = None) -> str:
+    """`$SRV.PING` (every service answers) or `$SRV.PING.<service>` (that service's replicas answer)."""
+    return "$SRV.PING" if service is None else f"$SRV.PING.{token(service)}"
+
+
+def micro_stats(service: str) -> str:
+    """`$SRV.STATS.<service>`: each replica of `service` answers with its endpoints' counters and data."""
+    return f"$SRV.STATS.{token(service)}"

@@ -110,7 +110,7 @@ async def service_stats(nats_url: str, service: str) -> list[dict]:
     try:
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
-        await nc.publish(f"$SRV.STATS.{service}", b"", reply=inbox)
+        await nc.publish(subjects.micro_stats(service), b"", reply=inbox)
         reply = json.loads((await sub.next_msg(timeout=10)).data)
         return [endpoint.get("data") or {} for endpoint in reply.get("endpoints", [])]
     finally:

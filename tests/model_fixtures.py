@@ -18,14 +18,15 @@ from pathlib import Path
 import torch
 
 from services.model import text_tokenizer
-from services.model.text_tokenizer import TextTokenizer, build_byte_level_bpe
+from services.model.text_tokenizer import TextTokenizer
+from services.random_checkpoint.tokenizer_writer import build_byte_level_bpe, special_token_ids
 from tests.oracle.reference import load as load_reference
 
 HIDDEN = 64
 TEXT_VOCAB = 1024
 NUM_REGULAR_TEXT_TOKENS = 960
 """Enough merges that "assistant" is one token, so the role is exactly 3 ids (as with the released tokenizer)."""
-_SPECIAL_IDS = text_tokenizer.special_token_ids(NUM_REGULAR_TEXT_TOKENS)
+_SPECIAL_IDS = special_token_ids(NUM_REGULAR_TEXT_TOKENS)
 
 _ROOT = Path(tempfile.mkdtemp(prefix="voxmesh-model-fixtures-"))
 atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.aggregate import Slo, SloError, summarize_level
-from loadtest.metrics import ChunkArrival, StreamError, StreamRecord, request_metrics, simulate_player
-from loadtest.stats import summarize
+from loadtest.bench.metrics import (
+    ChunkArrival,
+    Slo,
+    SloError,
+    StreamError,
+    StreamRecord,
+    request_metrics,
+    simulate_player,
+    summarize,
+    summarize_level,
+)
 
 RATE = 24000
 

@@ -7,9 +7,8 @@ import socket
 
 import pytest
 
-from loadtest.client import stream_request
-from loadtest.metrics import request_metrics
-from loadtest.protocol import STREAM_PATH
+from loadtest.bench.client import STREAM_PATH, stream_request
+from loadtest.bench.metrics import request_metrics
 from messages.errors import ErrorCode, Stage
 from tests.fixtures.gateway_standin import SAMPLES_PER_FRAME, Plan
 from tests.test_bench_support import (BYTES_PER_SAMPLE, SAMPLE_RATE, check_bench_document, check_locust_stats,

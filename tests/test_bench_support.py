@@ -100,7 +100,7 @@ def check_png(path: Path) -> None:
 def locust_command(host: str, out: Path, prompts: Path, *, users: int, streams: int, run_time: str,
                    extra: tuple[str, ...] = ()) -> list[str]:
     """A headless, bounded Locust run on loopback writing its stats to `out`.json."""
-    return [sys.executable, "-m", "locust", "-f", str(REPO / "loadtest" / "locustfile.py"), "--headless",
+    return [sys.executable, "-m", "locust", "-f", str(REPO / "loadtest" / "bench" / "locustfile.py"), "--headless",
             "--web-host", "127.0.0.1", "--host", host, "-u", str(users), "-r", str(users), "-t", run_time,
             "--stream-requests", str(streams), "--prompts", str(prompts), "--json-file", str(out),
             "--only-summary", "--loglevel", "WARNING", *extra]

@@ -9,13 +9,21 @@ import random
 
 import pytest
 
-from loadtest.levels import Level, plan_levels
-from loadtest.loadgen import LoadError, run_closed_loop, run_open_loop
-from loadtest.metrics import StreamRecord
-from loadtest.payload import PayloadError, RequestShape
-from loadtest.prompts import DEFAULT_PROMPTS, PromptsError, fixed_sample, load_prompts, prompt_for
-from loadtest.protocol import StreamRecorder
-from loadtest.target import TargetError, is_loopback_host, stream_url
+from loadtest.bench.client import StreamRecorder, TargetError, is_loopback_host, stream_url
+from loadtest.bench.loadgen import run_closed_loop, run_open_loop
+from loadtest.bench.metrics import StreamRecord
+from loadtest.bench.workload import (
+    DEFAULT_PROMPTS,
+    Level,
+    LoadError,
+    PayloadError,
+    PromptsError,
+    RequestShape,
+    fixed_sample,
+    load_prompts,
+    plan_levels,
+    prompt_for,
+)
 from services.cli import bench as bench_cli
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from nats.js import api
 
-from messages import SynthesisRequest
+from messages import SynthesisRequest, subjects
 from messages.streams import BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM, BusConfig
 from services.bus import NotProvisioned, ProvisionConflict, PullConsumer, QueueFull, Capacity, provision, \
     submit_request
@@ -33,7 +33,7 @@ async def test_provision_creates_everything_and_is_idempotent(nats_client) -> No
     assert after[EVENTS_STREAM].max_age == 24 * 3600
     consumer = await js.consumer_info(REQUESTS_STREAM, "decode-qwen3-tts-0_6b")
     assert consumer.config.max_deliver == 3 and consumer.config.ack_policy == api.AckPolicy.EXPLICIT
-    assert consumer.config.filter_subject == "tts.req.qwen3-tts-0_6b"
+    assert consumer.config.filter_subject == subjects.request("Qwen3-TTS-0.6B")
     await js.consumer_info(CODES_STREAM, "vocoder-p1")
     await open_bucket(js)
 
@@ -51,7 +51,7 @@ async def test_provision_refuses_what_cannot_change_in_place(nats_client) -> Non
     js = nats_client.jetstream()
     await fresh_bus(js, CONFIG)
     await js.delete_stream(EVENTS_STREAM)
-    await js.add_stream(name=EVENTS_STREAM, subjects=["tts.events.>"], retention=api.RetentionPolicy.INTEREST)
+    await js.add_stream(name=EVENTS_STREAM, subjects=[subjects.all_events()], retention=api.RetentionPolicy.INTEREST)
     with pytest.raises(ProvisionConflict, match="retention"):
         await provision(js, CONFIG)
 

@@ -12,9 +12,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from services.model.codec import load_codec_decoder, write_codec_checkpoint
-from services.model.codec.checkpoint_writer import codec_checkpoint_shapes
-from services.model.codec.presets import codec_preset
+from services.model.codec import load_codec_decoder
+from services.random_checkpoint.codec_presets import codec_preset
+from services.random_checkpoint.codec_writer import codec_checkpoint_shapes, write_codec_checkpoint
 from tests.fixtures.codec_reference import reference_classes
 from tests.oracle.reference import load as load_reference
 

@@ -15,8 +15,8 @@ from services.model.codec import (
     CodecConfigError,
     CodecInputError,
     load_codec_decoder,
-    write_codec_checkpoint,
 )
+from services.random_checkpoint.codec_writer import write_codec_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ async def test_staggered_greedy_requests_share_batches_and_match_the_offline_ora
 async def test_an_undecodable_request_is_termed_and_the_next_is_served(nats_server, tiny_checkpoint):
     good = synthesis("after-garbage", "hello the voice", frames=6)
     async with running_decode(nats_server.url, tiny_checkpoint) as decode:
-        await decode.js.publish("tts.req.tiny", b"\xc1 not msgpack")
+        await decode.js.publish(subjects.request("tiny"), b"\xc1 not msgpack")
         await decode.submit(good)
         end = await decode.log.end(good.id)
         stats = await decode.stats()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from loadtest.engine_step_bench import main
+from loadtest.gpu.engine_step_bench import main
 from services.engine import model_ops
 from services.model.sampling import sample
 

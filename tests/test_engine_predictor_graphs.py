@@ -3,7 +3,7 @@
 On the CPU the padded sampler runs eagerly over the same static buffers a CUDA graph replays (buckets,
 padding rows, the LRU of keys), so everything but the capture itself is checked here: identical codes to
 the plain engine, padding rows that cannot reach real rows, and no host synchronisation inside the step.
-The capture runs in the CUDA-only test at the end and in `loadtest/gpu_step_graphs.py`.
+The capture runs in the CUDA-only test at the end and in `loadtest/gpu/gpu_step_graphs.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from loadtest import gpu_step_graphs
+from loadtest.gpu import gpu_step_graphs
 from services.engine import model_ops
 from services.engine.config import EngineConfig
 from services.engine.talker_graphs import TalkerGraphSpec

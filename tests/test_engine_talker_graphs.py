@@ -3,7 +3,7 @@
 On the CPU the padded step runs eagerly over the same static buffers a CUDA graph replays (token buckets, the
 per-token attention form, dummy tokens, the scratch block and the scratch table row), so everything but the
 capture itself is checked here; the capture runs in the CUDA-only test at the end and in
-`loadtest/gpu_step_graphs.py`.
+`loadtest/gpu/gpu_step_graphs.py`.
 """
 
 from __future__ import annotations

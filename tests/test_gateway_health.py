@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from messages import subjects
 from services.gateway import service
 from services.gateway.settings import GatewaySettings
 from services.settings import SettingsError, resolve
@@ -105,7 +106,7 @@ async def test_gateway_without_a_model_dir_refuses_to_start(gateway_bus):
 
 async def test_gateway_answers_micro_service_discovery(gateway_factory, gateway_bus):
     async with gateway_factory():
-        reply = await gateway_bus.nc.request("$SRV.PING.voxmesh-gateway", b"", timeout=5)
+        reply = await gateway_bus.nc.request(subjects.micro_ping("voxmesh-gateway"), b"", timeout=5)
     info = json.loads(reply.data)
     assert info["name"] == "voxmesh-gateway" and info["metadata"]["replica"] == "gateway-test"
 

@@ -1,4 +1,4 @@
-"""`loadtest/gpu_decode_path.py` on the CPU with the tiny model: every entry measured, every check passing.
+"""`loadtest/gpu/gpu_decode_path.py` on the CPU with the tiny model: every entry measured, every check passing.
 
 No timing is asserted: this keeps the script the lead runs on the GPU from rotting, and runs its checks
 (decode kernel vs reference in float32, whole steps fast and padded vs reference) on the CPU.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from loadtest import gpu_decode_path
+from loadtest.gpu import gpu_decode_path
 
 
 def test_decode_path_script_runs_on_cpu(tmp_path):

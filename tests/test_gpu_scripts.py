@@ -11,9 +11,9 @@ import json
 import pytest
 import torch
 
-from loadtest import gpu_engine, gpu_micro, gpu_table, ucx_kv_handoff
-from loadtest.gpu_common import capture_graph, count_flops, count_launches
-from loadtest.ucx_kv_blocks import HandoffSpec, HandoffSpecError, block_contents, block_ids, same_bits
+from loadtest.gpu import gpu_engine, gpu_micro, gpu_table, ucx_kv_handoff
+from loadtest.gpu.gpu_common import capture_graph, count_flops, count_launches
+from loadtest.gpu.ucx_kv_blocks import HandoffSpec, HandoffSpecError, block_contents, block_ids, same_bits
 
 TINY_SPEC = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 16, "block_size": 4, "dtype": "float32",
              "pool_blocks": 12}

@@ -13,12 +13,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from services.model.init_checkpoint import CheckpointInitError, tensor_chunks, write_checkpoint
-from services.model.init_layout import EOS_ROW_GAIN, TensorPlan, plan_tensors
-from services.model.presets import PresetError, preset_config
-from services.model.safetensors_writer import ProgressLine, write_safetensors
 from services.model.text_tokenizer import IM_START, TTS_PAD, TextTokenizer
-from tests.fixtures.tiny_checkpoint import codec_writer_available
+from services.random_checkpoint.checkpoint_writer import CheckpointInitError, tensor_chunks, write_checkpoint
+from services.random_checkpoint.model_presets import PresetError, preset_config
+from services.random_checkpoint.safetensors_writer import ProgressLine, write_safetensors
+from services.random_checkpoint.tensor_plan import EOS_ROW_GAIN, TensorPlan, plan_tensors
 from tests.oracle.reference import load
 
 
@@ -139,11 +138,10 @@ def test_bfloat16_weights_are_the_float32_weights_rounded(tmp_path):
 
 
 def test_tiny_preset_writes_in_well_under_a_few_seconds(tmp_path):
-    with_codec = codec_writer_available()
     started = time.perf_counter()
-    directory = write_checkpoint(tmp_path / "ckpt", "tiny", seed=0, with_codec=with_codec)
+    directory = write_checkpoint(tmp_path / "ckpt", "tiny", seed=0)
     assert time.perf_counter() - started < 4.0  # about 0.3 s (1.3 s with the codec) on one busy core
-    assert (directory / "speech_tokenizer" / "config.json").is_file() == with_codec
+    assert (directory / "speech_tokenizer" / "config.json").is_file()
 
 
 def test_large_tensors_stream_in_independent_row_blocks(tmp_path):

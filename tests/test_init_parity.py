@@ -81,8 +81,6 @@ def test_greedy_codes_equal_the_reference(checkpoints, reference_models, case):
 
 def test_the_reference_high_level_api_loads_and_speaks(tiny_checkpoint):
     """Qwen3TTSModel.from_pretrained: AutoModel + AutoProcessor + speech_tokenizer/ + generation_config.json."""
-    if not (tiny_checkpoint / "speech_tokenizer" / "config.json").is_file():
-        pytest.skip("the codec writer (services.model.codec.write_codec_checkpoint) has not landed")
     qwen_tts = load()
     tts = qwen_tts.Qwen3TTSModel.from_pretrained(str(tiny_checkpoint))
     assert sorted(tts.get_supported_speakers()) == ["eric", "ryan", "vivian"]

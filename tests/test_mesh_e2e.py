@@ -135,7 +135,7 @@ async def test_every_service_answers_srv_ping_like_nats_micro_ls(mesh):
     try:
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
-        await nc.publish("$SRV.PING", b"", reply=inbox)
+        await nc.publish(subjects.micro_ping(), b"", reply=inbox)
         names = set()
         while not {"voxmesh-gateway", "voxmesh-decode", "voxmesh-vocoder"} <= names:
             reply = json.loads((await sub.next_msg(timeout=10)).data)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from loadtest.gpu_models import write_config_files
+from loadtest.gpu.gpu_models import write_config_files
 from services.model import paged_attention
 from services.model.attention_batch import AttentionBatch
 from services.model.config import load_config

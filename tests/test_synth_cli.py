@@ -15,10 +15,10 @@ from messages.frames import AudioChunk
 from services.cli import main
 from services.model.codec.loader import load_codec_decoder
 from services.model.generate import default_sampling, generate
-from services.model.init_checkpoint import write_checkpoint
 from services.model.loader import load_model
 from services.model.prompt import make_request
 from services.model.text_tokenizer import TextTokenizer
+from services.random_checkpoint.checkpoint_writer import write_checkpoint
 
 TEXT = "Hello world, this is a test."
 

@@ -8,24 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from services.model.presets import (
+from services.model.text_tokenizer import IM_END, IM_START, TTS_BOS, TTS_EOS, TTS_PAD, TextTokenizer, TokenizerError
+from services.random_checkpoint.model_presets import (
     RELEASED_NUM_REGULAR_TEXT_TOKENS,
     TINY_NUM_REGULAR_TEXT_TOKENS,
     num_regular_text_tokens,
     preset_config,
 )
-from services.model.text_tokenizer import (
-    IM_END,
-    IM_START,
-    SPECIAL_TOKENS,
-    TTS_BOS,
-    TTS_EOS,
-    TTS_PAD,
-    TextTokenizer,
-    TokenizerError,
-    build_byte_level_bpe,
-)
-from services.model.tokenizer_corpus import corpus_lines
+from services.random_checkpoint.tokenizer_corpus import corpus_lines
+from services.random_checkpoint.tokenizer_writer import SPECIAL_TOKENS, build_byte_level_bpe
 from tests.oracle.reference import load
 
 TEXTS = [

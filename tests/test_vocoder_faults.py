@@ -35,8 +35,6 @@ from tests.test_vocoder_support import (
     stored_terminals,
 )
 
-TERM_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream}.{consumer}"
-
 
 async def status(bus, replica: str) -> dict:
     return json.loads((await bus.nc.request(status_subject(replica), b"", timeout=WAIT_S)).data)
@@ -56,7 +54,7 @@ async def test_undecodable_messages_are_termed_and_the_next_request_is_served(bu
     size = codec_decoder.config.codebook_size
     garbage_id, bad_codes_id, good_id = "req-garbage", "req-bad-codes", "req-after"
     partition = subjects.partition_for(garbage_id, NUM_PARTITIONS)
-    advisories = await bus.nc.subscribe(TERM_ADVISORY.format(stream=CODES_STREAM, consumer=codes_consumer(partition)))
+    advisories = await bus.nc.subscribe(subjects.terminated_advisory(CODES_STREAM, codes_consumer(partition)))
     bad_listener = await Listener.open(bus.nc, bad_codes_id)
     async with running_vocoder(bus, codec_model_dir):
         ack = await bus.js.publish(subjects.codes(partition, garbage_id), b"\x93not a codes message")

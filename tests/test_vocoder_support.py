@@ -39,7 +39,7 @@ WAIT_S = 60.0  # a guard against a hang, never a synchronisation
 @pytest.fixture(scope="session")
 def codec_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpoint directory whose speech_tokenizer/ holds a real tiny codec (the CODEC helper's writer)."""
-    from services.model.codec import write_codec_checkpoint
+    from services.random_checkpoint.codec_writer import write_codec_checkpoint
 
     root = tmp_path_factory.mktemp("vocoder-ckpt")
     write_codec_checkpoint(root, "tiny", seed=0, dtype="float32")

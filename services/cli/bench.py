@@ -1,4 +1,4 @@
-"""`voxmesh bench`: load-test a running mesh through its WebSocket streaming API (code in loadtest/).
+"""`voxmesh bench`: load-test a running mesh through its WebSocket streaming API (code in loadtest/bench/).
 
 Loopback gateways only unless --allow-remote. Bounded: a number of requests and a time limit per level, a time
 limit per request. Writes a JSON document (every request's metrics, per-level summaries, command, commit, date,
@@ -15,17 +15,23 @@ import shlex
 import sys
 from pathlib import Path
 
-from loadtest.aggregate import Slo, SloError
-from loadtest.bench import BenchConfig, BenchError, run_bench, write_json
-from loadtest.levels import DEFAULT_CONCURRENCIES, DEFAULT_RATES, MODES, plan_levels
-from loadtest.loadgen import LoadError
-from loadtest.payload import PayloadError, RequestShape
-from loadtest.plot import PlotError, write_plot
-from loadtest.progress import Progress
-from loadtest.prompts import DEFAULT_PROMPTS, PromptsError
-from loadtest.runner import Target
-from loadtest.table import headline_rows
-from loadtest.target import TargetError, stream_url
+from loadtest.bench.client import TargetError, stream_url
+from loadtest.bench.loadgen import Progress, Target
+from loadtest.bench.metrics import Slo, SloError
+from loadtest.bench.plot import PlotError, write_plot
+from loadtest.bench.report import headline_rows
+from loadtest.bench.sweep import BenchConfig, BenchError, run_bench, write_json
+from loadtest.bench.workload import (
+    DEFAULT_CONCURRENCIES,
+    DEFAULT_PROMPTS,
+    DEFAULT_RATES,
+    MODES,
+    LoadError,
+    PayloadError,
+    PromptsError,
+    RequestShape,
+    plan_levels,
+)
 
 _ERRORS = (TargetError, PromptsError, SloError, LoadError, PayloadError, BenchError, PlotError)
 

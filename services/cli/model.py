@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from services.model.presets import PRESETS, TTS_MODEL_TYPES
+from services.random_checkpoint.model_presets import PRESETS, TTS_MODEL_TYPES
 
 DTYPE_CHOICES = ("float32", "bfloat16")
 
@@ -45,9 +45,9 @@ def _fail(action: str, error: Exception) -> int:
 
 def _init(args: argparse.Namespace) -> int:
     from services.model.checkpoint_summary import CheckpointInfoError, describe, summarize
-    from services.model.init_checkpoint import CheckpointInitError, write_checkpoint
-    from services.model.presets import PresetError
     from services.model.text_tokenizer import TokenizerError
+    from services.random_checkpoint.checkpoint_writer import CheckpointInitError, write_checkpoint
+    from services.random_checkpoint.model_presets import PresetError
 
     try:
         out = write_checkpoint(

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 def _create_model(model_dir: Path) -> None:
     if (model_dir / "config.json").is_file():
         return
-    from services.model.init_checkpoint import write_checkpoint
+    from services.random_checkpoint.checkpoint_writer import write_checkpoint
 
     write_checkpoint(model_dir, "tiny", seed=0)
 

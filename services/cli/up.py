@@ -73,7 +73,7 @@ def _ensure_model(args: argparse.Namespace, state_dir: Path) -> Path:
         return args.model
     model_dir = state_dir / "models" / "tiny"
     if not (model_dir / "config.json").is_file():
-        from services.model.init_checkpoint import write_checkpoint
+        from services.random_checkpoint.checkpoint_writer import write_checkpoint
 
         print(f"first run: writing the tiny checkpoint to {model_dir}", file=sys.stderr)
         write_checkpoint(model_dir, "tiny", seed=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from messages import DecodeError, decode
+from messages import DecodeError, decode, subjects
 from messages.base import ErrorInfo
 from messages.errors import Stage
 from messages.records import CancelRecord
@@ -18,8 +18,6 @@ from services.bus.logs import request_context
 from services.decode.core import DecodeCore, Ending
 
 log = logging.getLogger(__name__)
-
-CANCEL_KEYS = "cancel.*"
 
 
 class CancelWatcher:
@@ -31,7 +29,7 @@ class CancelWatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Watch until `stop` is set."""
-        watcher = await self.core.kv.watch(CANCEL_KEYS, ignore_deletes=True)
+        watcher = await self.core.kv.watch(subjects.all_cancel_keys(), ignore_deletes=True)
         stopping = asyncio.create_task(self._stop_on(stop, watcher))
         try:
             async for entry in watcher:

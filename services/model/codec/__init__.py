@@ -6,7 +6,6 @@
     chunk = decoder.decode_chunk(state, codes[:4])     # exact: chunks concatenate to decode(codes)
 """
 
-from services.model.codec.checkpoint_writer import SPEECH_TOKENIZER_DIR, write_codec_checkpoint
 from services.model.codec.config import CodecConfig
 from services.model.codec.decoder import CodecDecoder
 from services.model.codec.errors import CodecCheckpointError, CodecConfigError, CodecError, CodecInputError
@@ -14,7 +13,6 @@ from services.model.codec.loader import load_codec_decoder
 from services.model.codec.stream_state import CodecStreamState
 
 __all__ = [
-    "SPEECH_TOKENIZER_DIR",
     "CodecCheckpointError",
     "CodecConfig",
     "CodecConfigError",
@@ -23,5 +21,4 @@ __all__ = [
     "CodecInputError",
     "CodecStreamState",
     "load_codec_decoder",
-    "write_codec_checkpoint",
 ]

@@ -1,0 +1,139 @@
+"""What a `voxmesh bench` run reports: its headline verdicts (the highest open-loop rate sustained, ratios between
+two targets), the JSON document (what ran: command, commit, date, machine, settings; and what it measured), and a
+short fixed-width table of that document for a terminal."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from loadtest.bench.loadgen import LevelResult, Target
+from loadtest.bench.metrics import LevelSummary
+from loadtest.bench.workload import REPO_ROOT
+
+SCHEMA = "voxmesh.bench/1"
+# (name in the report, how to read it from a summary)
+_COMPARED = {
+    "requests_per_s": lambda s: s.requests_per_s,
+    "audio_s_per_s": lambda s: s.audio_s_per_s,
+    "goodput_per_s": lambda s: s.goodput_per_s,
+    "continuous_share": lambda s: s.continuous_share,
+    "first_packet_p50_s": lambda s: s.first_packet_s.median,
+    "first_packet_p95_s": lambda s: s.first_packet_s.p95,
+    "latency_p95_s": lambda s: s.latency_s.p95,
+    "rtf_median": lambda s: s.rtf.median,
+}
+
+
+def is_sustained(summary: LevelSummary, p95_first_packet_bound_s: float) -> bool:
+    """Every request sent and completed, no playback gap in any stream, and p95 first packet within the bound."""
+    p95 = summary.first_packet_s.p95
+    return (summary.num_completed > 0 and summary.num_failed == 0 and summary.num_not_sent == 0
+            and summary.num_gaps == 0 and p95 is not None and p95 <= p95_first_packet_bound_s)
+
+
+def max_sustained_rate(results: Sequence[LevelResult], p95_first_packet_bound_s: float) -> float | None:
+    """The highest open-loop arrival rate that was sustained (None when none was, or no open level ran)."""
+    rates = [result.level.load for result in results
+             if result.level.mode == "open" and is_sustained(result.summary, p95_first_packet_bound_s)]
+    return max(rates, default=None)
+
+
+def ratio(candidate: float | None, baseline: float | None) -> float | None:
+    """candidate / baseline, None when either is missing or the baseline is zero."""
+    if candidate is None or baseline is None or baseline == 0:
+        return None
+    return candidate / baseline
+
+
+def compare_levels(baseline: Sequence[LevelResult], candidate: Sequence[LevelResult]) -> list[dict]:
+    """Per level (same order on both sides): each compared figure of both targets and candidate/baseline."""
+    rows = []
+    for base, cand in zip(baseline, candidate, strict=True):
+        figures = {}
+        for name, read in _COMPARED.items():
+            a, b = read(base.summary), read(cand.summary)
+            figures[name] = {"baseline": a, "candidate": b, "ratio": ratio(b, a)}
+        rows.append({"level": base.level.to_dict(), "figures": figures})
+    return rows
+
+
+def _run_quietly(command: list[str]) -> str | None:
+    """stdout of a short local command, or None when it is missing or fails (the report still gets written)."""
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_commit() -> dict:
+    """HEAD and whether the working tree differs from it (figures from a dirty tree say so)."""
+    head = _run_quietly(["git", "rev-parse", "HEAD"])
+    status = _run_quietly(["git", "status", "--porcelain", "--untracked-files=no"])
+    return {"commit": head, "dirty": None if status is None else bool(status)}
+
+
+def machine() -> dict:
+    """Where the figures were taken: host, CPU, core count and accelerators (nvidia-smi, when present)."""
+    gpus = _run_quietly(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
+    return {"hostname": platform.node(), "platform": platform.platform(), "processor": platform.processor() or None,
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "gpus": gpus.splitlines() if gpus else []}
+
+
+def meta(command: str) -> dict:
+    return {"tool": "voxmesh bench", "command": command,
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), **git_commit(),
+            "machine": machine()}
+
+
+def target_section(target: Target, results: Sequence[LevelResult], p95_bound_s: float, warmup: dict) -> dict:
+    levels = []
+    for result in results:
+        sustained = is_sustained(result.summary, p95_bound_s) if result.level.mode == "open" else None
+        levels.append({"level": result.level.to_dict(), "summary": result.summary.to_dict(),
+                       "sustained": sustained, "requests": result.requests_to_dicts()})
+    return {"label": target.label, "url": target.url, "warmup": warmup,
+            "max_sustained_rate": max_sustained_rate(results, p95_bound_s), "levels": levels}
+
+
+def comparison_section(baseline: Target, candidate: Target, baseline_results: Sequence[LevelResult],
+                       candidate_results: Sequence[LevelResult], p95_bound_s: float) -> dict:
+    """candidate/baseline ratios per level, and of the highest sustained rates."""
+    base_rate = max_sustained_rate(baseline_results, p95_bound_s)
+    cand_rate = max_sustained_rate(candidate_results, p95_bound_s)
+    return {"baseline": baseline.label, "candidate": candidate.label,
+            "max_sustained_rate": {"baseline": base_rate, "candidate": cand_rate, "ratio": ratio(cand_rate, base_rate)},
+            "levels": compare_levels(baseline_results, candidate_results)}
+
+
+def headline_rows(document: dict) -> Sequence[str]:
+    """A short fixed-width table of every level of every target, for stdout."""
+    rows = [f"{'target':<10} {'level':<14} {'ok/sent':>8} {'req/s':>7} {'audio/s':>8} {'fp p50':>8} {'fp p95':>8}"
+            f" {'contin.':>7} {'goodput/s':>9}"]
+    for target in document["targets"]:
+        for level in target["levels"]:
+            s, spec = level["summary"], level["level"]
+            name = f"open {spec['load']:g}/s" if spec["mode"] == "open" else f"closed x{spec['load']:g}"
+            fp = s["first_packet_s"]
+            rows.append(f"{target['label']:<10} {name:<14} {s['num_completed']:>3}/{s['num_requests']:<4} "
+                        f"{s['requests_per_s']:>7.2f} {s['audio_s_per_s']:>8.2f} {_ms(fp['median']):>8} "
+                        f"{_ms(fp['p95']):>8} {_share(s['continuous_share']):>7} {s['goodput_per_s']:>9.2f}")
+        rows.append(f"{target['label']}: highest open-loop rate sustained (no errors, no gaps, p95 first packet <= "
+                    f"{document['config']['p95_first_packet_bound_s'] * 1000:.0f} ms): {target['max_sustained_rate']}")
+    return rows
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}ms"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"

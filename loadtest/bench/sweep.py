@@ -1,0 +1,119 @@
+"""`voxmesh bench`: sweep load levels against one gateway, or two alternately, and write the JSON document.
+
+In comparison mode the two targets (two mesh configurations or topologies) take turns level by level, and the
+order flips every level (A B, B A, A B...) so that neither always runs on a machine warmed, or worn, by the other.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadtest.bench.loadgen import LevelResult, LevelRunner, Progress, Target
+from loadtest.bench.metrics import Slo
+from loadtest.bench.report import SCHEMA, comparison_section, meta, target_section
+from loadtest.bench.workload import DEFAULT_PROMPTS, Level, RequestShape, fixed_sample, load_prompts
+
+
+class BenchError(RuntimeError):
+    """The bench cannot produce meaningful figures (bad targets, or a warm-up request failed).
+
+    Attributes:
+        code: `invalid_targets` or `warmup_failed`.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """A whole bench run.
+
+    Attributes:
+        targets: one gateway, or two (baseline first, then candidate) for a comparison.
+        levels: the load levels, in the order they run.
+        shape: request fields besides the text (voice, length mode...).
+        slo: the goodput SLO.
+        p95_first_packet_bound_s: an open level is "sustained" only with p95 first packet within this.
+        prompts_path: the `id<TAB>text` file.
+        level_timeout_s, request_timeout_s: time bounds.
+        warmup: unmeasured requests per target before the first level.
+        api_key: bearer token for gateways that require one.
+        arrival_seed: seed of the Poisson arrival times.
+    """
+
+    targets: tuple[Target, ...]
+    levels: tuple[Level, ...]
+    shape: RequestShape = field(default_factory=RequestShape)
+    slo: Slo = field(default_factory=Slo)
+    p95_first_packet_bound_s: float = 0.5
+    prompts_path: Path = DEFAULT_PROMPTS
+    level_timeout_s: float = 300.0
+    request_timeout_s: float = 120.0
+    warmup: int = 1
+    api_key: str | None = None
+    arrival_seed: int = 0
+
+    def __post_init__(self) -> None:
+        labels = [target.label for target in self.targets]
+        if not 1 <= len(self.targets) <= 2:
+            raise BenchError("invalid_targets", f"give one gateway, or two to compare; got {len(self.targets)}")
+        if len(set(labels)) != len(labels):
+            raise BenchError("invalid_targets", f"the two targets need different labels, both are {labels[0]!r}")
+
+    def to_dict(self) -> dict:
+        return {"levels": [level.to_dict() for level in self.levels], "request": self.shape.to_dict(),
+                "slo": self.slo.to_dict(), "p95_first_packet_bound_s": self.p95_first_packet_bound_s,
+                "prompts_path": str(self.prompts_path), "level_timeout_s": self.level_timeout_s,
+                "request_timeout_s": self.request_timeout_s, "warmup": self.warmup,
+                "arrival_seed": self.arrival_seed, "targets": [target.label for target in self.targets]}
+
+
+async def run_bench(config: BenchConfig, *, command: str, progress: Progress | None = None) -> dict:
+    """Run every level at every target and return the JSON document."""
+    sample = fixed_sample(load_prompts(config.prompts_path))
+    runner = LevelRunner(shape=config.shape, sample=sample, slo=config.slo, level_timeout_s=config.level_timeout_s,
+                         request_timeout_s=config.request_timeout_s, api_key=config.api_key,
+                         arrival_seed=config.arrival_seed)
+    warmups = {target.label: await _warm_up(runner, target, config.warmup) for target in config.targets}
+    results: dict[str, list[LevelResult]] = {target.label: [] for target in config.targets}
+    for number, level in enumerate(config.levels):
+        order = config.targets if number % 2 == 0 else tuple(reversed(config.targets))
+        for target in order:
+            results[target.label].append(await runner.run(target, level, progress))
+    return _document(config, command, results, warmups, num_prompts=len(sample))
+
+
+async def _warm_up(runner: LevelRunner, target: Target, count: int) -> dict:
+    records = await runner.warm_up(target, count)
+    failed = [record for record in records if record.error is not None]
+    if failed:
+        error = failed[0].error
+        raise BenchError("warmup_failed", f"a warm-up request to {target.label} ({target.url}) failed, so every "
+                                          f"measured one would too: {error.code}: {error.message}")
+    return {"num_requests": count}
+
+
+def _document(config: BenchConfig, command: str, results: dict[str, list[LevelResult]], warmups: dict,
+              num_prompts: int) -> dict:
+    bound = config.p95_first_packet_bound_s
+    targets = [target_section(target, results[target.label], bound, warmups[target.label])
+               for target in config.targets]
+    comparison = None
+    if len(config.targets) == 2:
+        baseline, candidate = config.targets
+        comparison = comparison_section(baseline, candidate, results[baseline.label], results[candidate.label], bound)
+    return {"schema": SCHEMA, "meta": meta(command), "length_mode": config.shape.length_mode,
+            "length": config.shape.describe_length(), "config": {**config.to_dict(), "num_prompts": num_prompts},
+            "targets": targets, "comparison": comparison}
+
+
+def write_json(document: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    return path

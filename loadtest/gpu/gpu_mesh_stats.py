@@ -1,0 +1,49 @@
+"""Read the decode service's counters (`$SRV.STATS.voxmesh-decode`) from a running mesh, for gpu_mesh_run.sh.
+
+Prints one JSON object: the STATS reply's endpoint data (steps, frames, max batch size, ...), plus
+`mean_batch_size` = frames / steps, the engine's average rows per step over the whole run.
+
+    python -m loadtest.gpu.gpu_mesh_stats nats://127.0.0.1:PORT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import nats
+
+from messages import subjects
+from services.decode.service import SERVICE_NAME as DECODE_SERVICE
+
+
+async def decode_stats(url: str, timeout_s: float = 5.0) -> dict:
+    """The first decode replica's STATS endpoint data, with mean_batch_size added."""
+    client = await nats.connect(url, connect_timeout=timeout_s, allow_reconnect=False)
+    try:
+        reply = await client.request(subjects.micro_stats(DECODE_SERVICE), b"", timeout=timeout_s)
+    finally:
+        await client.close()
+    body = json.loads(reply.data)
+    data = next((endpoint.get("data") for endpoint in body.get("endpoints", []) if endpoint.get("data")), {})
+    steps, frames = data.get("steps"), data.get("frames")
+    mean = frames / steps if isinstance(steps, int) and steps > 0 and isinstance(frames, int) else None
+    return {"service": body.get("name"), "id": body.get("id"), **data, "mean_batch_size": mean}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not args[0].startswith("nats://"):
+        print("usage: python -m loadtest.gpu.gpu_mesh_stats nats://HOST:PORT", file=sys.stderr)
+        return 2
+    try:
+        print(json.dumps(asyncio.run(decode_stats(args[0]))))
+    except (OSError, TimeoutError, nats.errors.Error, ValueError) as error:
+        print(f"gpu_mesh_stats: no decode STATS from {args[0]}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

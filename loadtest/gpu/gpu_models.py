@@ -1,0 +1,89 @@
+"""The models the GPU benchmarks time, built in memory with a preset's shapes and random weights.
+
+Writing a 0.6B checkpoint to disk and reading it back costs a device call a minute or more and changes no
+timing: what the kernels see is the shapes, the dtype and non-degenerate values. So the talker and the code
+predictor are built straight on the device from the preset's config.json (N(0, 0.02) matrices, unit norms,
+tables shared as `load_model` shares them), and the codec decoder with the codec package's own audible
+initialisation (on the CPU in float32, then moved).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from services.model.code_predictor import CodePredictor
+from services.model.codec import CodecConfig, CodecDecoder
+from services.model.config import load_config
+from services.model.layers import RMSNorm
+from services.model.loader import TTSModel
+from services.model.talker import Talker
+from services.model.text_tokenizer import TextTokenizer
+from services.random_checkpoint.codec_presets import codec_preset
+from services.random_checkpoint.codec_weights import init_decoder
+from services.random_checkpoint.model_presets import generation_config, num_regular_text_tokens, preset_config
+from services.random_checkpoint.tokenizer_writer import build_byte_level_bpe
+
+WEIGHT_STD = 0.02
+
+
+def write_config_files(directory: Path, preset: str) -> Path:
+    """config.json, generation_config.json and the tokenizer files of `preset` (no weights) in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = preset_config(preset, "custom_voice")
+    config["dtype"] = "bfloat16"
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    (directory / "generation_config.json").write_text(json.dumps(generation_config(preset), indent=2))
+    build_byte_level_bpe(directory, num_regular_text_tokens(config))
+    return directory
+
+
+@torch.no_grad()
+def _randomise(module: nn.Module, generator: torch.Generator) -> None:
+    """N(0, WEIGHT_STD) matrices and tables, zero biases, unit norm weights (no zeros: they hide bugs and run fast)."""
+    for sub in module.modules():
+        if isinstance(sub, RMSNorm):
+            sub.weight.fill_(1.0)
+        elif isinstance(sub, (nn.Linear, nn.Embedding)):
+            sub.weight.normal_(0.0, WEIGHT_STD, generator=generator)
+            bias = getattr(sub, "bias", None)
+            if bias is not None:
+                bias.zero_()
+
+
+def build_model(directory: Path, device: torch.device, dtype: torch.dtype, seed: int = 0) -> TTSModel:
+    """A `TTSModel` of the config in `directory` with random weights on `device` in `dtype`.
+
+    The code predictor's E0 and codebook tables are the talker's tensors, as `load_model` shares them.
+    """
+    config, generation = load_config(directory)
+    with torch.device("meta"):
+        talker, predictor = Talker(config.talker), CodePredictor(config.talker)
+    talker = talker.to_empty(device=device).to(dtype)
+    predictor = predictor.to_empty(device=device).to(dtype)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    _randomise(talker, generator)
+    _randomise(predictor, generator)
+    predictor.first_embedding.weight = talker.codec_embedding.weight
+    for mine, shared in zip(predictor.codec_embedding, talker.codebook_embedding):
+        mine.weight = shared.weight
+    for module in (talker, predictor):
+        module.requires_grad_(False)
+        module.eval()
+    return TTSModel(directory, config, generation, talker, predictor, None)
+
+
+def build_tokenizer(directory: Path) -> TextTokenizer:
+    return TextTokenizer.from_dir(directory)
+
+
+def build_codec(preset: str, device: torch.device, dtype: torch.dtype, seed: int = 0) -> CodecDecoder:
+    """The codec decoder of `preset` with the codec package's audible random weights, on `device` in `dtype`."""
+    config = CodecConfig.from_dict(codec_preset(preset), source=f"codec preset {preset!r}")
+    decoder = CodecDecoder(config).eval()
+    init_decoder(decoder, seed)
+    decoder.requires_grad_(False)
+    return decoder.to(device=device, dtype=dtype)
