@@ -10,7 +10,7 @@ import pytest
 from messages.base import ErrorInfo, Usage
 from messages.errors import ErrorCode, Stage
 from messages.requests import SamplingSpec
-from services.decode.admission import AdmissionError, ServedModel, admit, predictor_sampling_params, sampling_params
+from services.decode.request_check import AdmissionError, ServedModel, admit, predictor_sampling_params, sampling_params
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.settings import DecodeSettings
 from services.engine.config import PreemptionMode

@@ -9,7 +9,7 @@ import pytest
 
 from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM
-from services.bus.admission import submit_request
+from services.bus.submit import submit_request
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
 from tests.fixtures.gateway_standin import MODEL, Plan
 

@@ -12,7 +12,7 @@ import websockets
 
 from messages import subjects
 from messages.events import Finished
-from services.bus.terminal import publish_terminal
+from services.bus.terminal_guard import publish_terminal
 from tests.fixtures.gateway_standin import SAMPLES_PER_FRAME, Plan, expected_pcm
 from tests.ws_client import ws_connect
 

@@ -32,7 +32,7 @@ from services.bus.advisories import MaxDeliveriesAdvisory, load_exhausted_messag
 from services.bus.claims import read_owner
 from services.bus.kvstore import cancel_request
 from services.bus.logs import request_context
-from services.bus.terminal import publish_terminal
+from services.bus.terminal_guard import publish_terminal
 from services.gateway.liveness import partition_owner_alive
 from services.gateway.stream import AudioStream
 

@@ -24,7 +24,7 @@ from messages.errors import ErrorCode
 from messages.events import Accepted, event_subject
 from messages.requests import SynthesisRequest
 from messages.streams import EVENTS_STREAM
-from services.bus.admission import submit_request
+from services.bus.submit import submit_request
 from services.bus.errors import NotProvisioned, QueueFull
 from services.bus.logs import request_context
 from services.gateway.admission import AdmissionPolicy

@@ -1,6 +1,6 @@
 """The terminal event of a request that reached the vocoder: Finished or Failed, exactly once.
 
-Exactly once is the server's doing (`services.bus.terminal.publish_terminal`: expected last subject sequence 0); this
+Exactly once is the server's doing (`services.bus.terminal_guard.publish_terminal`: expected last subject sequence 0); this
 module builds the events from what the vocoder voiced and what decode said in CodesEnd, and a caller that loses the
 race (another stage ended the request first) logs and stands down.
 """
@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 from messages.errors import ErrorCode, Stage
 from messages.events import Failed, Finished, TerminalEvent
 from messages.frames import CodesEnd
-from services.bus.terminal import publish_terminal
+from services.bus.terminal_guard import publish_terminal
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from nats.js import JetStreamContext
 
 from messages.frames import CodesMessage
 from messages.streams import CODES_STREAM, codes_consumer
-from services.bus.consumer import Capacity, Delivery, PullConsumer
+from services.bus.pull_consumer import Capacity, Delivery, PullConsumer
 from services.vocoder.handler import CodesHandler
 
 log = logging.getLogger(__name__)
