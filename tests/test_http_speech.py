@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from messages.errors import ErrorCode, Stage
-from services.gateway.formats import UNKNOWN_SIZE
+from services.gateway.http.encoders import UNKNOWN_SIZE
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
 from tests.fixtures.gateway_standin import Plan, expected_pcm
 from tests.http_client import decode_audio, next_cancel, openai_client, parse_sse, read_wav, sse_audio

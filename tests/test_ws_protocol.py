@@ -1,5 +1,5 @@
-"""The streaming WebSocket's typed messages (services/gateway/ws_protocol.py) and the resume registry's rules
-(services/gateway/ws_resume.py), without a socket."""
+"""The streaming WebSocket's typed messages (services/gateway/ws/protocol.py) and the resume registry's rules
+(services/gateway/ws/resume.py), without a socket."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import time
 import msgspec
 import pytest
 
-from services.gateway.body import SynthesisFields
+from services.gateway.requests.body import SynthesisFields
 from services.gateway.errors import AdmissionError
-from services.gateway.ws_protocol import (AudioStart, Cancel, InputDone, InputText, Resume, SessionConfig,
+from services.gateway.ws.protocol import (AudioStart, Cancel, InputDone, InputText, Resume, SessionConfig,
                                           SessionUpdate, encode_event, parse_client_message)
-from services.gateway.ws_resume import ParkedRequest, ResumeRefused, ResumeRegistry
+from services.gateway.ws.resume import ParkedRequest, ResumeRefused, ResumeRegistry
 
 
 def parse(message: dict) -> object:

@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import websockets
 
-from services.gateway.wav import SAMPLE_RATE, wav_header
+from services.gateway.http.wav import SAMPLE_RATE, wav_header
 
 STREAM_PATH = "/v1/audio/speech/stream"
 READ_BYTES = 4096  # at most 4096 characters per input.text message

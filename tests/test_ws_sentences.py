@@ -1,10 +1,10 @@
-"""Sentence segmentation of incremental text (services/gateway/ws_text.py)."""
+"""Sentence segmentation of incremental text (services/gateway/ws/sentences.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.gateway.ws_text import SentenceSegmenter
+from services.gateway.ws.sentences import SentenceSegmenter
 
 
 def pieces(text: str, size: int) -> list[str]:

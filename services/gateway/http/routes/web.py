@@ -12,12 +12,12 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse
 
-from services.gateway.app import GatewayDep
-from services.gateway.wav import SAMPLE_RATE
+from services.gateway.deps import GatewayDep
+from services.gateway.http.wav import SAMPLE_RATE
 
 router = APIRouter()
 
-STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
+STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
 CONFIG_PLACEHOLDER = "{{VOXMESH_CONFIG}}"
 
 

@@ -10,7 +10,7 @@ from starlette.websockets import WebSocket
 
 from messages.frames import AudioChunk
 from services.gateway.errors import GatewayError
-from services.gateway.ws_protocol import BASE64_FORMAT, AudioDelta, ErrorEvent, ServerEvent, encode_event
+from services.gateway.ws.protocol import BASE64_FORMAT, AudioDelta, ErrorEvent, ServerEvent, encode_event
 
 
 class ClientChannel:

@@ -20,18 +20,18 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from messages.errors import ErrorCode
-from services.gateway.body import SynthesisFields
+from services.gateway.requests.body import SynthesisFields
 from services.gateway.errors import GatewayError, RequestFailed
-from services.gateway.stream import AudioStream
-from services.gateway.synthesis import Synthesizer
-from services.gateway.wav import SAMPLE_RATE
-from services.gateway.ws_jobs import Job, JobQueue
-from services.gateway.ws_channel import ClientChannel
-from services.gateway.ws_protocol import (BINARY_FORMAT, AudioDone, AudioStart, Cancel, InputDone, InputFlush,
+from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.synthesis import Synthesizer
+from services.gateway.http.wav import SAMPLE_RATE
+from services.gateway.ws.jobs import Job, JobQueue
+from services.gateway.ws.channel import ClientChannel
+from services.gateway.ws.protocol import (BINARY_FORMAT, AudioDone, AudioStart, Cancel, InputDone, InputFlush,
                                           InputText, Resume, SessionConfig, SessionDone, SessionUpdate,
                                           SessionUpdated, parse_client_message)
-from services.gateway.ws_resume import ParkedRequest, ResumeRefused, ResumeRegistry, resumed_stream
-from services.gateway.ws_text import SentenceSegmenter
+from services.gateway.ws.resume import ParkedRequest, ResumeRefused, ResumeRegistry, resumed_stream
+from services.gateway.ws.sentences import SentenceSegmenter
 
 log = logging.getLogger(__name__)
 

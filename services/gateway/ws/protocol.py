@@ -23,7 +23,7 @@ import msgspec
 
 from messages.errors import ErrorCode
 from messages.requests import MAX_TEXT_CHARS
-from services.gateway.body import SynthesisFields, parse_body, validation_error
+from services.gateway.requests.body import SynthesisFields, parse_body, validation_error
 from services.gateway.errors import AdmissionError
 
 BINARY_FORMAT = "pcm_s16le"

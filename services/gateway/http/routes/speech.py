@@ -10,11 +10,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from services.gateway.app import Authorized, GatewayDep
-from services.gateway.body import SpeechBody, parse_body
+from services.gateway.deps import Authorized, GatewayDep
+from services.gateway.requests.body import SpeechBody, parse_body
 from services.gateway.errors import GatewayError
-from services.gateway.request_id import request_id_of
-from services.gateway.speech_response import SpeechResponse
+from services.gateway.http.request_id import request_id_of
+from services.gateway.http.speech_response import SpeechResponse
 
 router = APIRouter()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from services.gateway.app import GatewayDep
-from services.gateway.readiness import check_readiness
+from services.gateway.deps import GatewayDep
+from services.gateway.http.readiness import check_readiness
 
 router = APIRouter()
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from messages.streams import REQUESTS_STREAM
-from services.gateway.app import GatewayDep
+from services.gateway.deps import GatewayDep
 from services.metrics.listener import render
 
 log = logging.getLogger(__name__)

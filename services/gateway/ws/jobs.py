@@ -17,7 +17,7 @@ from typing import Any, AsyncContextManager
 
 from messages.errors import ErrorCode
 from services.gateway.errors import GatewayError
-from services.gateway.stream import AudioStream
+from services.gateway.requests.audio_stream import AudioStream
 
 log = logging.getLogger(__name__)
 

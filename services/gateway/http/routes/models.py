@@ -6,11 +6,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from messages.errors import ErrorCode
-from services.gateway.app import Authorized, GatewayDep
-from services.gateway.catalog import VoiceCatalog
+from services.gateway.deps import Authorized, GatewayDep
+from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.errors import GatewayError
-from services.gateway.formats import available_formats
-from services.gateway.wav import SAMPLE_RATE
+from services.gateway.requests.response_formats import available_formats
+from services.gateway.http.wav import SAMPLE_RATE
 
 router = APIRouter()
 

@@ -12,7 +12,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.gateway.admission import new_request_id
+from services.gateway.requests.validation import new_request_id
 
 HEADER = "X-Request-Id"
 

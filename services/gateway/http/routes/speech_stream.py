@@ -1,5 +1,5 @@
 """WebSocket `/v1/audio/speech/stream`: incremental text in, PCM out as it is made, resume and cancel (the messages
-are in ws_protocol, the session in ws_session).
+are in ws/protocol.py, the session in ws/session.py).
 
 API keys are checked before the socket is accepted (close 1008 without a valid one): in the `Authorization: Bearer`
 header, or, for browsers (which cannot set headers on a WebSocket), as the subprotocol `bearer.<key>` offered beside
@@ -8,16 +8,12 @@ header, or, for browsers (which cannot set headers on a WebSocket), as the subpr
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, WebSocket
 
-from fastapi import APIRouter, Depends, WebSocket
-from starlette.requests import HTTPConnection
-
-from services.gateway.app import GatewayDep
-from services.gateway.auth import Unauthorized, check_bearer
-from services.gateway.routes import web
-from services.gateway.ws_resume import ResumeRegistry
-from services.gateway.ws_session import SpeechSession
+from services.gateway.deps import GatewayDep, ResumeRegistryDep
+from services.gateway.http.auth import Unauthorized, check_bearer
+from services.gateway.http.routes import web
+from services.gateway.ws.session import SpeechSession
 
 router = APIRouter()
 router.include_router(web.router)  # the page that plays this stream
@@ -25,18 +21,6 @@ router.include_router(web.router)  # the page that plays this stream
 POLICY_VIOLATION = 1008
 SUBPROTOCOL = "voxmesh"
 BEARER_PREFIX = "bearer."
-
-
-def get_resume_registry(connection: HTTPConnection, gateway: GatewayDep) -> ResumeRegistry:
-    """The gateway's parked WebSocket requests: one registry per app, made at the first socket (with the
-    supervisor's resume window, so both agree on when a request is gone)."""
-    state = connection.app.state
-    if getattr(state, "resume_registry", None) is None:
-        state.resume_registry = ResumeRegistry(gateway.synthesizer.supervisor.policy.resume_window_s)
-    return state.resume_registry
-
-
-ResumeRegistryDep = Annotated[ResumeRegistry, Depends(get_resume_registry)]
 
 
 @router.websocket("/v1/audio/speech/stream")

@@ -21,7 +21,7 @@ from messages import DecodeError, decode, subjects
 from messages.events import Failed, TerminalEvent
 from messages.frames import AudioChunk
 from services.gateway.errors import RequestFailed
-from services.gateway.repair import GapRepair, RepairPolicy
+from services.gateway.requests.repair import GapRepair, RepairPolicy
 
 log = logging.getLogger(__name__)
 

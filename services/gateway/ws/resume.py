@@ -26,8 +26,8 @@ from messages.events import TerminalEvent
 from messages.streams import EVENTS_STREAM
 from services.bus.logs import request_context
 from services.gateway.errors import GatewayError
-from services.gateway.stream import AudioStream
-from services.gateway.synthesis import Synthesizer
+from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.synthesis import Synthesizer
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from nats.js.errors import NotFoundError
 
 from messages.streams import CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM
-from services.gateway.liveness import live_partition_owners, live_replicas
-from services.gateway.synthesis import Synthesizer
+from services.gateway.requests.mesh_liveness import live_partition_owners, live_replicas
+from services.gateway.requests.synthesis import Synthesizer
 
 
 @dataclass(slots=True)

@@ -22,13 +22,14 @@ from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from messages.events import Finished
-from services.gateway import sse
-from services.gateway.body import SpeechBody
+from services.gateway.http import sse
+from services.gateway.requests.body import SpeechBody
 from services.gateway.errors import GatewayError
-from services.gateway.formats import AudioFormat, StreamEncoder, audio_format, encode_whole, stream_encoder
-from services.gateway.stream import AudioStream
-from services.gateway.synthesis import Synthesizer
-from services.gateway.wav import SAMPLE_RATE
+from services.gateway.http.encoders import StreamEncoder, encode_whole, stream_encoder
+from services.gateway.requests.response_formats import AudioFormat, audio_format
+from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.synthesis import Synthesizer
+from services.gateway.http.wav import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 

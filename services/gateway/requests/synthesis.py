@@ -27,13 +27,13 @@ from messages.streams import EVENTS_STREAM
 from services.bus.submit import submit_request
 from services.bus.errors import NotProvisioned, QueueFull
 from services.bus.logs import request_context
-from services.gateway.admission import AdmissionPolicy
-from services.gateway.body import SynthesisFields
+from services.gateway.requests.validation import AdmissionPolicy
+from services.gateway.requests.body import SynthesisFields
 from services.gateway.errors import GatewayError, Overloaded
-from services.gateway.metrics import GatewayMetrics
-from services.gateway.repair import RepairPolicy
-from services.gateway.stream import AudioStream
-from services.gateway.supervisor import Supervisor
+from services.gateway.requests.outcome_metrics import GatewayMetrics
+from services.gateway.requests.repair import RepairPolicy
+from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,10 @@
-"""The speech API's audio formats: what each `response_format` is, and how s16le mono PCM becomes it, either as one
-whole file or as a stream of bytes made while the audio is still being generated.
+"""How s16le mono PCM becomes a speech response in its `response_format` (requests/response_formats.py says which
+exist), either as one whole file or as a stream of bytes made while the audio is still being generated.
 
 wav and pcm are written here; flac and opus (in Ogg) are encoded by libsndfile through `soundfile` (its wheels ship
 libsndfile with FLAC and Opus); mp3 by LAME through `lameenc`, which writes plain CBR frames with no Xing header, so
 a streamed mp3 is the same as a whole one (libsndfile's mp3 writer rewrites a Xing frame at the start on close,
-which a stream cannot take back). A format whose codec is missing here, and aac (no encoder), is refused with code
-`unsupported_format` before anything is queued.
+which a stream cannot take back).
 
 Streamed files cannot know their length up front: a streamed wav carries the "unknown length" sizes (0xFFFFFFFF)
 that streaming players accept; a streamed flac keeps the STREAMINFO written at the start (total samples 0 = unknown,
@@ -16,74 +15,17 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import soundfile
 
-try:  # optional at import: without it mp3 is refused with a clear error instead of the gateway not starting
-    import lameenc
-except ImportError:  # pragma: no cover - lameenc is a pinned dependency
-    lameenc = None
-
-from messages.errors import ErrorCode
-from services.gateway.errors import AdmissionError
-from services.gateway.wav import BITS_PER_SAMPLE, CHANNELS, wav_bytes
+from services.gateway.http.wav import BITS_PER_SAMPLE, CHANNELS, wav_bytes
+from services.gateway.requests.response_formats import AudioFormat
 
 UNKNOWN_SIZE = 0xFFFFFFFF  # RIFF/data size of a WAV streamed before its length is known
 MP3_KBPS = 64  # constant bit rate of mp3 output: transparent enough for 24 kHz mono speech
 MP3_QUALITY = 2  # LAME's quality/speed trade-off (2: near-best, still far faster than real time)
-
-
-@dataclass(frozen=True, slots=True)
-class AudioFormat:
-    """One `response_format`.
-
-    Attributes:
-        name: the API's name for it.
-        media_type: the Content-Type of a response in it.
-        libsndfile: (major format, subtype) for libsndfile, or None when it is not libsndfile's to encode.
-    """
-
-    name: str
-    media_type: str
-    libsndfile: tuple[str, str] | None = None
-
-    @property
-    def is_available(self) -> bool:
-        """Whether this process can encode it (libsndfile builds differ in the codecs they carry)."""
-        if self.name == "mp3":
-            return lameenc is not None
-        if self.libsndfile is None:
-            return True
-        major, subtype = self.libsndfile
-        return major in soundfile.available_formats() and subtype in soundfile.available_subtypes(major)
-
-
-FORMATS: dict[str, AudioFormat] = {
-    "wav": AudioFormat("wav", "audio/wav"),
-    "pcm": AudioFormat("pcm", "audio/pcm"),
-    "flac": AudioFormat("flac", "audio/flac", ("FLAC", "PCM_16")),
-    "mp3": AudioFormat("mp3", "audio/mpeg"),
-    "opus": AudioFormat("opus", "audio/ogg", ("OGG", "OPUS")),
-}
-_NEVER = {"aac": "libsndfile has no AAC encoder"}
-
-
-def available_formats() -> tuple[str, ...]:
-    """The response formats this process can produce, in the API's order."""
-    return tuple(name for name, fmt in FORMATS.items() if fmt.is_available)
-
-
-def audio_format(name: str) -> AudioFormat:
-    """The format called `name`; AdmissionError (`unsupported_format`) naming the ones that work otherwise."""
-    fmt = FORMATS.get(name)
-    if fmt is not None and fmt.is_available:
-        return fmt
-    why = _NEVER.get(name) or ("this server's libsndfile lacks its codec" if fmt else "it is not an audio format")
-    raise AdmissionError(ErrorCode.UNSUPPORTED_FORMAT, f"response_format {name!r} is not supported ({why}); use one "
-                         f"of {', '.join(available_formats())}", param="response_format")
 
 
 def encode_whole(fmt: AudioFormat, pcm: bytes, sample_rate: int) -> bytes:
@@ -154,6 +96,8 @@ class _WavStreamEncoder:
 
 class _Mp3Encoder:
     def __init__(self, sample_rate: int) -> None:
+        import lameenc  # here, not at the top: only made for mp3, which response_formats offers only with lameenc
+
         self._lame = lameenc.Encoder()
         self._lame.set_bit_rate(MP3_KBPS)
         self._lame.set_in_sample_rate(sample_rate)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from messages.events import Failed, Finished
 from messages.requests import SynthesisRequest
 from services.gateway.errors import GatewayError
-from services.gateway.stream import AudioStream
+from services.gateway.requests.audio_stream import AudioStream
 from services.metrics.live import RequestMetrics
 
 
