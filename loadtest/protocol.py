@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 
 from loadtest.metrics import ChunkArrival, StreamError, StreamRecord
+from messages.audio_format import BYTES_PER_SAMPLE, SAMPLE_RATE
 
 STREAM_PATH = "/v1/audio/speech/stream"
 PCM_FORMAT = "pcm_s16le"
-BYTES_PER_SAMPLE = 2
-DEFAULT_SAMPLE_RATE = 24000
+DEFAULT_SAMPLE_RATE = SAMPLE_RATE
 
 
 class StreamRecorder:

@@ -10,8 +10,8 @@ import time
 import msgspec
 import pytest
 
-from services.gateway.requests.body import SynthesisFields
 from services.gateway.errors import AdmissionError
+from services.gateway.requests.body import SynthesisFields
 from services.gateway.ws.protocol import (AudioStart, Cancel, InputDone, InputText, Resume, SessionConfig,
                                           SessionUpdate, encode_event, parse_client_message)
 from services.gateway.ws.resume import ParkedRequest, ResumeRefused, ResumeRegistry

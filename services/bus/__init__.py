@@ -3,13 +3,13 @@
 The contract itself (subjects, streams, message types) lives in `messages/`; this package only moves it.
 """
 
-from services.bus.submit import submit_request
 from services.bus.advisories import MaxDeliveriesAdvisory, load_exhausted_message, watch_max_deliveries
 from services.bus.claims import claim_partition, claim_request, read_owner, read_partition, still_owner
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.connection import Backoff, connect
-from services.bus.pull_consumer import Capacity, Delivery, PullConsumer
 from services.bus.embedded import EmbeddedNats, find_nats_server
+from services.bus.pull_consumer import Capacity, Delivery, PullConsumer
+from services.bus.submit import submit_request
 from services.bus.errors import (
     BusError,
     NatsServerError,

@@ -20,7 +20,8 @@ from typing import Protocol
 import numpy as np
 import soundfile
 
-from services.gateway.http.wav import BITS_PER_SAMPLE, CHANNELS, wav_bytes
+from messages.audio_format import CHANNELS
+from services.gateway.http.wav import BITS_PER_SAMPLE, wav_bytes
 from services.gateway.requests.response_formats import AudioFormat
 
 UNKNOWN_SIZE = 0xFFFFFFFF  # RIFF/data size of a WAV streamed before its length is known

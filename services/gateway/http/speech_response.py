@@ -21,15 +21,15 @@ import logging
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from messages.audio_format import SAMPLE_RATE
 from messages.events import Finished
-from services.gateway.http import sse
-from services.gateway.requests.body import SpeechBody
 from services.gateway.errors import GatewayError
+from services.gateway.http import sse
 from services.gateway.http.encoders import StreamEncoder, encode_whole, stream_encoder
-from services.gateway.requests.response_formats import AudioFormat, audio_format
 from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.body import SpeechBody
+from services.gateway.requests.response_formats import AudioFormat, audio_format
 from services.gateway.requests.synthesis import Synthesizer
-from services.gateway.http.wav import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 

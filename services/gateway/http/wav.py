@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import struct
 
-SAMPLE_RATE = 24000  # what the vocoder publishes (AudioChunk.sample_rate says so per chunk)
-BITS_PER_SAMPLE = 16
-CHANNELS = 1
+from messages.audio_format import BYTES_PER_SAMPLE, CHANNELS
+
+BITS_PER_SAMPLE = 8 * BYTES_PER_SAMPLE
 
 
 def wav_header(num_samples: int, sample_rate: int) -> bytes:

@@ -18,14 +18,13 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from messages import DecodeError, decode, subjects
+from messages.audio_format import SAMPLES_PER_FRAME
 from messages.events import Failed, TerminalEvent
 from messages.frames import AudioChunk
 from services.gateway.errors import RequestFailed
 from services.gateway.requests.repair import GapRepair, RepairPolicy
 
 log = logging.getLogger(__name__)
-
-SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 Hz
 
 
 class AudioStream:

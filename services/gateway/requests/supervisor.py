@@ -33,8 +33,8 @@ from services.bus.claims import read_owner
 from services.bus.kvstore import cancel_request
 from services.bus.logs import request_context
 from services.bus.terminal_guard import publish_terminal
-from services.gateway.requests.mesh_liveness import partition_owner_alive
 from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.mesh_liveness import partition_owner_alive
 
 log = logging.getLogger(__name__)
 

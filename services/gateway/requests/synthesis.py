@@ -24,16 +24,16 @@ from messages.errors import ErrorCode
 from messages.events import Accepted, event_subject
 from messages.requests import SynthesisRequest
 from messages.streams import EVENTS_STREAM
-from services.bus.submit import submit_request
 from services.bus.errors import NotProvisioned, QueueFull
 from services.bus.logs import request_context
-from services.gateway.requests.validation import AdmissionPolicy
-from services.gateway.requests.body import SynthesisFields
+from services.bus.submit import submit_request
 from services.gateway.errors import GatewayError, Overloaded
+from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.body import SynthesisFields
 from services.gateway.requests.outcome_metrics import GatewayMetrics
 from services.gateway.requests.repair import RepairPolicy
-from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.supervisor import Supervisor
+from services.gateway.requests.validation import AdmissionPolicy
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from messages.errors import ErrorCode
 from messages.requests import MAX_TEXT_CHARS, SamplingSpec, SynthesisRequest
+from services.gateway.errors import AdmissionError
 from services.gateway.requests.body import SpeechBody, SynthesisFields
 from services.gateway.requests.catalog import VoiceCatalog
-from services.gateway.errors import AdmissionError
 from services.gateway.requests.response_formats import audio_format
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's

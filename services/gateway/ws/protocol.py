@@ -21,10 +21,11 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgspec
 
+from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from messages.requests import MAX_TEXT_CHARS
-from services.gateway.requests.body import SynthesisFields, parse_body, validation_error
 from services.gateway.errors import AdmissionError
+from services.gateway.requests.body import SynthesisFields, parse_body, validation_error
 
 BINARY_FORMAT = "pcm_s16le"
 BASE64_FORMAT = "pcm_s16le_base64"
@@ -121,7 +122,7 @@ class AudioStart(msgspec.Struct, tag="audio.start", **_Tagged):
 
     request_id: str
     format: str = BINARY_FORMAT
-    sample_rate: int = 24000
+    sample_rate: int = SAMPLE_RATE
     channels: int = 1
     first_seq: int = 0
     resumed: bool = False

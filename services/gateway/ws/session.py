@@ -19,14 +19,14 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
-from services.gateway.requests.body import SynthesisFields
 from services.gateway.errors import GatewayError, RequestFailed
 from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.body import SynthesisFields
 from services.gateway.requests.synthesis import Synthesizer
-from services.gateway.http.wav import SAMPLE_RATE
-from services.gateway.ws.jobs import Job, JobQueue
 from services.gateway.ws.channel import ClientChannel
+from services.gateway.ws.jobs import Job, JobQueue
 from services.gateway.ws.protocol import (BINARY_FORMAT, AudioDone, AudioStart, Cancel, InputDone, InputFlush,
                                           InputText, Resume, SessionConfig, SessionDone, SessionUpdate,
                                           SessionUpdated, parse_client_message)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from services.gateway.deps import Authorized, GatewayDep
-from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.errors import GatewayError
+from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.requests.response_formats import available_formats
-from services.gateway.http.wav import SAMPLE_RATE
 
 router = APIRouter()
 

@@ -11,10 +11,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from services.gateway.deps import Authorized, GatewayDep
-from services.gateway.requests.body import SpeechBody, parse_body
 from services.gateway.errors import GatewayError
 from services.gateway.http.request_id import request_id_of
 from services.gateway.http.speech_response import SpeechResponse
+from services.gateway.requests.body import SpeechBody, parse_body
 
 router = APIRouter()
 

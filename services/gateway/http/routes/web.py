@@ -12,8 +12,8 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse
 
+from messages.audio_format import SAMPLE_RATE
 from services.gateway.deps import GatewayDep
-from services.gateway.http.wav import SAMPLE_RATE
 
 router = APIRouter()
 
