@@ -34,7 +34,7 @@ def get_resume_registry(connection: HTTPConnection, gateway: GatewayDep) -> Resu
     supervisor's resume window, so both agree on when a request is gone)."""
     state = connection.app.state
     if getattr(state, "resume_registry", None) is None:
-        state.resume_registry = ResumeRegistry(gateway.synthesizer.supervisor.policy.resume_window_s)
+        state.resume_registry = ResumeRegistry(gateway.synthesizer.supervisor.resume_window)
     return state.resume_registry
 
 

@@ -35,6 +35,7 @@ from services.bus.logs import request_context
 from services.bus.terminal_guard import publish_terminal
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.mesh_liveness import partition_owner_alive
+from services.gateway.requests.resume_window import ResumeWindow
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class Supervisor:
         self._nc, self._js, self._kv = nc, js, kv
         self._model = model
         self.policy = policy
+        self.resume_window = ResumeWindow(policy.resume_window_s)
+        """The one resume window of this gateway; the WebSocket resume registry reads the same."""
         self._watched: dict[str, Supervised] = {}
 
     def watch(self, request: SynthesisRequest, partition: int, queue_seq: int | None,
@@ -100,6 +103,12 @@ class Supervisor:
         entry = self._watched.get(request_id)
         if entry is not None and entry.client_gone_at is None:
             entry.client_gone_at = time.time()
+
+    def client_left_at(self, request_id: str) -> float | None:
+        """When the client of a watched request left (the instant its resume window runs from); None while it is
+        there, or when the request is not watched here."""
+        entry = self._watched.get(request_id)
+        return None if entry is None else entry.client_gone_at
 
     def client_back(self, request_id: str, stream: AudioStream) -> bool:
         """A client that left resumed the request on `stream`: its resume-window clock stops.
@@ -197,11 +206,11 @@ class Supervisor:
 
     async def _check_resume_window(self, entry: Supervised, now: float) -> None:
         gone = entry.client_gone_at
-        if entry.cancelled or gone is None or now - gone < self.policy.resume_window_s:
+        if entry.cancelled or gone is None or self.resume_window.is_open(gone, now):
             return
         if not self.is_watching(entry.request.id):  # ended earlier in this pass
             return
-        reason = (f"the client disconnected and did not resume within {self.policy.resume_window_s:.1f}s; the "
+        reason = (f"the client disconnected and did not resume within {self.resume_window.length_s:.1f}s; the "
                   "request was cancelled")
         await self._cancel(entry, reason, now)
 

@@ -27,6 +27,7 @@ from messages.streams import EVENTS_STREAM
 from services.bus.logs import request_context
 from services.gateway.errors import GatewayError
 from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.resume_window import ResumeWindow
 from services.gateway.requests.synthesis import Synthesizer
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class ParkedRequest:
         partition: its vocoder partition (where re-decodes go).
         sent: chunks 0..sent-1 were sent to the client.
         received: chunks 0..received-1 reached the gateway (so they exist in CODES).
-        left_at: unix time the client was seen gone.
+        left_at: unix time the client was seen gone: the instant the supervisor's resume window runs from.
     """
 
     request_id: str
@@ -61,10 +62,8 @@ class ParkedRequest:
 class ResumeRegistry:
     """The requests of this gateway's WebSocket clients: attached to a live socket, or parked for the window."""
 
-    def __init__(self, window_s: float, handover_wait_s: float = HANDOVER_WAIT_S) -> None:
-        if window_s <= 0:
-            raise ValueError(f"window_s must be > 0, got {window_s}")
-        self.window_s = window_s
+    def __init__(self, window: ResumeWindow, handover_wait_s: float = HANDOVER_WAIT_S) -> None:
+        self.window = window
         self.handover_wait_s = handover_wait_s
         self._attached: dict[str, asyncio.Event] = {}  # set when the socket lets the request go
         self._parked: dict[str, ParkedRequest] = {}
@@ -118,14 +117,14 @@ class ResumeRegistry:
         return parked
 
     def _expire_old(self, now: float) -> None:
-        for parked in [p for p in self._parked.values() if now - p.left_at >= self.window_s]:
+        for parked in [p for p in self._parked.values() if not self.window.is_open(p.left_at, now)]:
             self.expire(parked.request_id, parked.left_at)
 
     def _refusal(self, request_id: str, now: float) -> ResumeRefused:
         if request_id in self._expired:
             away = now - self._expired[request_id]
             return ResumeRefused(ErrorCode.CANCELLED, f"request {request_id} cannot be resumed: its client left "
-                                 f"{away:.1f}s ago, past the {self.window_s:g}s resume window, so it was cancelled "
+                                 f"{away:.1f}s ago, past the {self.window.length_s:g}s resume window, so it was cancelled "
                                  "and its undelivered audio dropped; send the text again as a new request",
                                  param="request_id")
         if request_id in self._attached:

@@ -270,14 +270,17 @@ class SpeechSession:
         """Park what the client may resume; cancel what it never heard of."""
         if self._queue is None:
             return
-        left_at = self._left_at if self._left_at is not None else time.time()
+        seen_gone_at = self._left_at if self._left_at is not None else time.time()
         for job in self._queue.jobs:
             stream = job.stream
             if stream is None:
                 continue
             if job.is_announced and not job.is_cancelled:
+                # The supervisor's instant when it watches the request, so its window and the registry's are one.
+                left_at = self._synthesizer.supervisor.client_left_at(stream.request_id)
                 self._registry.park(ParkedRequest(stream.request_id, stream.partition, sent=job.next_seq,
-                                                  received=stream.contiguous_chunks(), left_at=left_at))
+                                                  received=stream.contiguous_chunks(),
+                                                  left_at=seen_gone_at if left_at is None else left_at))
                 continue
             try:
                 await self._cancel_in_mesh(stream.request_id)
