@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from messages import subjects
+from messages.errors import ErrorCode
 from services.model.checkpoint_summary import CheckpointInfoError, checkpoint_fingerprint
 from services.model.config import TTSConfig, parse_config, read_json
 from services.model.errors import ModelError
@@ -19,7 +20,7 @@ from services.model.errors import ModelError
 class CatalogError(ValueError):
     """The gateway cannot describe its model (no model dir, or an unreadable config.json); raised at startup."""
 
-    code = "invalid_config"
+    code = ErrorCode.INVALID_CONFIG
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,8 @@ class ClientChannel:
 
     async def error(self, error: GatewayError) -> None:
         """An `error` event; the socket stays open."""
-        await self.event(ErrorEvent(request_id=error.request_id, code=error.code.value, message=error.message,
-                                    param=error.param, stage=error.stage.value))
+        await self.event(ErrorEvent(request_id=error.request_id, code=error.code, message=error.message,
+                                    param=error.param, stage=error.stage))
 
     async def audio(self, audio_format: str, chunk: AudioChunk) -> None:
         """One chunk: a binary frame of s16le PCM, or an `audio.delta` event carrying it in base64."""

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import msgspec
 
 from messages.audio_format import SAMPLE_RATE
-from messages.errors import ErrorCode
+from messages.errors import ErrorCode, Stage
 from messages.requests import MAX_TEXT_CHARS
 from services.gateway.errors import AdmissionError
 from services.gateway.requests.body import SynthesisFields, parse_body, validation_error
@@ -154,10 +154,10 @@ class ErrorEvent(msgspec.Struct, tag="error", **_Tagged):
     """A message or a request failed; the socket stays open."""
 
     request_id: str | None
-    code: str
+    code: ErrorCode
     message: str
     param: str | None
-    stage: str
+    stage: Stage
 
 
 class SessionDone(msgspec.Struct, tag="session.done", **_Tagged):
