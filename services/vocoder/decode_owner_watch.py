@@ -22,7 +22,7 @@ from services.bus.claims import read_owner
 from services.bus.leases import is_alive
 from services.bus.logs import request_context
 from services.vocoder.request_end import TerminalPublisher
-from services.vocoder.streams import RequestStream, StreamTable
+from services.vocoder.request_streams import RequestStream, StreamTable
 
 log = logging.getLogger(__name__)
 

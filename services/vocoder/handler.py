@@ -24,7 +24,7 @@ from services.vocoder.codec_worker import CodecWorker
 from services.vocoder.codes_reader import ack_floor, effective_codes, read_codes
 from services.vocoder.errors import CodecFailure, MissingCodes, UndecodableCodes
 from services.vocoder.request_end import TerminalPublisher
-from services.vocoder.streams import RequestStream, StreamTable
+from services.vocoder.request_streams import RequestStream, StreamTable
 
 log = logging.getLogger(__name__)
 

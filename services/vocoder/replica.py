@@ -28,7 +28,7 @@ from services.vocoder.partition_consumer import PartitionConsumer
 from services.vocoder.partitions import PartitionManager
 from services.vocoder.redecode import Redecoder
 from services.vocoder.request_end import TerminalPublisher
-from services.vocoder.streams import StreamTable
+from services.vocoder.request_streams import StreamTable
 
 log = logging.getLogger(__name__)
 
