@@ -4,12 +4,14 @@
 - `messages.streams`: stream/consumer/bucket names and `BusConfig`.
 - `messages.requests`, `messages.frames`, `messages.events`, `messages.records`, `messages.mtp`: message types.
 - `encode(msg) -> bytes`, `decode(bytes, type_or_union) -> msg` (raises `DecodeError`).
-- `messages.errors`: `ErrorCode`, `Stage` (closed sets) and the typed errors.
+- `messages.errors`: the registry of codes, `ErrorCode` (a request's failure), `FaultCode` (a service's own errors),
+  `Stage`, and the typed errors.
+- `messages.audio_format`: the audio the mesh carries (sample rate, samples per frame...).
 """
 
 from messages.base import SCHEMA_VERSION, ErrorInfo, InvalidMessage, Message, Usage
 from messages.codec import decode, encode
-from messages.errors import DecodeError, ErrorCode, InvalidConfig, InvalidToken, MessageError, Stage
+from messages.errors import DecodeError, ErrorCode, FaultCode, InvalidConfig, InvalidToken, MessageError, Stage
 from messages.events import (
     Accepted,
     Failed,
@@ -31,9 +33,9 @@ from messages.requests import MAX_TEXT_CHARS, RedecodeReply, RedecodeRequest, Sa
 
 __all__ = [
     "SCHEMA_VERSION", "Accepted", "AudioChunk", "CancelRecord", "CodesChunk", "CodesEnd", "CodesMessage",
-    "DecodeError", "ErrorCode", "ErrorInfo", "Failed", "Finished", "FirstAudio", "FirstFrame", "InvalidConfig",
-    "InvalidMessage", "InvalidToken", "Lease", "LifecycleEvent", "MAX_TEXT_CHARS", "Message", "MessageError",
-    "Migrated", "OwnerRecord", "PartitionOwner", "Preempted", "PrefillHandoff", "RedecodeReply", "RedecodeRequest",
-    "Resumed", "SamplingSpec", "Stage", "Started", "StepReply", "StepRequest", "SynthesisRequest", "TakeoverMarker",
-    "TerminalEvent", "Usage", "decode", "encode", "event_subject",
+    "DecodeError", "ErrorCode", "ErrorInfo", "Failed", "FaultCode", "Finished", "FirstAudio", "FirstFrame",
+    "InvalidConfig", "InvalidMessage", "InvalidToken", "Lease", "LifecycleEvent", "MAX_TEXT_CHARS", "Message",
+    "MessageError", "Migrated", "OwnerRecord", "PartitionOwner", "Preempted", "PrefillHandoff", "RedecodeReply",
+    "RedecodeRequest", "Resumed", "SamplingSpec", "Stage", "Started", "StepReply", "StepRequest", "SynthesisRequest",
+    "TakeoverMarker", "TerminalEvent", "Usage", "decode", "encode", "event_subject",
 ]

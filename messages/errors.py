@@ -1,7 +1,9 @@
-"""Closed sets of machine-readable codes, and the typed errors of the message layer.
+"""The registry of machine-readable codes (closed sets), and the typed errors of the message layer.
 
 Every `failed` terminal event, `CodesEnd` and error reply names one `ErrorCode` and the `Stage` that failed, so a
-client or an operator can act on it without parsing prose.
+client or an operator can act on it without parsing prose. The services' own typed errors, which no request carries,
+name a `FaultCode`. A code is added here before it is used anywhere; how a code maps to a transport (an HTTP status,
+say) stays with the service that speaks that transport, keyed by these members.
 """
 
 from __future__ import annotations
@@ -52,6 +54,18 @@ class ErrorCode(StrEnum):
     MODEL_ERROR = "model_error"  # the model raised while serving this request
     INVALID_CONFIG = "invalid_config"  # a service or bus setting out of range (not a request failure)
     INTERNAL = "internal"  # a bug: anything not covered above
+
+
+class FaultCode(StrEnum):
+    """Why a service's own step failed (at startup, on the bus): the code of a typed error that is logged or shown
+    by the CLI, never carried by a request's failure (that is an ErrorCode)."""
+
+    BUS_ERROR = "bus_error"  # a bus runtime error without a more specific code
+    STALE_OWNER = "stale_owner"  # a codes publish refused: another owner appended since (a takeover)
+    OWNERSHIP_CONFLICT = "ownership_conflict"  # a compare-and-set claim lost to another writer
+    NOT_PROVISIONED = "not_provisioned"  # a stream, consumer or the bucket does not exist: run `voxmesh provision`
+    PROVISION_CONFLICT = "provision_conflict"  # an existing stream differs in a way the server cannot update
+    NATS_SERVER = "nats_server"  # the embedded nats-server could not be found, started or stopped
 
 
 class MessageError(ValueError):

@@ -3,11 +3,11 @@ vocoder processes, tiny checkpoint), in fixed-length mode so every request's aud
 
 from __future__ import annotations
 
+from messages.audio_format import SAMPLES_PER_FRAME
 from tests.test_bench_support import (BYTES_PER_SAMPLE, SAMPLE_RATE, check_bench_document, check_locust_stats,
                                       check_png, locust_command, run_bench, run_process, write_prompts)
 
 FRAMES = 6  # fixed length: ignore_eos + max_new_tokens, tiny and quick on two CPU cores
-SAMPLES_PER_FRAME = 1920
 SAMPLES_PER_REQUEST = FRAMES * SAMPLES_PER_FRAME
 
 

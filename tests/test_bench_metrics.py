@@ -15,17 +15,18 @@ from loadtest.bench.metrics import (
     summarize,
     summarize_level,
 )
+from messages.audio_format import SAMPLE_RATE
 
-RATE = 24000
 
 
 def scripted(chunks: list[tuple[float, float]], *, start: float = 100.0, end: float | None = None,
              error: StreamError | None = None, index: int = 0) -> StreamRecord:
     """A record whose chunks arrive at `start + offset` carrying `seconds` of audio each."""
-    arrivals = tuple(ChunkArrival(at=start + offset, num_samples=round(seconds * RATE)) for offset, seconds in chunks)
+    arrivals = tuple(ChunkArrival(at=start + offset, num_samples=round(seconds * SAMPLE_RATE))
+                     for offset, seconds in chunks)
     last = max((offset for offset, _ in chunks), default=0.0)
     return StreamRecord(index=index, prompt_id=f"p{index}", started_at=start, sent_at=start,
-                        ended_at=start + (last if end is None else end), chunks=arrivals, sample_rate=RATE,
+                        ended_at=start + (last if end is None else end), chunks=arrivals, sample_rate=SAMPLE_RATE,
                         error=error)
 
 

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from messages.audio_format import BYTES_PER_SAMPLE, SAMPLE_RATE
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE_RATE = 24000
-BYTES_PER_SAMPLE = 2
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LEVEL_FIELDS = {"num_requests", "num_completed", "num_failed", "num_not_sent", "errors", "wall_s", "requests_per_s",
                 "audio_s", "audio_s_per_s", "first_packet_s", "latency_s", "rtf", "chunk_interval_s",

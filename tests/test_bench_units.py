@@ -24,6 +24,7 @@ from loadtest.bench.workload import (
     plan_levels,
     prompt_for,
 )
+from messages.audio_format import SAMPLE_RATE
 from services.cli import bench as bench_cli
 
 
@@ -103,7 +104,7 @@ def test_levels_run_open_then_closed_in_ascending_load():
 
 def _finished_record(index: int, at: float) -> StreamRecord:
     return StreamRecord(index=index, prompt_id="p", started_at=at, sent_at=at, ended_at=at, chunks=(),
-                        sample_rate=24000)
+                        sample_rate=SAMPLE_RATE)
 
 
 async def test_closed_loop_sends_exactly_n_requests_with_at_most_c_in_flight():
@@ -141,7 +142,7 @@ async def test_open_loop_stops_sending_at_its_time_limit():
 
 def test_recorder_checks_the_announced_sample_count():
     recorder = StreamRecorder(0, "p", started_at=1.0)
-    recorder.on_message(json.dumps({"type": "audio.start", "request_id": "r1", "sample_rate": 24000}), 1.1)
+    recorder.on_message(json.dumps({"type": "audio.start", "request_id": "r1", "sample_rate": SAMPLE_RATE}), 1.1)
     recorder.on_message(b"\x00\x00" * 100, 1.2)
     assert recorder.on_message(json.dumps({"type": "audio.done", "samples": 150}), 1.3)
     record = recorder.record()

@@ -10,8 +10,8 @@ import pytest
 from messages.base import ErrorInfo, Usage
 from messages.errors import ErrorCode, Stage
 from messages.requests import SamplingSpec
-from services.decode.admission import AdmissionError, ServedModel, admit, predictor_sampling_params, sampling_params
 from services.decode.codes_stream import ChunkRule, CodesStream
+from services.decode.request_check import AdmissionError, ServedModel, admit, predictor_sampling_params, sampling_params
 from services.decode.settings import DecodeSettings
 from services.engine.config import PreemptionMode
 from services.model.config import GenerationDefaults, load_config

@@ -96,7 +96,7 @@ def test_bad_settings_are_refused_by_name(field, value, words):
 
 
 async def test_gateway_without_a_model_dir_refuses_to_start(gateway_bus):
-    from services.gateway.catalog import CatalogError
+    from services.gateway.requests.catalog import CatalogError
     from services.gateway.runtime import gateway_runtime
 
     with pytest.raises(CatalogError, match="--model-dir"):
@@ -112,7 +112,7 @@ async def test_gateway_answers_micro_service_discovery(gateway_factory, gateway_
 
 
 async def test_gateway_with_an_unreadable_config_refuses_to_start(gateway_bus, tmp_path):
-    from services.gateway.catalog import CatalogError
+    from services.gateway.requests.catalog import CatalogError
     from services.gateway.runtime import gateway_runtime
 
     (tmp_path / "config.json").write_text("{not json")

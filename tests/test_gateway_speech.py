@@ -8,6 +8,7 @@ import wave
 import pytest
 
 from messages import decode, subjects
+from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode, Stage
 from messages.events import Accepted
 from messages.streams import EVENTS_STREAM
@@ -32,7 +33,7 @@ async def test_speech_returns_wav_of_every_chunk_in_order(standin, gateway_facto
     assert response.headers["content-type"] == "audio/wav"
     request_id = response.headers["x-request-id"]
     rate, channels, width, pcm = read_wav(response.content)
-    assert (rate, channels, width) == (24000, 1, 2)
+    assert (rate, channels, width) == (SAMPLE_RATE, 1, 2)
     assert pcm == expected_pcm(4)
     [queued] = standin.requests
     assert queued.id == request_id

@@ -16,8 +16,8 @@ from messages import decode, subjects
 from messages.events import Failed, Finished, TerminalEvent
 from messages.requests import SynthesisRequest
 from messages.streams import EVENTS_STREAM, REQUESTS_STREAM
-from services.bus.terminal import publish_terminal
-from services.gateway.supervisor import Supervisor, SupervisorPolicy
+from services.bus.terminal_guard import publish_terminal
+from services.gateway.requests.supervisor import Supervisor, SupervisorPolicy
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
 from tests.fixtures.gateway_fixtures import WS_PATH as PATH
 from tests.fixtures.gateway_fixtures import receive_until_event

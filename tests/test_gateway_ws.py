@@ -8,6 +8,7 @@ import json
 import pytest
 import websockets
 
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from messages.errors import ErrorCode, Stage
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
 from tests.fixtures.gateway_fixtures import WS_PATH as PATH
@@ -22,7 +23,7 @@ async def test_streams_pcm_frames_in_order_then_audio_done(standin, served_gatew
     async with served_gateway() as port, websockets.connect(f"ws://127.0.0.1:{port}{PATH}") as socket:
         await socket.send(json.dumps({"input": "Stream me.", "voice": "ryan"}))
         start = json.loads(await socket.recv())
-        assert (start["type"], start["format"], start["sample_rate"]) == ("audio.start", "pcm_s16le", 24000)
+        assert (start["type"], start["format"], start["sample_rate"]) == ("audio.start", "pcm_s16le", SAMPLE_RATE)
         frames = []
         while isinstance(message := await socket.recv(), bytes):
             frames.append(message)
@@ -30,7 +31,8 @@ async def test_streams_pcm_frames_in_order_then_audio_done(standin, served_gatew
     assert b"".join(frames) == expected_pcm(4)
     assert len(frames) == 4  # one binary frame per chunk, none twice
     assert done == {"type": "audio.done", "request_id": start["request_id"], "chunk_count": 4,
-                    "samples": 4 * 2 * 1920, "duration_s": 4 * 2 * 1920 / 24000, "frames": 8, "stop": "eos"}
+                    "samples": 4 * 2 * SAMPLES_PER_FRAME, "duration_s": 4 * 2 * SAMPLES_PER_FRAME / SAMPLE_RATE,
+                    "frames": 8, "stop": "eos"}
     assert standin.requests[0].id == start["request_id"]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM
-from services.bus.admission import submit_request
+from services.bus.submit import submit_request
 from services.gateway.app import create_app
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
 from tests.fixtures.gateway_fixtures import gateway_settings

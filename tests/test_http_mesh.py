@@ -8,6 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from services.model.checkpoint_summary import checkpoint_fingerprint
 from tests.fixtures.mesh import free_port, run_mesh
 from tests.http_client import decode_audio, openai_client, parse_sse, read_wav, sample, scrape, sse_audio
@@ -45,11 +46,11 @@ async def test_one_seeded_request_gives_the_same_audio_in_every_format(metered_m
                 extra_body=SEEDED) as stream:
             events = parse_sse(await stream.text())
     rate, channels, width, frames = read_wav(wav.content)
-    assert (rate, channels, width) == (24000, 1, 2)
-    assert len(frames) == FRAMES * 1920 * 2 and np.abs(np.frombuffer(frames, "<i2")).max() > 0
+    assert (rate, channels, width) == (SAMPLE_RATE, 1, 2)
+    assert len(frames) == FRAMES * SAMPLES_PER_FRAME * 2 and np.abs(np.frombuffer(frames, "<i2")).max() > 0
     assert pcm.content == frames
     flac_rate, flac_samples = decode_audio(flac.content)
-    assert flac_rate == 24000 and flac_samples.tobytes() == frames
+    assert flac_rate == SAMPLE_RATE and flac_samples.tobytes() == frames
     assert sse_audio(events) == frames
     done = events[-1]
     assert done["type"] == "speech.audio.done" and (done["frames"], done["stop"]) == (FRAMES, "length")

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from messages.requests import SynthesisRequest
-from services.bus.admission import submit_request
+from services.bus.submit import submit_request
 from services.decode.settings import DecodeSettings
 from services.metrics.listener import metrics_listener
 from services.metrics.live import RequestMetrics

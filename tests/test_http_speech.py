@@ -13,15 +13,16 @@ import numpy as np
 import openai
 import pytest
 
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from messages.errors import ErrorCode, Stage
-from services.gateway.formats import UNKNOWN_SIZE
+from services.gateway.http.encoders import UNKNOWN_SIZE
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
 from tests.fixtures.gateway_standin import Plan, expected_pcm
 from tests.http_client import decode_audio, next_cancel, openai_client, parse_sse, read_wav, sse_audio
 
 pytestmark = pytest.mark.timeout(60)  # a hang is a failure, reported fast
 
-SAMPLES_PER_CHUNK = 2 * 1920  # the stand-in's chunks: 2 frames each
+SAMPLES_PER_CHUNK = 2 * SAMPLES_PER_FRAME  # the stand-in's chunks: 2 frames each
 
 
 def expected_samples(num_chunks: int) -> np.ndarray:
@@ -54,14 +55,14 @@ async def test_openai_client_gets_exact_audio_in_each_lossless_format(standin, s
     assert response.headers["content-length"] == str(len(response.content))
     if response_format == "wav":
         assert response.headers["content-type"] == "audio/wav"
-        assert read_wav(response.content) == (24000, 1, 2, expected_pcm(3))
+        assert read_wav(response.content) == (SAMPLE_RATE, 1, 2, expected_pcm(3))
     elif response_format == "pcm":
         assert response.headers["content-type"] == "audio/pcm"
         assert response.content == expected_pcm(3)
     else:
         assert response.headers["content-type"] == "audio/flac" and response.content[:4] == b"fLaC"
         rate, samples = decode_audio(response.content)
-        assert rate == 24000
+        assert rate == SAMPLE_RATE
         np.testing.assert_array_equal(samples, expected_samples(3))
 
 
@@ -75,7 +76,7 @@ async def test_lossy_formats_decode_to_the_requests_length(standin, served_gatew
         response = await speak(port, response_format=response_format)
     assert response.headers["content-type"] == media_type and response.content.startswith(magic)
     rate, samples = decode_audio(response.content)
-    assert rate == 24000
+    assert rate == SAMPLE_RATE
     # Codecs pad the start and end (mp3: encoder delay; opus: pre-skip rounding): at most ~60 ms more.
     assert 4 * SAMPLES_PER_CHUNK <= len(samples) <= 4 * SAMPLES_PER_CHUNK + 1500
 
@@ -106,7 +107,7 @@ async def test_streamed_wav_holds_every_chunk_in_order(standin, served_gateway):
     async with served_gateway() as port:
         async with streamed(port, input="In order.", response_format="wav", stream_format="audio") as stream:
             body = await stream.read()
-    assert read_wav(body)[:3] == (24000, 1, 2)
+    assert read_wav(body)[:3] == (SAMPLE_RATE, 1, 2)
     assert body[44:] == expected_pcm(4)
 
 
@@ -135,7 +136,7 @@ async def test_streamed_lossy_formats_play_whole(standin, served_gateway, respon
     if response_format == "mp3":  # plain CBR frames, no header to rewrite: a stream is the whole file
         assert streamed_file == whole
     rate, samples = decode_audio(streamed_file)
-    assert rate == 24000 and len(samples) == len(decode_audio(whole)[1])
+    assert rate == SAMPLE_RATE and len(samples) == len(decode_audio(whole)[1])
 
 
 async def test_sse_sends_deltas_then_done_with_usage(standin, served_gateway):
@@ -152,7 +153,7 @@ async def test_sse_sends_deltas_then_done_with_usage(standin, served_gateway):
     assert set(done["usage"]) == {"input_tokens", "output_tokens", "total_tokens"}
     assert done["usage"]["total_tokens"] == done["usage"]["input_tokens"] + done["usage"]["output_tokens"]
     assert (done["request_id"], done["chunk_count"], done["frames"]) == (headers["x-request-id"], 3, 6)
-    assert done["duration_s"] == pytest.approx(3 * SAMPLES_PER_CHUNK / 24000)
+    assert done["duration_s"] == pytest.approx(3 * SAMPLES_PER_CHUNK / SAMPLE_RATE)
 
 
 async def test_sse_wav_deltas_make_a_streaming_wav(standin, served_gateway):

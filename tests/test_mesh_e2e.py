@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from messages import subjects
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tests.mesh_client import codes_on_bus, events_of, service_stats, stream_speech, terminal_count
 
 TEXTS = ["The quick brown fox.", "Hello there, how are you?", "Streaming speech, one frame at a time."]
@@ -67,7 +68,7 @@ async def test_staggered_greedy_requests_batch_together_and_equal_offline_synthe
         assert codes.shape[0] == LONG_FRAMES
         np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, tmp_path, text, frames=LONG_FRAMES,
                                                          ignore_eos=True))
-        assert len(result.pcm) == 2 * 1920 * codes.shape[0]
+        assert len(result.pcm) == 2 * SAMPLES_PER_FRAME * codes.shape[0]
         assert result.end["chunk_count"] == end.seq
     stats = await service_stats(mesh.nats_url, "voxmesh-decode")
     assert max(s.get("max_batch_size", 0) for s in stats) > 1, stats
@@ -81,8 +82,8 @@ async def test_http_speech_returns_a_wav_with_request_id_and_one_terminal_event(
     assert response.status_code == 200, response.text
     request_id = response.headers["x-request-id"]
     with wave.open(io.BytesIO(response.content)) as wav:
-        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (24000, 1, 2)
-        assert wav.getnframes() == 1920 * 10
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (SAMPLE_RATE, 1, 2)
+        assert wav.getnframes() == SAMPLES_PER_FRAME * 10
     events = await events_of(mesh.nats_url, request_id)
     kinds = [type(e).__name__ for e in events]
     # Stages publish independently, so only the terminal's place is fixed: it is the last word.

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from messages import AudioChunk, Failed, Finished
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from services.model.codec.loader import load_codec_decoder
 from tests.fixtures.mesh import run_mesh
 from tests.mesh_client import codes_on_bus, events_of, service_stats, stream_speech, terminal_count
@@ -30,7 +31,7 @@ def offline_pcm(checkpoint, codes: np.ndarray) -> np.ndarray:
     """The s16 samples an undisturbed run of these codes gives (the vocoder's conversion)."""
     decoder = load_codec_decoder(checkpoint / "speech_tokenizer", device="cpu", dtype=torch.float32)
     samples = decoder.decode(torch.from_numpy(codes)).numpy()
-    chunk = AudioChunk.from_float(request_id="x", seq=0, first_sample=0, sample_rate=24000, samples=samples)
+    chunk = AudioChunk.from_float(request_id="x", seq=0, first_sample=0, sample_rate=SAMPLE_RATE, samples=samples)
     return chunk.samples().astype(np.int32)
 
 
@@ -67,7 +68,7 @@ async def test_small_pool_through_the_mesh(mode, tiny_checkpoint, tmp_path):
         assert "truncated" in victim.end["message"]
         assert 0 < victim_codes.shape[0] < FRAMES
         np.testing.assert_array_equal(victim_codes, oracle[1][: victim_codes.shape[0]])
-        assert len(victim.pcm) == 2 * 1920 * victim_codes.shape[0], "the audio made before the preemption"
+        assert len(victim.pcm) == 2 * SAMPLES_PER_FRAME * victim_codes.shape[0], "the audio made before the preemption"
         assert isinstance(victim_events[-1], Failed) and victim_events[-1].code == "preempted"
     else:
         assert victim.end["type"] == "audio.done", victim.end

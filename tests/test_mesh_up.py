@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from messages.audio_format import SAMPLE_RATE
 from tests.fixtures.mesh import run_mesh
 
 
@@ -51,7 +52,7 @@ def test_up_makes_its_model_serves_say_and_stops_leaving_no_process(tmp_path):
                               timeout=120)
         assert said.returncode == 0, said.stderr
         with wave.open(str(out)) as wav:
-            assert wav.getframerate() == 24000 and wav.getnframes() > 0
+            assert wav.getframerate() == SAMPLE_RATE and wav.getnframes() > 0
         assert mesh.stop() == 0, mesh.log_tail()
     assert "voxmesh stopped" in mesh.log
     assert [pid for pid in children.values() if _alive(pid)] == []

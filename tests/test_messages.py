@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import messages as m
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from messages.base import HotMessage
 
 ERR = m.ErrorInfo(code=m.ErrorCode.CAPACITY, stage=m.Stage.DECODE, message="KV pool too small: raise --kv-blocks")
@@ -25,8 +26,8 @@ SAMPLES = [
                usage=m.Usage(input_chars=6, input_tokens=2, prompt_tokens=12, output_frames=9)),
     m.CodesEnd(request_id="req-1", seq=3, epoch=2, reason="failed", total_frames=9, error=ERR),
     m.TakeoverMarker(request_id="req-1", epoch=2, replica="decode-b", resume_frame=9, next_seq=3),
-    m.AudioChunk.from_float(request_id="req-1", seq=0, first_sample=0, sample_rate=24000,
-                            samples=np.linspace(-1.2, 1.2, 1920)),
+    m.AudioChunk.from_float(request_id="req-1", seq=0, first_sample=0, sample_rate=SAMPLE_RATE,
+                            samples=np.linspace(-1.2, 1.2, SAMPLES_PER_FRAME)),
     m.Accepted(request_id="req-1", at=1.5, model="tiny", seed=7, text_chars=6),
     m.Started(request_id="req-1", at=1.5, replica="decode-a", epoch=1, queued_s=0.25),
     m.FirstFrame(request_id="req-1", at=1.5, replica="decode-a"),
@@ -81,7 +82,7 @@ def test_codes_and_audio_payload_helpers() -> None:
     assert wide.dtype == "int32"
     np.testing.assert_array_equal(wide.frames(), FRAMES * 1000)
     audio = SAMPLES[7]
-    assert audio.num_samples == 1920 and audio.samples()[0] == -32767 and audio.samples()[-1] == 32767
+    assert audio.num_samples == SAMPLES_PER_FRAME and audio.samples()[0] == -32767 and audio.samples()[-1] == 32767
     assert m.decode(m.encode(SAMPLES[22]), m.StepReply).rows().shape == (2, 15)
 
 

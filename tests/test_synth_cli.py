@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from messages.frames import AudioChunk
 from services.cli import main
 from services.model.codec.loader import load_codec_decoder
@@ -42,11 +43,11 @@ def test_greedy_synth_writes_the_wav_and_codes_of_generate(tiny_checkpoint, tmp_
     assert codes.dtype == np.int64 and codes.ndim == 2 and codes.shape[1] == 16 and codes.shape[0] >= 2
     assert np.array_equal(codes, _api_codes(tiny_checkpoint, greedy=True, speaker="ryan").numpy())
     with wave.open(str(tmp_path / "out.wav")) as wav:
-        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (24000, 1, 2)
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (SAMPLE_RATE, 1, 2)
         pcm = wav.readframes(wav.getnframes())
-    assert len(pcm) == 2 * 1920 * codes.shape[0]
+    assert len(pcm) == 2 * SAMPLES_PER_FRAME * codes.shape[0]
     decoder = load_codec_decoder(tiny_checkpoint / "speech_tokenizer")
-    expected = AudioChunk.from_float(request_id="x", seq=0, first_sample=0, sample_rate=24000,
+    expected = AudioChunk.from_float(request_id="x", seq=0, first_sample=0, sample_rate=SAMPLE_RATE,
                                      samples=decoder.decode(torch.from_numpy(codes)).numpy()).pcm
     assert pcm == expected
     assert np.abs(np.frombuffer(pcm, dtype="<i2")).max() > 1000, "the audio is silent"

@@ -17,7 +17,7 @@ from services.bus.claims import claim_request, read_owner
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.fencing import last_subject_sequence
 from services.bus.leases import LeaseKeeper
-from services.bus.terminal import publish_terminal
+from services.bus.terminal_guard import publish_terminal
 from services.vocoder.service import status_subject
 from tests.test_vocoder_support import (
     NUM_PARTITIONS,

@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 from messages import decode, encode, subjects
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
 from messages.events import Failed, Finished, FirstAudio
@@ -43,12 +44,12 @@ async def test_audio_equals_full_decode_and_one_finished_terminal(bus, codec_mod
 
     assert isinstance(terminal, Finished)
     assert (terminal.frames, terminal.chunk_count, terminal.stop) == (19, len(sizes), "eos")
-    assert terminal.audio_seconds == 19 * 1920 / 24000
+    assert terminal.audio_seconds == 19 * SAMPLES_PER_FRAME / SAMPLE_RATE
     assert terminal.usage.output_frames == 19
     assert [c.seq for c in listener.audio] == list(range(len(sizes))), "one chunk per codes chunk, in order"
     first_frames = np.cumsum([0, *sizes[:-1]])
-    assert [c.first_sample for c in listener.audio] == [int(f) * 1920 for f in first_frames]
-    assert [c.num_samples for c in listener.audio] == [s * 1920 for s in sizes]
+    assert [c.first_sample for c in listener.audio] == [int(f) * SAMPLES_PER_FRAME for f in first_frames]
+    assert [c.num_samples for c in listener.audio] == [s * SAMPLES_PER_FRAME for s in sizes]
     streamed, full = pcm_of(listener.audio).astype(np.int32), full_decode_pcm(codec_decoder, codes).astype(np.int32)
     assert np.abs(streamed).max() > 1000, "the tiny codec must be audible, or equality proves nothing"
     assert np.abs(streamed - full).max() <= 1, "streamed audio must equal a full decode within int16 rounding"

@@ -11,8 +11,8 @@ from messages.frames import CodesChunk, CodesEnd, TakeoverMarker
 from services.settings import SettingsError, resolve
 from services.vocoder.codes_reader import StoredCodes, effective_codes
 from services.vocoder.partitions import parse_partitions
+from services.vocoder.request_streams import RequestStream, StreamTable
 from services.vocoder.service import VocoderSettings
-from services.vocoder.streams import RequestStream, StreamTable
 
 RID = "req-unit"
 

@@ -10,12 +10,13 @@ import shutil
 import pytest
 from playwright.async_api import async_playwright
 
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
+
 pytestmark = pytest.mark.timeout(300)
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (tests/install.sh); Playwright never downloads a browser here
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-SAMPLE_RATE = 24000
 FRAMES_PER_SEGMENT = 60  # 4.8 s of audio: much longer than the first packet takes, so playback starts mid-stream
 
 
@@ -60,7 +61,7 @@ async def test_the_page_plays_the_stream_as_it_arrives_back_to_back(mesh, page):
     reported = [e["event"] for e in events if e["type"] == "audio.done"]
     assert report["scheduledSamples"] == sum(b["samples"] for b in buffers) == sum(d["samples"] for d in reported)
     assert report["scheduledSamples"] == round(sum(d["duration_s"] for d in reported) * SAMPLE_RATE)
-    assert report["scheduledSamples"] == 2 * FRAMES_PER_SEGMENT * 1920
+    assert report["scheduledSamples"] == 2 * FRAMES_PER_SEGMENT * SAMPLES_PER_FRAME
     # What a person sees.
     assert await page.text_content("#samples-scheduled") == str(report["scheduledSamples"])
     assert report["firstPacketMs"] > 0

@@ -13,6 +13,7 @@ import wave
 import pytest
 
 from messages import Failed, Finished
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tests.fixtures.mesh import REPO
 from tests.mesh_client import events_of, service_stats, terminal_count
 from tests.ws_client import WAIT_S, ws_connect
@@ -58,7 +59,7 @@ async def test_incremental_text_is_spoken_sentence_by_sentence_as_one_shot_reque
     assert [s["text"] for s in starts] == ["Hello there.", "How are you"]
     assert first.frames == await one_shot(mesh, "Hello there.", **settings)
     assert second.frames == await one_shot(mesh, "How are you", **settings)
-    assert first.event["samples"] == len(first.pcm) // 2 == 12 * 1920
+    assert first.event["samples"] == len(first.pcm) // 2 == 12 * SAMPLES_PER_FRAME
     assert done.event["request_ids"] == [s["request_id"] for s in starts] and done.event["segments"] == 2
     assert closed.rcvd.code == 1000
 
@@ -148,5 +149,5 @@ async def test_say_stdin_speaks_each_line_as_it_is_typed(mesh, tmp_path):
     assert any(line.startswith("session.done: 3 segments") for line in rest), rest
     seconds = sum(float(line.split()[1]) for line in [lines[1].decode()] + rest if "audio.done" in line)
     with wave.open(str(out)) as wav:
-        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (24000, 1, 2)
-        assert wav.getnframes() == round(seconds * 24000)
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (SAMPLE_RATE, 1, 2)
+        assert wav.getnframes() == round(seconds * SAMPLE_RATE)

@@ -1,5 +1,5 @@
-"""The streaming WebSocket's typed messages (services/gateway/ws_protocol.py) and the resume registry's rules
-(services/gateway/ws_resume.py), without a socket."""
+"""The streaming WebSocket's typed messages (services/gateway/ws/protocol.py) and the resume registry's rules
+(services/gateway/ws/resume.py), without a socket."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import time
 import msgspec
 import pytest
 
-from services.gateway.body import SynthesisFields
 from services.gateway.errors import AdmissionError
-from services.gateway.ws_protocol import (AudioStart, Cancel, InputDone, InputText, Resume, SessionConfig,
+from services.gateway.requests.body import SynthesisFields
+from services.gateway.requests.resume_window import ResumeWindow
+from services.gateway.ws.protocol import (AudioStart, Cancel, InputDone, InputText, Resume, SessionConfig,
                                           SessionUpdate, encode_event, parse_client_message)
-from services.gateway.ws_resume import ParkedRequest, ResumeRefused, ResumeRegistry
+from services.gateway.ws.resume import ParkedRequest, ResumeRefused, ResumeRegistry
 
 
 def parse(message: dict) -> object:
@@ -73,7 +74,7 @@ def parked(request_id: str = "req_1", sent: int = 3, left_at: float = 100.0) -> 
 
 
 def test_a_parked_request_is_taken_once_within_the_window():
-    registry = ResumeRegistry(window_s=10.0)
+    registry = ResumeRegistry(ResumeWindow(10.0))
     registry.park(parked())
     assert registry.take("req_1", 2, now=105.0).sent == 3
     with pytest.raises(ResumeRefused, match="still streaming on another connection"):
@@ -81,15 +82,22 @@ def test_a_parked_request_is_taken_once_within_the_window():
 
 
 def test_after_the_window_the_refusal_says_so():
-    registry = ResumeRegistry(window_s=10.0)
+    registry = ResumeRegistry(ResumeWindow(10.0))
     registry.park(parked())
     with pytest.raises(ResumeRefused) as refused:
         registry.take("req_1", 2, now=110.5)
     assert refused.value.code == "cancelled" and "past the 10s resume window" in refused.value.message
 
 
+def test_the_window_closes_at_its_length_after_the_client_left():
+    window = ResumeWindow(10.0)
+    assert window.is_open(100.0, 109.9) and not window.is_open(100.0, 110.0) and window.closes_at(100.0) == 110.0
+    with pytest.raises(ValueError, match="must be > 0"):
+        ResumeWindow(0.0)
+
+
 def test_unknown_ids_and_unsent_chunks_are_refused():
-    registry = ResumeRegistry(window_s=10.0)
+    registry = ResumeRegistry(ResumeWindow(10.0))
     registry.park(parked(sent=3))
     with pytest.raises(ResumeRefused, match="not resumable on this gateway"):
         registry.take("req_2", None, now=101.0)
@@ -99,7 +107,7 @@ def test_unknown_ids_and_unsent_chunks_are_refused():
 
 
 async def test_a_resume_waits_for_the_old_socket_to_let_go():
-    registry = ResumeRegistry(window_s=10.0)
+    registry = ResumeRegistry(ResumeWindow(10.0))
     registry.attach("req_1")
     # The old socket parks the request only after the claim started (without the wait: "still streaming").
     asyncio.get_running_loop().call_soon(registry.park, parked(left_at=time.time()))

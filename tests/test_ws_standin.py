@@ -11,8 +11,9 @@ import pytest
 import websockets
 
 from messages import subjects
+from messages.audio_format import SAMPLE_RATE
 from messages.events import Finished
-from services.bus.terminal import publish_terminal
+from services.bus.terminal_guard import publish_terminal
 from tests.fixtures.gateway_standin import SAMPLES_PER_FRAME, Plan, expected_pcm
 from tests.ws_client import ws_connect
 
@@ -30,7 +31,7 @@ async def finish(gateway_bus, request_id: str, chunk_count: int) -> None:
     frames = 2 * chunk_count
     await publish_terminal(gateway_bus.js, request_id, Finished(
         request_id=request_id, at=time.time(), frames=frames, chunk_count=chunk_count,
-        audio_seconds=frames * SAMPLES_PER_FRAME / 24000))
+        audio_seconds=frames * SAMPLES_PER_FRAME / SAMPLE_RATE))
 
 
 async def test_sentences_are_synthesized_as_they_arrive_then_flush_and_done(standin, served_gateway):

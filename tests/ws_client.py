@@ -1,4 +1,4 @@
-"""A test client of the streaming WebSocket protocol (services/gateway/ws_protocol.py): send typed messages, collect
+"""A test client of the streaming WebSocket protocol (services/gateway/ws/protocol.py): send typed messages, collect
 audio and events exactly as a client sees them."""
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from loadtest.bench.metrics import ChunkArrival, StreamError, StreamRecord
+from messages.audio_format import BYTES_PER_SAMPLE, SAMPLE_RATE
 
 STREAM_PATH = "/v1/audio/speech/stream"
 PCM_FORMAT = "pcm_s16le"
-BYTES_PER_SAMPLE = 2
-DEFAULT_SAMPLE_RATE = 24000
+DEFAULT_SAMPLE_RATE = SAMPLE_RATE
 _WS_SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
 # Audio frames are a chunk's PCM (a few hundred KB at most); the default 1 MiB cap is lifted so a large

@@ -21,7 +21,9 @@ import re
 import sys
 from pathlib import Path
 
-FRAMES_PER_AUDIO_S = 12.5
+from messages.audio_format import FRAMES_PER_SECOND
+
+FRAMES_PER_AUDIO_S = FRAMES_PER_SECOND
 CHUNK_FRAMES = 8
 
 

@@ -3,13 +3,13 @@
 The contract itself (subjects, streams, message types) lives in `messages/`; this package only moves it.
 """
 
-from services.bus.admission import submit_request
 from services.bus.advisories import MaxDeliveriesAdvisory, load_exhausted_message, watch_max_deliveries
 from services.bus.claims import claim_partition, claim_request, read_owner, read_partition, still_owner
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.connection import Backoff, connect
-from services.bus.consumer import Capacity, Delivery, PullConsumer
 from services.bus.embedded import EmbeddedNats, find_nats_server
+from services.bus.pull_consumer import Capacity, Delivery, PullConsumer
+from services.bus.submit import submit_request
 from services.bus.errors import (
     BusError,
     NatsServerError,
@@ -27,7 +27,7 @@ from services.bus.logs import configure_logging, request_context
 from services.bus.micro import register_service
 from services.bus.provision import open_bucket, provision
 from services.bus.runtime import ServiceContext, run_service
-from services.bus.terminal import publish_terminal
+from services.bus.terminal_guard import publish_terminal
 
 __all__ = [
     "Backoff", "BusError", "Capacity", "CodesPublisher", "Delivery", "EmbeddedNats", "LeaseKeeper",

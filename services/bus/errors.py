@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from messages.errors import ErrorCode
+from messages.errors import ErrorCode, FaultCode
 
 # JetStream API error codes the runtime interprets (nats-server's errors.json).
 JS_WRONG_LAST_SEQUENCE = 10071
@@ -14,7 +14,7 @@ WRONG_LAST_SEQUENCE_CODES = (JS_WRONG_LAST_SEQUENCE, JS_WRONG_LAST_SEQUENCE_CONS
 class BusError(Exception):
     """Base of bus runtime errors."""
 
-    code: str = "bus_error"
+    code: ErrorCode | FaultCode = FaultCode.BUS_ERROR
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -23,13 +23,13 @@ class BusError(Exception):
 class QueueFull(BusError):
     """REQUESTS is at its bound (discard new): the gateway answers 429 with Retry-After."""
 
-    code = ErrorCode.QUEUE_FULL.value
+    code = ErrorCode.QUEUE_FULL
 
 
 class StaleOwner(BusError):
     """The server refused a codes publish: another owner appended since (a takeover). Stand down."""
 
-    code = "stale_owner"
+    code = FaultCode.STALE_OWNER
 
     def __init__(self, message: str, *, subject: str, expected_sequence: int) -> None:
         super().__init__(message)
@@ -40,22 +40,22 @@ class StaleOwner(BusError):
 class OwnershipConflict(BusError):
     """A compare-and-set claim lost: someone else wrote the key first."""
 
-    code = "ownership_conflict"
+    code = FaultCode.OWNERSHIP_CONFLICT
 
 
 class NotProvisioned(BusError):
     """A stream, consumer or the bucket does not exist: run `voxmesh provision` (or `voxmesh up`)."""
 
-    code = "not_provisioned"
+    code = FaultCode.NOT_PROVISIONED
 
 
 class ProvisionConflict(BusError):
     """An existing stream differs in a way the server cannot update (e.g. retention); fix or delete it by hand."""
 
-    code = "provision_conflict"
+    code = FaultCode.PROVISION_CONFLICT
 
 
 class NatsServerError(BusError):
     """The embedded nats-server could not be found, did not start, or did not stop."""
 
-    code = "nats_server"
+    code = FaultCode.NATS_SERVER

@@ -19,7 +19,8 @@ from typing import BinaryIO
 
 import websockets
 
-from services.gateway.wav import SAMPLE_RATE, wav_header
+from messages.audio_format import SAMPLE_RATE
+from services.gateway.http.wav import wav_header
 
 STREAM_PATH = "/v1/audio/speech/stream"
 READ_BYTES = 4096  # at most 4096 characters per input.text message

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _synthesize(args: argparse.Namespace) -> int:
     from messages.frames import AudioChunk
-    from services.gateway.wav import wav_bytes
+    from services.gateway.http.wav import wav_bytes
     from services.model.codec.loader import load_codec_decoder
     from services.model.errors import RequestError
     from services.model.generate import default_sampling, generate

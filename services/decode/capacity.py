@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.bus.consumer import Capacity
+from services.bus.pull_consumer import Capacity
 from services.engine.engine import Engine
 
 

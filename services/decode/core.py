@@ -20,8 +20,8 @@ from messages.frames import CodesChunk, CodesEnd
 from services.bus.errors import StaleOwner
 from services.bus.logs import request_context
 from services.decode.active import ActiveRequest, ActiveRequests
-from services.decode.admission import ServedModel
 from services.decode.capacity import EngineCapacity
+from services.decode.request_check import ServedModel
 from services.decode.settings import DecodeSettings
 from services.decode.stats import DecodeStats
 from services.decode.worker import EngineWorker

@@ -19,13 +19,13 @@ from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM, requests_consumer
 from services.bus.claims import claim_request
 from services.bus.codes_publisher import CodesPublisher
-from services.bus.consumer import Delivery, PullConsumer
 from services.bus.errors import OwnershipConflict
 from services.bus.kvstore import read_cancel
+from services.bus.pull_consumer import Delivery, PullConsumer
 from services.decode.active import ActiveRequest
-from services.decode.admission import Admission, AdmissionError, admit
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.core import DecodeCore, Ending
+from services.decode.request_check import Admission, AdmissionError, admit
 from services.engine.engine import Engine
 from services.engine.sequence import RequestOutcome
 from services.model.errors import ModelError

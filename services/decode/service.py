@@ -17,12 +17,12 @@ from nats.micro.service import EndpointStats, Service
 from services.bus.leases import LeaseKeeper
 from services.bus.provision import open_bucket
 from services.bus_session import connect_service
-from services.decode.admission import ServedModel
 from services.decode.cancel import CancelWatcher
 from services.decode.core import DecodeCore
 from services.decode.drain import Drainer, drain_subject
 from services.decode.intake import Intake
 from services.decode.loop import FrameLoop
+from services.decode.request_check import ServedModel
 from services.decode.settings import DecodeSettings
 from services.decode.shutdown import finish_or_end
 from services.decode.worker import EngineWorker

@@ -1,46 +1,27 @@
-"""The gateway's FastAPI app: a factory, a lifespan that holds the mesh connection, and dependencies as
-`Annotated` aliases (so a test overrides one function, not many patches)."""
+"""The gateway's FastAPI app: a factory and a lifespan that holds the mesh connection (the routes' dependencies are
+in deps.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from starlette.requests import HTTPConnection
 
-from services.gateway.auth import check_bearer
 from services.gateway.errors import GatewayError, http_error, internal_error
-from services.gateway.request_id import RequestIdMiddleware, request_id_of
-from services.gateway.runtime import Gateway, gateway_runtime
+from services.gateway.http.request_id import RequestIdMiddleware, request_id_of
+from services.gateway.http.routes import health, metrics, models, speech, speech_stream
+from services.gateway.runtime import gateway_runtime
 from services.gateway.settings import GatewaySettings
-
-
-def get_gateway(connection: HTTPConnection) -> Gateway:
-    """The running gateway (set by the lifespan)."""
-    return connection.app.state.gateway
-
-
-GatewayDep = Annotated[Gateway, Depends(get_gateway)]
-
-
-def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
-    """Raise Unauthorized unless the call carries a configured API key (no keys configured: open)."""
-    check_bearer(connection.headers.get("authorization"), gateway.api_keys)
-
-
-Authorized = Annotated[None, Depends(require_api_key)]
 
 
 def create_app(settings: GatewaySettings, shutdown: asyncio.Event | None = None) -> FastAPI:
     """The gateway app; its lifespan connects to NATS and starts supervision, and stops them on shutdown.
 
     `shutdown`, the process's stop event, lets a stop during startup end the wait for NATS."""
-    from services.gateway.routes import health, metrics, models, speech, speech_stream
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -17,13 +17,13 @@ from services.bus.leases import LeaseKeeper
 from services.bus.micro import register_service
 from services.bus.provision import open_bucket
 from services.bus_session import connect_service
-from services.gateway.admission import AdmissionPolicy
-from services.gateway.auth import parse_keys
-from services.gateway.catalog import VoiceCatalog
-from services.gateway.repair import RepairPolicy
+from services.gateway.http.auth import parse_keys
+from services.gateway.requests.catalog import VoiceCatalog
+from services.gateway.requests.repair import RepairPolicy
+from services.gateway.requests.supervisor import Supervisor, SupervisorPolicy
+from services.gateway.requests.synthesis import Synthesizer
+from services.gateway.requests.validation import AdmissionPolicy
 from services.gateway.settings import GatewaySettings
-from services.gateway.supervisor import Supervisor, SupervisorPolicy
-from services.gateway.synthesis import Synthesizer
 from services.process import default_replica
 
 log = logging.getLogger(__name__)

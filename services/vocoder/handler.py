@@ -6,7 +6,7 @@
   replica missed earlier chunks (partition takeover, or a message still awaiting redelivery), so the codec state is
   first rebuilt from CODES.
 - CodesEnd: voice anything still missing, publish the terminal event through the guard, drop the state, ack.
-Messages of one request arrive here one at a time (see consumer.py); different requests run concurrently and their
+Messages of one request arrive here one at a time (see partition_consumer.py); different requests run concurrently and their
 codec work is batched by the CodecWorker.
 """
 
@@ -18,13 +18,13 @@ from nats.js import JetStreamContext
 
 from messages.errors import ErrorCode
 from messages.frames import CodesChunk, CodesEnd, CodesMessage, TakeoverMarker
-from services.bus.consumer import Delivery
+from services.bus.pull_consumer import Delivery
 from services.vocoder.audio import AudioPublisher
 from services.vocoder.codec_worker import CodecWorker
 from services.vocoder.codes_reader import ack_floor, effective_codes, read_codes
 from services.vocoder.errors import CodecFailure, MissingCodes, UndecodableCodes
-from services.vocoder.streams import RequestStream, StreamTable
-from services.vocoder.terminal import TerminalPublisher
+from services.vocoder.request_end import TerminalPublisher
+from services.vocoder.request_streams import RequestStream, StreamTable
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from services.bus.claims import PartitionClaim
 from services.bus.leases import LeaseKeeper
 from services.vocoder.audio import AudioPublisher
 from services.vocoder.codec_worker import CodecWorker
-from services.vocoder.consumer import PartitionConsumer
+from services.vocoder.decode_owner_watch import OwnerWatch
 from services.vocoder.handler import CodesHandler
-from services.vocoder.liveness import OwnerWatch
+from services.vocoder.partition_consumer import PartitionConsumer
 from services.vocoder.partitions import PartitionManager
 from services.vocoder.redecode import Redecoder
-from services.vocoder.streams import StreamTable
-from services.vocoder.terminal import TerminalPublisher
+from services.vocoder.request_end import TerminalPublisher
+from services.vocoder.request_streams import StreamTable
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,41 @@
+"""The FastAPI dependencies of the gateway's routes, as `Annotated` aliases (a test overrides one function, not many
+patches). Apart from app.py, so a route imports what it depends on and never the app: no import runs in a circle."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends
+from starlette.requests import HTTPConnection
+
+from services.gateway.http.auth import check_bearer
+from services.gateway.runtime import Gateway
+from services.gateway.ws.resume import ResumeRegistry
+
+
+def get_gateway(connection: HTTPConnection) -> Gateway:
+    """The running gateway (set by the lifespan)."""
+    return connection.app.state.gateway
+
+
+GatewayDep = Annotated[Gateway, Depends(get_gateway)]
+
+
+def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
+    """Raise Unauthorized unless the call carries a configured API key (no keys configured: open)."""
+    check_bearer(connection.headers.get("authorization"), gateway.api_keys)
+
+
+Authorized = Annotated[None, Depends(require_api_key)]
+
+
+def get_resume_registry(connection: HTTPConnection, gateway: GatewayDep) -> ResumeRegistry:
+    """The gateway's parked WebSocket requests: one registry per app, made at the first socket (with the
+    supervisor's resume window, so both agree on when a request is gone)."""
+    state = connection.app.state
+    if getattr(state, "resume_registry", None) is None:
+        state.resume_registry = ResumeRegistry(gateway.synthesizer.supervisor.resume_window)
+    return state.resume_registry
+
+
+ResumeRegistryDep = Annotated[ResumeRegistry, Depends(get_resume_registry)]

@@ -1,0 +1,1 @@
+"""The gateway's HTTP face: the routes, the speech response and its audio formats, request ids, readiness."""

@@ -1,0 +1,48 @@
+"""`GET /v1/models`, `GET /v1/models/{model}` (OpenAI's model objects, plus the checkpoint's fingerprint) and
+`GET /v1/audio/voices` (the speakers and languages a request may name)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from messages.audio_format import SAMPLE_RATE
+from messages.errors import ErrorCode
+from services.gateway.deps import Authorized, GatewayDep
+from services.gateway.errors import GatewayError
+from services.gateway.requests.catalog import VoiceCatalog
+from services.gateway.requests.response_formats import available_formats
+
+router = APIRouter()
+
+
+def model_object(catalog: VoiceCatalog) -> dict:
+    """OpenAI's model object (`id`, `object`, `created`, `owned_by`) with voxmesh's facts about the checkpoint."""
+    return {"id": catalog.model, "object": "model", "created": catalog.created, "owned_by": "voxmesh",
+            "fingerprint": catalog.fingerprint, "model_type": catalog.model_type, "sample_rate": SAMPLE_RATE,
+            "voices": list(catalog.speakers), "languages": list(catalog.languages),
+            "response_formats": list(available_formats())}
+
+
+@router.get("/v1/models")
+async def list_models(gateway: GatewayDep, _: Authorized) -> dict:
+    """The model this gateway serves (one per gateway)."""
+    return {"object": "list", "data": [model_object(gateway.catalog)]}
+
+
+@router.get("/v1/models/{model}")
+async def retrieve_model(model: str, gateway: GatewayDep, _: Authorized) -> dict:
+    """The served model by name; 404 `unknown_model` for any other."""
+    if not gateway.catalog.serves(model):
+        raise GatewayError(ErrorCode.UNKNOWN_MODEL, f"unknown model {model!r}; this gateway serves "
+                           f"{gateway.catalog.model!r}", param="model", status=404)
+    return model_object(gateway.catalog)
+
+
+@router.get("/v1/audio/voices")
+async def list_voices(gateway: GatewayDep, _: Authorized) -> dict:
+    """The voices (speakers) and languages of the served model. A model without named voices (voice_design) lists
+    none: describe the voice in `instructions`."""
+    catalog = gateway.catalog
+    return {"object": "list", "model": catalog.model, "voices": [{"id": name, "name": name}
+                                                                 for name in catalog.speakers],
+            "languages": list(catalog.languages)}

@@ -1,0 +1,177 @@
+"""One request's audio as the client must get it: in seq order, no gaps, no duplicates, then the outcome.
+
+The stream subscribes to `tts.audio.<id>` and `tts.events.<id>.terminal` before the request is published (so nothing
+can be missed), buffers chunks that arrive early, repairs gaps by re-decode, and completes once it holds chunks
+0..chunk_count-1 and the terminal event. A `failed` terminal ends the iteration with RequestFailed after the audio
+made so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from messages import DecodeError, decode, subjects
+from messages.audio_format import SAMPLES_PER_FRAME
+from messages.events import Failed, TerminalEvent
+from messages.frames import AudioChunk
+from services.gateway.errors import RequestFailed
+from services.gateway.requests.repair import GapRepair, RepairPolicy
+
+log = logging.getLogger(__name__)
+
+
+class AudioStream:
+    """Reassembles one request's AudioChunks. Use `async with stream:` around publishing the request, then iterate
+    `stream.chunks()`.
+
+    Attributes:
+        request_id: the request.
+        partition: its vocoder partition (where re-decode requests go).
+        next_seq: chunks 0..next_seq-1 have been handed to the client.
+        terminal: the request's terminal event once seen.
+        first_chunk_at: unix time the first chunk was handed to the client (first-packet latency).
+    """
+
+    def __init__(self, nc: Client, request_id: str, partition: int, repair: RepairPolicy = RepairPolicy()) -> None:
+        self.request_id = request_id
+        self.partition = partition
+        self.next_seq = 0
+        self.terminal: TerminalEvent | None = None
+        self.first_chunk_at: float | None = None
+        self._nc = nc
+        self._repair = GapRepair(nc, request_id, partition, repair)
+        self._changed = asyncio.Event()  # set by the subscriptions when a chunk or the terminal arrives
+        self._pending: dict[int, AudioChunk] = {}
+        self._subscriptions: list[Subscription] = []
+        self._samples_seen = 0
+        self._known_chunks = 0  # chunks 0..n-1 exist in the mesh (a resumed stream knows this)
+
+    async def open(self) -> None:
+        """Subscribe to the request's audio and terminal event. Call before publishing the request."""
+        self._subscriptions = [
+            await self._nc.subscribe(subjects.audio(self.request_id), cb=self._on_audio),
+            await self._nc.subscribe(subjects.terminal(self.request_id), cb=self._on_terminal),
+        ]
+
+    async def close(self) -> None:
+        """Stop listening (idempotent)."""
+        subscriptions, self._subscriptions = self._subscriptions, []
+        for subscription in subscriptions:
+            try:
+                await subscription.unsubscribe()
+            except Exception as exc:  # a closed or draining connection: nothing left to release
+                log.debug("request %s: unsubscribe failed: %r", self.request_id, exc)
+
+    async def __aenter__(self) -> AudioStream:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def num_redecodes(self) -> int:
+        """Re-decode requests this stream sent."""
+        return self._repair.num_requests
+
+    def contiguous_chunks(self) -> int:
+        """How many chunks from seq 0 on the gateway holds without a gap (delivered or buffered)."""
+        count = self.next_seq
+        while count in self._pending:
+            count += 1
+        return count
+
+    def expect_chunks(self, count: int) -> None:
+        """Chunks 0..count-1 are known to exist (a resumed stream: the gateway had received them before the client
+        left): any of them not held from `next_seq` on is a gap to repair at once, before a later chunk shows it."""
+        self._known_chunks = max(self._known_chunks, count)
+
+    def note_terminal(self, event: TerminalEvent) -> None:
+        """Record the request's terminal event, read from EVENTS by a stream opened after it was published."""
+        if self.terminal is None:
+            self.terminal = event
+            self._changed.set()
+
+    def frames_seen(self) -> int:
+        """Codec frames covered by the audio received so far (for a failure the gateway reports)."""
+        return self._samples_seen // SAMPLES_PER_FRAME
+
+    async def chunks(self) -> AsyncIterator[AudioChunk]:
+        """Yield the audio in seq order; return after a `finished` terminal, raise RequestFailed after a `failed`
+        one (or when a lost chunk cannot be re-decoded)."""
+        while True:
+            self._changed.clear()  # before looking, so a message landing while we look wakes the wait below
+            chunk = self._pending.pop(self.next_seq, None)
+            if chunk is not None:
+                if self.first_chunk_at is None:
+                    self.first_chunk_at = time.time()
+                self.next_seq += 1
+                self._repair.progressed(self.next_seq)
+                yield chunk
+                continue
+            if self.terminal is not None and self.next_seq >= self.terminal.chunk_count:
+                break
+            if self._has_gap():
+                await self._repair_gap()
+            else:
+                self._repair.settled()
+            await self._wait(self._repair.wait_s())
+        if isinstance(self.terminal, Failed):
+            raise RequestFailed.from_event(self.terminal)
+
+    async def _repair_gap(self) -> None:
+        """Ask for a re-decode of the first missing chunk. When that fails after a `failed` terminal, the client
+        gets the terminal's own error (its cause), not the repair's."""
+        try:
+            await self._repair.ensure(self.next_seq)
+        except RequestFailed:
+            if isinstance(self.terminal, Failed):
+                log.warning("request %s: chunks %d..%d of a failed request could not be re-decoded", self.request_id,
+                            self.next_seq, self.terminal.chunk_count - 1)
+                raise RequestFailed.from_event(self.terminal) from None
+            raise
+
+    def _has_gap(self) -> bool:
+        """A later chunk arrived before the next one, or the terminal (or a resume) counts chunks we lack."""
+        if self.next_seq < self._known_chunks:
+            return True
+        if self.terminal is not None:
+            return self.next_seq < self.terminal.chunk_count
+        return bool(self._pending)
+
+    async def _wait(self, timeout_s: float | None) -> None:
+        """Until a chunk or the terminal arrives, or `timeout_s` passes (a repair is due again)."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _on_audio(self, msg: Msg) -> None:
+        try:
+            chunk = decode(msg.data, AudioChunk)
+        except DecodeError as exc:
+            log.error("request %s: dropping an unreadable audio message: %s", self.request_id, exc)
+            return
+        if chunk.request_id != self.request_id:
+            log.error("request %s: dropping audio of request %s sent on our subject", self.request_id,
+                      chunk.request_id)
+            return
+        if chunk.seq >= self.next_seq and chunk.seq not in self._pending:  # else a duplicate: already held
+            self._pending[chunk.seq] = chunk
+            self._samples_seen = max(self._samples_seen, chunk.first_sample + chunk.num_samples)
+            self._changed.set()
+
+    async def _on_terminal(self, msg: Msg) -> None:
+        try:
+            event = decode(msg.data, TerminalEvent)
+        except DecodeError as exc:
+            log.error("request %s: unreadable terminal event: %s", self.request_id, exc)
+            return
+        self.note_terminal(event)

@@ -1,0 +1,129 @@
+"""Admission: a client's body becomes a SynthesisRequest (id, seed, deadline), or a specific 400.
+
+Everything that can be checked without the model is checked here, so a bad request never reaches the queue:
+text length, model, voice and language against the checkpoint, format and speed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+from messages.errors import ErrorCode
+from messages.requests import MAX_TEXT_CHARS, SamplingSpec, SynthesisRequest
+from services.gateway.errors import AdmissionError
+from services.gateway.requests.body import SpeechBody, SynthesisFields
+from services.gateway.requests.catalog import VoiceCatalog
+from services.gateway.requests.response_formats import audio_format
+
+SPEED_RANGE = (0.25, 4.0)  # OpenAI's
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionPolicy:
+    """The limits admission applies.
+
+    Attributes:
+        catalog: the served model, its voices and languages.
+        max_text_chars: input limit (at most MAX_TEXT_CHARS, the bus's limit).
+        queue_deadline_s: a request still queued this long after admission fails with `timeout`.
+    """
+
+    catalog: VoiceCatalog
+    max_text_chars: int = MAX_TEXT_CHARS
+    queue_deadline_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_text_chars <= MAX_TEXT_CHARS:
+            raise ValueError(f"max_text_chars must be in 1..{MAX_TEXT_CHARS}, got {self.max_text_chars}")
+        if self.queue_deadline_s <= 0:
+            raise ValueError(f"queue_deadline_s must be > 0, got {self.queue_deadline_s}")
+
+    def admit(self, fields: SynthesisFields, *, now: float | None = None,
+              request_id: str | None = None) -> SynthesisRequest:
+        """Validate `fields` and fix the request's id (`request_id`, or a fresh one), seed and deadline.
+        Raises AdmissionError."""
+        now = time.time() if now is None else now
+        if isinstance(fields, SpeechBody):
+            _check_output(fields)
+        text = self._checked_text(fields.input)
+        self._check_model(fields.model)
+        _check_frame_counts(fields)
+        return SynthesisRequest(
+            id=request_id or new_request_id(),
+            model=self.catalog.model,
+            text=text,
+            speaker=self._checked_voice(fields.voice_name),
+            language=self._checked_language(fields.language),
+            instruct=fields.instructions or None,
+            text_mode=fields.text_mode,
+            seed=fields.seed if fields.seed is not None else secrets.randbits(63),
+            sampling=SamplingSpec(temperature=fields.temperature, top_k=fields.top_k, top_p=fields.top_p,
+                                  repetition_penalty=fields.repetition_penalty),
+            max_new_tokens=fields.max_new_tokens,
+            ignore_eos=fields.ignore_eos,
+            initial_chunk_frames=fields.initial_chunk_frames,
+            deadline=now + self.queue_deadline_s,
+            created_at=now,
+            min_new_tokens=fields.min_new_tokens,
+        )
+
+    def _checked_text(self, text: str) -> str:
+        if not text.strip():
+            raise AdmissionError(ErrorCode.EMPTY_INPUT, "input is empty: give 1 to "
+                                 f"{self.max_text_chars} characters of text", param="input")
+        if len(text) > self.max_text_chars:
+            raise AdmissionError(ErrorCode.TEXT_TOO_LONG, f"input has {len(text)} characters; the limit is "
+                                 f"{self.max_text_chars}: split the text into several requests", param="input")
+        return text
+
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and not self.catalog.serves(model):
+            raise AdmissionError(ErrorCode.UNKNOWN_MODEL, f"unknown model {model!r}; this gateway serves "
+                                 f"{self.catalog.model!r}", param="model")
+
+    def _checked_voice(self, voice: str | None) -> str | None:
+        speakers = self.catalog.speakers
+        if voice is None:
+            if speakers:
+                raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"voice is required by this {self.catalog.model_type} "
+                                     f"model: one of {', '.join(speakers)}", param="voice")
+            return None
+        if not speakers:
+            raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"this {self.catalog.model_type} model has no named "
+                                 "voices: omit voice (describe the voice in instructions)", param="voice")
+        if voice.lower() not in speakers:
+            raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"unknown voice {voice!r}; this model has: "
+                                 f"{', '.join(speakers)}", param="voice")
+        return voice.lower()
+
+    def _checked_language(self, language: str) -> str:
+        if language.lower() not in self.catalog.languages:
+            raise AdmissionError(ErrorCode.UNKNOWN_LANGUAGE, f"unknown language {language!r}; this model knows: "
+                                 f"{', '.join(self.catalog.languages)}", param="language")
+        return language.lower()
+
+
+def _check_output(body: SpeechBody) -> None:
+    audio_format(body.response_format)  # unsupported_format naming the ones that work
+    low, high = SPEED_RANGE
+    if not low <= body.speed <= high:
+        raise AdmissionError(ErrorCode.OUT_OF_RANGE, f"speed {body.speed} is outside {low}..{high}; this server "
+                             "serves 1.0 only", param="speed")
+    if body.speed != 1.0:
+        raise AdmissionError(ErrorCode.UNSUPPORTED_VALUE, f"speed {body.speed} is not supported: the model has no "
+                             "speed control (and resampling would change the pitch); send 1.0 or omit it",
+                             param="speed")
+
+
+def _check_frame_counts(fields: SynthesisFields) -> None:
+    low, high = fields.min_new_tokens, fields.max_new_tokens
+    if low is not None and high is not None and low > high:
+        raise AdmissionError(ErrorCode.OUT_OF_RANGE, f"min_new_tokens ({low}) is above max_new_tokens ({high})",
+                             param="min_new_tokens")
+
+
+def new_request_id() -> str:
+    """A fresh request id: 128 random bits, URL-safe, usable as a subject token."""
+    return "req_" + secrets.token_urlsafe(16)

@@ -1,0 +1,2 @@
+"""The gateway's WebSocket face: the streaming protocol, one session per socket, its jobs, text segmentation
+and resume."""
