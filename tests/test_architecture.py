@@ -27,12 +27,8 @@ SOURCE_PACKAGES = ("messages", "services", "loadtest", "tests")
 #   errors, config, loader: a package's typed errors, its validated configuration, and loading its weights
 #     (the talker's in services/model, the codec's in services/model/codec).
 ROLE_NAMES = {"__init__.py", "__main__.py", "service.py", "settings.py", "errors.py", "config.py", "loader.py"}
-# TEMPORARY, until the issue-11 rename and lifecycle branches merge (the lead deletes this set then): today's
-# duplicates, each meaning a different thing, that those branches rename, move or delete. `metrics.py` is the
-# gateway's (its measurements and its /metrics route); `streams.py` is the vocoder's per-request stream state
-# beside messages' JetStream streams.
-TEMPORARY_DUPLICATE_NAMES = {"admission.py", "terminal.py", "liveness.py", "consumer.py", "runtime.py", "metrics.py",
-                             "streams.py"}
+# TEMPORARY, until the lifecycle branch merges (the lead deletes this set then): it deletes services/bus/runtime.py.
+TEMPORARY_DUPLICATE_NAMES = {"runtime.py"}
 
 # The roots of voxmesh's subjects and KV keys (messages/subjects.py), and the server's own ($SRV micro discovery,
 # $JS JetStream API and advisories, $KV buckets). A literal counts when it is nothing but such a subject: prose
@@ -42,10 +38,9 @@ SUBJECTS_ALLOWED = {
     "tests/test_messages_subjects.py": "checks the exact spelling that messages/subjects.py builds",
     "tests/test_architecture.py": "this rule's own examples",
 }
-# TEMPORARY, until the issue-11 branches merge (the lead deletes this set then): the names branch moves the
-# gateway's liveness module (its "lease.*"/"part.*" become subjects.all_lease_keys()/all_partition_keys()), and
-# the lifecycle branch deletes services/bus/runtime.py with its test.
-TEMPORARY_SUBJECTS_ALLOWED = {"services/gateway/liveness.py", "tests/test_bus_runtime.py"}
+# TEMPORARY, until the lifecycle branch merges (the lead deletes this set then): it deletes
+# services/bus/runtime.py with its test.
+TEMPORARY_SUBJECTS_ALLOWED = {"tests/test_bus_runtime.py"}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ from typing import TypeVar
 from nats.js.kv import KeyValue
 
 from messages import DecodeError, decode
+from messages import subjects
 from messages.base import Message
 from messages.records import Lease, PartitionOwner
 from services.bus.claims import read_partition
@@ -40,15 +41,15 @@ async def current_records(kv: KeyValue, pattern: str, kind: type[R]) -> list[R]:
 async def live_replicas(kv: KeyValue, service: str, now: float | None = None) -> list[str]:
     """Replicas of `service` whose lease is live."""
     now = time.time() if now is None else now
-    leases = await current_records(kv, "lease.*", Lease)
+    leases = await current_records(kv, subjects.all_lease_keys(), Lease)
     return sorted(lease.replica for lease in leases if lease.service == service and not lease_expired(lease, now))
 
 
 async def live_partition_owners(kv: KeyValue, now: float | None = None) -> dict[int, str]:
     """Partition -> owning vocoder replica, for partitions whose owner holds a live lease."""
     now = time.time() if now is None else now
-    leases = {lease.replica: lease for lease in await current_records(kv, "lease.*", Lease)}
-    owners = await current_records(kv, "part.*", PartitionOwner)
+    leases = {lease.replica: lease for lease in await current_records(kv, subjects.all_lease_keys(), Lease)}
+    owners = await current_records(kv, subjects.all_partition_keys(), PartitionOwner)
     return {owner.partition: owner.replica for owner in owners
             if not lease_expired(leases.get(owner.replica), now)}
 
