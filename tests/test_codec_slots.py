@@ -59,7 +59,7 @@ def test_row_buckets_are_powers_of_two_up_to_the_maximum():
 def test_warm_up_builds_every_shape_up_front(decoder):
     slots = SlotDecoder(decoder, max_streams=2, max_rows=4, max_chunk_frames=3, capture=False)
     slots.warm_up()
-    assert sorted(slots._steps) == [(rows, n) for rows in (1, 2, 4) for n in (1, 2, 3)]
+    assert slots.shapes == [(rows, n) for rows in (1, 2, 4) for n in (1, 2, 3)]
     assert slots.num_graphs == 0 and slots.capture_failures == {}
 
 

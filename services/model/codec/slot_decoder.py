@@ -74,6 +74,11 @@ class SlotDecoder:
         return self.pool.max_streams
 
     @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """(rows, frames) of every step built so far, in order."""
+        return sorted(self._steps)
+
+    @property
     def num_graphs(self) -> int:
         return sum(step.is_graphed for step in self._steps.values())
 
