@@ -1,8 +1,12 @@
-"""All codec work of the vocoder, on one worker thread, batched across requests.
+"""All codec work of the vocoder, on one worker thread, batched across requests, each request's state in a slot.
 
-The event loop never runs torch: callers `await decode(state, codes)`, the job joins a queue, and one batcher task
-hands everything queued so far to the worker thread as one `decode_chunks` call. While the thread is busy, new jobs
-pile up and go together in the next call, so batching grows with load without any waiting on purpose.
+The event loop never runs torch: callers `await decode(stream, codes)`, the job joins a queue, and one batcher task
+hands everything queued so far to the worker thread as one `SlotDecoder.decode_chunks` call. While the thread is
+busy, new jobs pile up and go together in the next call, so batching grows with load without any waiting on purpose.
+
+Each request holds a `CodecStream` (a slot of the decoder's state pool) from `new_stream()` until `release()`.
+Slots are taken and given back on the codec thread, in order with the decode calls, and a job of a released
+stream is dropped before it reaches the thread: so a slot is never reused while a call that wrote it is pending.
 """
 
 from __future__ import annotations
@@ -11,81 +15,142 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from services.model.codec.slot_decoder import SlotDecoder
+from services.model.codec.slot_pool import SlotsExhausted
 from services.vocoder.errors import CodecFailure, UndecodableCodes
 
 log = logging.getLogger(__name__)
 
 
+class CodecStream:
+    """One request's hold on a codec state slot, from `CodecWorker.new_stream()` until `release()`."""
+
+    __slots__ = ("slot", "is_released", "_worker")
+
+    def __init__(self, slot: int, worker: CodecWorker) -> None:
+        self.slot = slot
+        self.is_released = False
+        self._worker = worker
+
+    def release(self) -> None:
+        """Give the slot back (idempotent); decodes of this stream still queued fail with CodecFailure."""
+        self._worker.release(self)
+
+    def __repr__(self) -> str:
+        return f"CodecStream(slot={self.slot}, released={self.is_released})"
+
+
 @dataclass(slots=True)
 class _Job:
-    state: Any
+    stream: CodecStream
     codes: np.ndarray
     done: asyncio.Future = field(repr=False)
 
 
 class CodecWorker:
-    """Owns the codec decoder and the single thread that runs it.
+    """Owns the slot decoder and the single thread that runs it.
 
-    `decoder` is a `services.model.codec.CodecDecoder` (or anything with `new_stream`, `decode_chunk`, optionally
-    `decode_chunks`, `config.codebook_size`, `config.num_quantizers`, `sample_rate`, `samples_per_frame`).
+    The pool holds `slots.max_streams` streams: the caller bounds its concurrent streams by that (the vocoder sizes
+    it as max_streams + max_redecodes); one past it gets SlotsExhausted.
     """
 
-    def __init__(self, decoder: Any, *, max_batch: int = 32, executor: ThreadPoolExecutor | None = None,
+    def __init__(self, slots: SlotDecoder, *, max_batch: int = 32, executor: ThreadPoolExecutor | None = None,
                  batch_across_requests: bool = True) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        self.decoder = decoder
+        self.slots = slots
+        self.decoder = slots.decoder
         self.max_batch = max_batch
         # Off: each chunk is decoded alone (same kernels whatever the load, so a re-decode is bit-identical).
         self.batch_across_requests = batch_across_requests
-        self.sample_rate: int = decoder.sample_rate
-        self.samples_per_frame: int = decoder.samples_per_frame
+        self.sample_rate: int = self.decoder.sample_rate
+        self.samples_per_frame: int = self.decoder.samples_per_frame
         self._owns_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocoder-codec")
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
         self._batcher: asyncio.Task | None = None
+        self._closed = False
         self.num_calls = 0
         self.max_batch_seen = 0
 
     @classmethod
-    async def load(cls, load_decoder: Callable[..., Any], *args: Any, max_batch: int = 32,
-                   batch_across_requests: bool = True) -> CodecWorker:
-        """Build the decoder with `load_decoder(*args)` on the worker's own thread (torch stays off the event
-        loop, and a GPU context is made on the thread that will use it); the worker owns that thread."""
+    async def load(cls, load_decoder: Callable[..., Any], *args: Any, max_streams: int, max_batch: int = 32,
+                   batch_across_requests: bool = True, capture: bool | None = None) -> CodecWorker:
+        """Build the decoder with `load_decoder(*args)` and its slot decoder on the worker's own thread (torch stays
+        off the event loop, and a GPU context is made on the thread that will use it), and build (on CUDA: capture)
+        every step shape before returning, so the first requests are as fast as the rest."""
+        max_rows = max_batch if batch_across_requests else 1
+
+        def build() -> SlotDecoder:
+            slots = SlotDecoder(load_decoder(*args), max_streams=max_streams, max_rows=max_rows, capture=capture)
+            slots.warm_up()
+            return slots
+
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocoder-codec")
         try:
-            decoder = await asyncio.get_running_loop().run_in_executor(executor, load_decoder, *args)
+            slots = await asyncio.get_running_loop().run_in_executor(executor, build)
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        worker = cls(decoder, max_batch=max_batch, executor=executor, batch_across_requests=batch_across_requests)
+        worker = cls(slots, max_batch=max_batch, executor=executor, batch_across_requests=batch_across_requests)
         worker._owns_executor = True
         return worker
 
+    def graph_status(self) -> dict[str, int]:
+        """Step shapes replayed as CUDA graphs, and those whose capture failed (they run eagerly)."""
+        return {"codec_graphs": self.slots.num_graphs, "codec_capture_failures": len(self.slots.capture_failures)}
+
     async def run_on_thread(self, fn, *args):
-        """Run any torch work (loading, a fresh stream) on the codec thread."""
+        """Run any torch work on the codec thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def new_stream(self) -> Any:
-        """A fresh per-request codec state (allocated on the codec thread)."""
-        return await self.run_on_thread(self.decoder.new_stream)
+    async def new_stream(self) -> CodecStream:
+        """A slot holding a fresh per-request state (taken on the codec thread).
 
-    async def decode(self, state: Any, codes: np.ndarray) -> np.ndarray:
+        Cancelled while the slot is being taken, the slot goes back as soon as it is taken. SlotsExhausted when
+        every slot is held: a caller that admitted more streams than the pool holds.
+        """
+        taking = asyncio.get_running_loop().run_in_executor(self._executor, self.slots.acquire)
+        try:
+            slot = await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            taking.add_done_callback(self._release_untaken)
+            raise
+        except SlotsExhausted as exc:
+            raise SlotsExhausted(exc.code, f"{exc}; this vocoder holds {self.slots.max_streams} (its max_streams "
+                                           "plus max_redecodes): a request was admitted past the bound") from exc
+        return CodecStream(slot, self)
+
+    def _release_untaken(self, taking: asyncio.Future) -> None:
+        if not taking.cancelled() and taking.exception() is None:
+            self.release(CodecStream(taking.result(), self))
+
+    def release(self, stream: CodecStream) -> None:
+        """Give a stream's slot back, on the codec thread after every call already handed to it (idempotent)."""
+        if stream.is_released:
+            return
+        stream.is_released = True
+        if not self._closed:
+            self._executor.submit(self.slots.release, stream.slot).add_done_callback(_log_release_error)
+
+    async def decode(self, stream: CodecStream, codes: np.ndarray) -> np.ndarray:
         """Decode the next frames of one stream: int array [n, 16] -> float32 samples [n * samples_per_frame].
 
         Raises UndecodableCodes for codes of the wrong shape or out of the codebook's range (checked here, so one
-        bad chunk never fails the other requests of its batch).
+        bad chunk never fails the other requests of its batch), CodecFailure when the stream was released first.
         """
         self._validate(codes)
+        if stream.is_released:
+            raise CodecFailure(f"{stream} was released: its request ended")
         self._ensure_batcher()
-        job = _Job(state, codes, asyncio.get_running_loop().create_future())
+        job = _Job(stream, codes, asyncio.get_running_loop().create_future())
         self._queue.put_nowait(job)
         return await job.done
 
@@ -111,34 +176,35 @@ class CodecWorker:
             await self._run_batch(jobs)
 
     async def _run_batch(self, jobs: list[_Job]) -> None:
+        # No await between here and the hand-off: a stream released later is released after this call on the thread.
+        released = [j for j in jobs if j.stream.is_released]
+        _settle(released, [CodecFailure(f"{j.stream} was released: its request ended") for j in released])
+        jobs = [j for j in jobs if not j.stream.is_released]
+        if not jobs:
+            return
         self.num_calls += 1
         self.max_batch_seen = max(self.max_batch_seen, len(jobs))
         try:
-            outputs = await self.run_on_thread(self._decode_on_thread, [j.state for j in jobs], [j.codes for j in jobs])
+            outputs = await self.run_on_thread(self._decode_on_thread, [j.stream.slot for j in jobs],
+                                               [j.codes for j in jobs])
         except Exception as exc:  # a model error fails this batch's requests, never the batcher
             log.exception("codec call of %d chunks failed", len(jobs))
             failure = CodecFailure(f"the codec failed: {exc!r}")
             failure.__cause__ = exc
             outputs = [failure] * len(jobs)
-        for job, output in zip(jobs, outputs):
-            if job.done.cancelled():
-                continue
-            if isinstance(output, Exception):
-                job.done.set_exception(output)
-            else:
-                job.done.set_result(output)
+        _settle(jobs, outputs)
 
-    def _decode_on_thread(self, states: list[Any], codes: list[np.ndarray]) -> list[np.ndarray]:
+    def _decode_on_thread(self, slots: list[int], codes: list[np.ndarray]) -> list[np.ndarray]:
         tensors = [torch.from_numpy(np.ascontiguousarray(c, dtype=np.int64)) for c in codes]
-        batched = getattr(self.decoder, "decode_chunks", None)
-        if batched is not None and self.batch_across_requests and len(states) > 1:
-            audio = batched(states, tensors)
+        if self.batch_across_requests:
+            audio = self.slots.decode_chunks(slots, tensors, to_host=True)
         else:
-            audio = [self.decoder.decode_chunk(s, t) for s, t in zip(states, tensors)]
-        return [a.detach().to("cpu", torch.float32).numpy() for a in audio]
+            audio = [self.slots.decode_chunks([s], [t], to_host=True)[0] for s, t in zip(slots, tensors)]
+        return [a.numpy() for a in audio]
 
     async def close(self) -> None:
         """Stop the batcher (failing queued jobs) and the thread."""
+        self._closed = True
         if self._batcher is not None:
             self._batcher.cancel()
             await asyncio.gather(self._batcher, return_exceptions=True)
@@ -149,3 +215,18 @@ class CodecWorker:
                 job.done.set_exception(asyncio.CancelledError())
         if self._owns_executor:
             self._executor.shutdown(wait=True)
+
+
+def _settle(jobs: list[_Job], outputs: list[np.ndarray | Exception]) -> None:
+    for job, output in zip(jobs, outputs):
+        if job.done.done():  # cancelled: its request no longer waits
+            continue
+        if isinstance(output, Exception):
+            job.done.set_exception(output)
+        else:
+            job.done.set_result(output)
+
+
+def _log_release_error(done: Future) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.error("giving a codec slot back failed: %r", done.exception())

@@ -77,10 +77,13 @@ class Redecoder:
         async with self._slots:
             try:
                 state = await self._codec.new_stream()
-                for item in chunks:
-                    samples = await self._codec.decode(state, item.message.frames())
-                    if item.message.seq >= request.from_seq:
-                        await self._audio.publish(item.message, samples)
+                try:
+                    for item in chunks:
+                        samples = await self._codec.decode(state, item.message.frames())
+                        if item.message.seq >= request.from_seq:
+                            await self._audio.publish(item.message, samples)
+                finally:
+                    state.release()
                 self.num_served += 1
                 log.info("re-decoded %s from seq %d (%d chunks)", request.request_id, request.from_seq,
                          max(0, len(chunks) - request.from_seq))

@@ -22,8 +22,8 @@ class RequestStream:
     Attributes:
         request_id: the request.
         partition: its vocoder partition.
-        codec_state: the streaming codec state (`CodecDecoder.new_stream()`); None until the first message is
-            handled (it is made on the codec thread).
+        codec_state: the request's codec slot (`CodecWorker.new_stream()`, released with the stream); None until
+            the first message is handled (it is taken on the codec thread).
         epoch: the newest decode-owner epoch seen (TakeoverMarker or chunk); chunks of lower epochs are stale.
         owner: the decode replica producing its codes, once known (TakeoverMarker or `owner.<id>`).
         next_seq: the seq of the next CodesChunk to voice (= audio chunks published so far).
@@ -93,6 +93,8 @@ class StreamTable:
     def release(self, request_id: str, *, ended: bool) -> RequestStream | None:
         """Drop a request's state; `ended` remembers that it must not be reopened."""
         stream = self._streams.pop(request_id, None)
+        if stream is not None and stream.codec_state is not None:
+            stream.codec_state.release()  # its codec slot goes back to the pool
         if ended:
             self._ended[request_id] = None
             self._ended.move_to_end(request_id)

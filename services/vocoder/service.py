@@ -94,8 +94,10 @@ async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
     """Load the codec decoder on the worker thread that will run it (torch never runs on the event loop)."""
     from services.model.codec import load_codec_decoder
 
+    # One codec slot per stream the replica admits: its table holds max_streams, its re-decodes max_redecodes.
     return await CodecWorker.load(load_codec_decoder, codec_dir(settings), settings.device, _DTYPES[settings.dtype],
-                                  max_batch=max_batch, batch_across_requests=settings.codec_batching)
+                                  max_streams=settings.max_streams + settings.max_redecodes, max_batch=max_batch,
+                                  batch_across_requests=settings.codec_batching)
 
 
 async def serve(settings: VocoderSettings, stop: asyncio.Event) -> None:

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from services.model.codec.stream_state import StreamBatch
+from services.model.codec.stream_state import StreamRows
 
 
 class StreamingConv(nn.Module):
@@ -25,13 +25,12 @@ class StreamingConv(nn.Module):
         super().__init__()
         self.history_slot: int | None = None
 
-    def _with_history(self, x: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+    def _with_history(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """Prepend the stored history to `x` and store the new tail for the next chunk."""
         if self.history_len == 0:
             return x
         full = torch.cat([stream.conv_histories[self.history_slot], x], dim=-1)
-        # clone: a view would pin the whole chunk's activations inside the state.
-        stream.conv_histories[self.history_slot] = full[..., full.shape[-1] - self.history_len :].clone()
+        stream.conv_histories[self.history_slot] = stream.keep(full[..., full.shape[-1] - self.history_len :])
         return full
 
 
@@ -44,7 +43,7 @@ class CausalConv1d(StreamingConv):
         self.in_channels = in_channels
         self.history_len = (kernel_size - 1) * dilation
 
-    def forward(self, x: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, C_in, n] -> [B, C_out, n]."""
         return self.conv(self._with_history(x, stream))
 
@@ -64,7 +63,7 @@ class CausalConvTranspose1d(StreamingConv):
         self.stride = stride
         self.history_len = math.ceil(kernel_size / stride) - 1
 
-    def forward(self, x: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, C_in, n] -> [B, C_out, n * stride]."""
         num_new = x.shape[-1]
         y = self.conv(self._with_history(x, stream))

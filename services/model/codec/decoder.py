@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
+from collections.abc import Hashable, Sequence
 
 import torch
 from torch import nn
@@ -18,7 +19,7 @@ from services.model.codec.causal_conv import CausalConv1d, StreamingConv
 from services.model.codec.config import CodecConfig
 from services.model.codec.errors import CodecInputError
 from services.model.codec.quantizer import SplitQuantizerDecoder
-from services.model.codec.stream_state import CodecStreamState, StreamBatch, StreamLayout, check_states
+from services.model.codec.stream_state import CodecStreamState, StreamBatch, StreamLayout, StreamRows, check_states
 from services.model.codec.transformer import PreTransformer
 from services.model.codec.upsampler import build_upsampler, run_upsampler
 from services.model.codec.vocoder import build_vocoder, run_vocoder
@@ -108,7 +109,7 @@ class CodecDecoder(nn.Module):
         check_states(states, self.stream_layout)
         checked = [self._checked_codes(c) for c in codes]
         results: list[torch.Tensor] = [self._empty_audio()] * len(states)
-        for rows in _forward_passes(states, [chunk.shape[0] for chunk in checked]):
+        for rows in forward_passes([id(s) for s in states], [chunk.shape[0] for chunk in checked]):
             audio = self._decode_group([states[r] for r in rows], torch.stack([checked[r] for r in rows]))
             for row, samples in zip(rows, audio):
                 results[row] = samples
@@ -117,12 +118,12 @@ class CodecDecoder(nn.Module):
     def _decode_group(self, states: list[CodecStreamState], codes: torch.Tensor) -> torch.Tensor:
         """codes [B, n, Q] for B streams at any positions -> float32 [B, n * samples_per_frame]."""
         stream = StreamBatch(states)
-        with self._float32_convolutions():
+        with self.float32_convolutions():
             audio = self.forward(codes, stream)
         stream.scatter(states, codes.shape[1])
         return audio.float()
 
-    def _float32_convolutions(self) -> contextlib.AbstractContextManager:
+    def float32_convolutions(self) -> contextlib.AbstractContextManager:
         """On CUDA, cuDNN runs float32 convolutions in TF32 by default: ~1e-3 off, and off
         differently for different chunk lengths, which would break exact streaming. A float32
         decoder turns TF32 off for the length of its own calls."""
@@ -130,7 +131,7 @@ class CodecDecoder(nn.Module):
             return contextlib.nullcontext()
         return _cudnn_tf32_disabled()
 
-    def forward(self, codes: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+    def forward(self, codes: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, n, Q] codes -> [B, n * samples_per_frame] samples, reading and updating `stream`."""
         latents = self.pre_conv(self.quantizer(codes), stream)  # [B, latent, n]
         latents = self.pre_transformer(latents.transpose(1, 2), stream).transpose(1, 2)
@@ -141,6 +142,12 @@ class CodecDecoder(nn.Module):
 
     def _checked_codes(self, codes: torch.Tensor) -> torch.Tensor:
         """Validate a [n, Q] integer tensor of codes in range; return it as int64 on our device."""
+        self.validate_codes(codes)
+        return codes.to(device=self.device, dtype=torch.long)
+
+    def validate_codes(self, codes: torch.Tensor) -> None:
+        """Raise CodecInputError unless `codes` is a [n, Q] integer tensor of codes in range (checked where it
+        lies: a host tensor costs no device sync)."""
         config = self.config
         if not isinstance(codes, torch.Tensor):
             raise CodecInputError("codes_type", f"codes must be a torch.Tensor, got {type(codes).__name__}")
@@ -158,7 +165,6 @@ class CodecDecoder(nn.Module):
                     "codes_out_of_range",
                     f"codes must lie in [0, {config.codebook_size}), got values in [{low}, {high}]",
                 )
-        return codes.to(device=self.device, dtype=torch.long)
 
 
 @contextlib.contextmanager
@@ -172,19 +178,20 @@ def _cudnn_tf32_disabled():
         torch.backends.cudnn.allow_tf32 = previous
 
 
-def _forward_passes(states: list[CodecStreamState], lengths: list[int]) -> list[list[int]]:
-    """Rows of a `decode_chunks` call grouped into forward passes, in the order to run them.
+def forward_passes(streams: Sequence[Hashable], lengths: Sequence[int]) -> list[list[int]]:
+    """Rows of a batched decode call grouped into forward passes, in the order to run them.
 
-    Pass round r holds each state's r-th chunk (so a state listed twice advances in order),
-    split by chunk length (one batch needs one length). Empty chunks need no pass.
+    `streams[row]` names the stream a row belongs to (a state's id, a slot). Pass round r holds each
+    stream's r-th chunk (so a stream listed twice advances in order), split by chunk length (one batch
+    needs one length). Empty chunks need no pass.
     """
     rounds: list[dict[int, list[int]]] = []
-    chunks_seen: dict[int, int] = defaultdict(int)
+    chunks_seen: dict[Hashable, int] = defaultdict(int)
     for row, length in enumerate(lengths):
         if length == 0:
             continue
-        index = chunks_seen[id(states[row])]
-        chunks_seen[id(states[row])] += 1
+        index = chunks_seen[streams[row]]
+        chunks_seen[streams[row]] += 1
         if index == len(rounds):
             rounds.append(defaultdict(list))
         rounds[index][length].append(row)

@@ -10,6 +10,7 @@ depends only on the chunk, never on how many frames came before it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -63,6 +64,23 @@ class CodecStreamState:
         return [tuple(t.shape) for t in self.tensors()]
 
 
+class StreamRows(Protocol):
+    """What the decoder's modules read and replace during one forward: B streams' states as batched tensors.
+
+    Modules read `conv_histories[slot]` / `keys[layer]` / `values[layer]` (leading dim B) and `positions`
+    ([B] frames decoded so far), and assign the updated tensors back, each passed through `keep`.
+    """
+
+    positions: torch.Tensor
+    conv_histories: list[torch.Tensor]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    def keep(self, tail: torch.Tensor) -> torch.Tensor:
+        """The form in which an updated state tensor (a view into a chunk's activations) is kept."""
+        ...
+
+
 class StreamBatch:
     """The states of B requests stacked on a leading batch dim, read and replaced by one forward.
 
@@ -76,6 +94,11 @@ class StreamBatch:
         self.conv_histories = [_stack([s.conv_histories[i] for s in states]) for i in range(len(states[0].conv_histories))]
         self.keys = [_stack([s.keys[i] for s in states]) for i in range(len(states[0].keys))]
         self.values = [_stack([s.values[i] for s in states]) for i in range(len(states[0].values))]
+
+    @staticmethod
+    def keep(tail: torch.Tensor) -> torch.Tensor:
+        # A copy: the state outlives the call, and a view would pin the whole chunk's activations.
+        return tail.clone()
 
     def scatter(self, states: list[CodecStreamState], num_new_frames: int) -> None:
         """Give each state its row of the updated tensors and advance its frame count."""

@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from services.model.codec.config import CodecConfig
-from services.model.codec.stream_state import StreamBatch
+from services.model.codec.stream_state import StreamRows
 
 
 class RMSNorm(nn.Module):
@@ -76,7 +76,7 @@ class SlidingWindowAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, kv_inner, bias=bias)
         self.o_proj = nn.Linear(inner, config.hidden_size, bias=bias)
 
-    def forward(self, x, cos, sin, mask, stream: StreamBatch) -> torch.Tensor:
+    def forward(self, x, cos, sin, mask, stream: StreamRows) -> torch.Tensor:
         """x [B, n, hidden]; mask [B, 1, n, window + n] bool (True = may attend)."""
         batch, num_new, _ = x.shape
         q = self.q_proj(x).view(batch, num_new, self.num_heads, self.head_dim).transpose(1, 2)
@@ -86,8 +86,8 @@ class SlidingWindowAttention(nn.Module):
         keys = torch.cat([stream.keys[self.layer_index], k], dim=2)
         values = torch.cat([stream.values[self.layer_index], v], dim=2)
         window = stream.keys[self.layer_index].shape[2]
-        stream.keys[self.layer_index] = keys[:, :, keys.shape[2] - window :].clone()
-        stream.values[self.layer_index] = values[:, :, values.shape[2] - window :].clone()
+        stream.keys[self.layer_index] = stream.keep(keys[:, :, keys.shape[2] - window :])
+        stream.values[self.layer_index] = stream.keep(values[:, :, values.shape[2] - window :])
         groups = self.num_heads // self.num_kv_heads
         if groups > 1:
             keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
@@ -106,7 +106,7 @@ class TransformerLayer(nn.Module):
         self.mlp = GatedMlp(dim, config.intermediate_size)
         self.mlp_layer_scale = LayerScale(dim, initial)
 
-    def forward(self, x, cos, sin, mask, stream: StreamBatch) -> torch.Tensor:
+    def forward(self, x, cos, sin, mask, stream: StreamRows) -> torch.Tensor:
         x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, stream))
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
 
@@ -122,7 +122,7 @@ class PreTransformer(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.output_proj = nn.Linear(config.hidden_size, config.latent_dim)
 
-    def forward(self, x: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         num_new = x.shape[1]
         positions = stream.positions[:, None] + torch.arange(num_new, device=x.device)  # [B, n]
         mask = self._attention_mask(stream.positions, num_new)

@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 from services.model.codec.causal_conv import CausalConv1d, CausalConvTranspose1d
 from services.model.codec.config import CodecConfig
-from services.model.codec.stream_state import StreamBatch
+from services.model.codec.stream_state import StreamRows
 
 
 class ConvNeXtBlock(nn.Module):
@@ -26,7 +26,7 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
 
-    def forward(self, x: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, C, n] -> [B, C, n]."""
         h = self.dwconv(x, stream).transpose(1, 2)
         h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
@@ -42,7 +42,7 @@ def build_upsampler(config: CodecConfig) -> nn.ModuleList:
     )
 
 
-def run_upsampler(stages: nn.ModuleList, x: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+def run_upsampler(stages: nn.ModuleList, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
     """[B, latent, n] -> [B, latent, n * prod(upsampling_ratios)]."""
     for transposed, convnext in stages:
         x = convnext(transposed(x, stream), stream)

@@ -12,7 +12,7 @@ from torch import nn
 
 from services.model.codec.causal_conv import CausalConv1d, CausalConvTranspose1d
 from services.model.codec.config import CodecConfig
-from services.model.codec.stream_state import StreamBatch
+from services.model.codec.stream_state import StreamRows
 
 _RESIDUAL_DILATIONS = (1, 3, 9)
 # Guards 1 / exp(beta) against division by zero, as the reference does.
@@ -27,7 +27,7 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: torch.Tensor, stream: StreamBatch | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, stream: StreamRows | None = None) -> torch.Tensor:
         alpha = self.alpha.exp()[None, :, None]
         beta = self.beta.exp()[None, :, None]
         return x + (1.0 / (beta + _SNAKE_EPSILON)) * torch.sin(x * alpha).pow(2)
@@ -41,7 +41,7 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
 
-    def forward(self, x: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         h = self.conv1(self.act1(x), stream)
         return x + self.conv2(self.act2(h), stream)
 
@@ -55,7 +55,7 @@ class VocoderBlock(nn.Module):
         layers += [ResidualUnit(out_dim, dilation) for dilation in _RESIDUAL_DILATIONS]
         self.block = nn.ModuleList(layers)
 
-    def forward(self, x: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         for layer in self.block:
             x = layer(x, stream)
         return x
@@ -71,7 +71,7 @@ def build_vocoder(config: CodecConfig) -> nn.ModuleList:
     return nn.ModuleList(layers)
 
 
-def run_vocoder(layers: nn.ModuleList, x: torch.Tensor, stream: StreamBatch) -> torch.Tensor:
+def run_vocoder(layers: nn.ModuleList, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
     """[B, latent, m] -> [B, m * prod(upsample_rates)] samples clamped to [-1, 1]."""
     for layer in layers:
         x = layer(x, stream)

@@ -1,0 +1,182 @@
+"""Streaming decode of many requests at once: states in fixed slots, padded batches, one CUDA graph per shape.
+
+    slots = SlotDecoder(decoder, max_streams=68, max_rows=32)
+    slots.warm_up()                                   # every (rows bucket, frames) step, graphed on CUDA
+    a, b = slots.acquire(), slots.acquire()           # one slot per request, for the life of its stream
+    audio = slots.decode_chunks([a, b], [codes_a, codes_b], to_host=True)
+    slots.release(a)
+
+A call groups its chunks into forward passes (same length, one chunk per stream per pass), pads each pass up to a
+row bucket (powers of two up to `max_rows`) with rows that read the pool's untouched scratch slot, and runs the
+step of that (rows, frames) shape. Chunks longer than `max_chunk_frames` are decoded in pieces (streaming is
+exact, so pieces concatenate to the whole). A row's result never depends on the other rows of its batch, and a
+stream's chunks concatenate to its full decode (up to float rounding).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+
+from services.model.codec.decoder import CodecDecoder, forward_passes
+from services.model.codec.errors import CodecInputError
+from services.model.codec.shape_step import ShapeStep
+from services.model.codec.slot_pool import CodecSlotPool
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CHUNK_FRAMES = 8
+"""The decode service's largest chunk: one step shape per length 1..8 covers every chunk it sends."""
+
+
+def row_buckets(max_rows: int) -> tuple[int, ...]:
+    """Batch sizes a pass is padded up to: 1, 2, 4, ... below `max_rows`, then `max_rows`."""
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    buckets, size = [], 1
+    while size < max_rows:
+        buckets.append(size)
+        size *= 2
+    return (*buckets, max_rows)
+
+
+class SlotDecoder:
+    """A `CodecDecoder` run over a `CodecSlotPool` in padded, fixed-shape steps (CUDA graphs when `capture`).
+
+    Not thread-safe: every method runs on the one thread that owns the decoder.
+    """
+
+    def __init__(self, decoder: CodecDecoder, *, max_streams: int, max_rows: int = 32,
+                 max_chunk_frames: int = DEFAULT_MAX_CHUNK_FRAMES, capture: bool | None = None) -> None:
+        if max_chunk_frames < 1:
+            raise ValueError(f"max_chunk_frames must be >= 1, got {max_chunk_frames}")
+        self.decoder = decoder
+        self.buckets = row_buckets(max_rows)
+        self.max_chunk_frames = max_chunk_frames
+        self.capture = decoder.device.type == "cuda" if capture is None else capture
+        if self.capture and decoder.device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA decoder, this one is on {decoder.device}")
+        with torch.inference_mode():
+            self.pool = CodecSlotPool(decoder.stream_layout, max_streams, decoder.device, decoder.dtype)
+        self._graph_pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self._steps: dict[tuple[int, int], ShapeStep] = {}
+        self.capture_failures: dict[tuple[int, int], str] = {}
+        """(rows, frames) -> why its capture failed; those shapes run eagerly."""
+
+    @property
+    def max_rows(self) -> int:
+        return self.buckets[-1]
+
+    @property
+    def max_streams(self) -> int:
+        return self.pool.max_streams
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """(rows, frames) of every step built so far, in order."""
+        return sorted(self._steps)
+
+    @property
+    def num_graphs(self) -> int:
+        return sum(step.is_graphed for step in self._steps.values())
+
+    @torch.inference_mode()
+    def warm_up(self) -> None:
+        """Build (and on CUDA capture) the step of every shape now, so the first requests run as fast as the rest."""
+        for rows in self.buckets:
+            for frames in range(1, self.max_chunk_frames + 1):
+                self._step(rows, frames)
+        if self.capture:
+            torch.cuda.synchronize(self.decoder.device)
+            log.info("codec: %d of %d step shapes captured as CUDA graphs", self.num_graphs, len(self._steps))
+
+    def acquire(self) -> int:
+        """A slot holding a fresh stream's state (SlotsExhausted when every slot is taken)."""
+        with torch.inference_mode():
+            return self.pool.acquire()
+
+    def release(self, slot: int) -> None:
+        self.pool.release(slot)
+
+    @torch.inference_mode()
+    def decode_chunks(self, slots: Sequence[int], codes: Sequence[torch.Tensor], *,
+                      to_host: bool = False) -> list[torch.Tensor]:
+        """Decode one chunk (`codes[i]`: [n, 16] integers, best on the host) for the stream in `slots[i]` each.
+
+        A slot listed more than once gets its chunks in list order. Every chunk is validated before any state
+        changes. Returns float32 samples [n * samples_per_frame] per entry, in input order: on the decoder's device,
+        or with `to_host` on the CPU (one synchronisation for the whole call).
+        """
+        pieces, owners = self._pieces(slots, codes)
+        outputs: list[torch.Tensor | None] = [None] * len(pieces)
+        for rows in forward_passes([slots[owner] for owner in owners], [p.shape[0] for p in pieces]):
+            for start in range(0, len(rows), self.max_rows):
+                group = rows[start:start + self.max_rows]
+                audio = self._run_pass([slots[owners[r]] for r in group], [pieces[r] for r in group], to_host)
+                for row, samples in zip(group, audio):
+                    outputs[row] = samples
+        if to_host and self.decoder.device.type == "cuda":
+            torch.cuda.current_stream(self.decoder.device).synchronize()
+        return self._joined(len(slots), owners, outputs, to_host)
+
+    def _pieces(self, slots: Sequence[int], codes: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:
+        """Validated chunks cut to at most `max_chunk_frames` frames, and the input entry each piece belongs to."""
+        if len(slots) != len(codes):
+            raise CodecInputError("length_mismatch", f"{len(slots)} slots but {len(codes)} code chunks")
+        for slot in slots:
+            self.pool.check_in_use(slot)
+        for chunk in codes:
+            self.decoder.validate_codes(chunk)
+        pieces, owners = [], []
+        for entry, chunk in enumerate(codes):
+            for start in range(0, chunk.shape[0], self.max_chunk_frames):
+                pieces.append(chunk[start:start + self.max_chunk_frames].to("cpu", torch.long))
+                owners.append(entry)
+        return pieces, owners
+
+    def _run_pass(self, slots: list[int], chunks: list[torch.Tensor], to_host: bool) -> list[torch.Tensor]:
+        """One padded step over chunks of one length, one per slot; returns each chunk's samples (copied out)."""
+        real, frames = len(slots), chunks[0].shape[0]
+        rows = next(bucket for bucket in self.buckets if bucket >= real)
+        pinned = self.decoder.device.type == "cuda"
+        host_slots = torch.full((rows,), self.pool.scratch, dtype=torch.long, pin_memory=pinned)
+        host_slots[:real] = torch.tensor(slots, dtype=torch.long)
+        host_codes = torch.zeros((rows, frames, self.decoder.config.num_quantizers), dtype=torch.long,
+                                 pin_memory=pinned)
+        host_codes[:real] = torch.stack(chunks)
+        audio = self._step(rows, frames).run(host_slots, host_codes)[:real]
+        if to_host:
+            copied = torch.empty(audio.shape, dtype=audio.dtype, pin_memory=pinned)
+            copied.copy_(audio, non_blocking=True)
+        else:
+            copied = audio.clone()
+        return list(copied)
+
+    def _step(self, rows: int, frames: int) -> ShapeStep:
+        step = self._steps.get((rows, frames))
+        if step is None:
+            step = ShapeStep(self.decoder, self.pool, rows, frames)
+            if self.capture:
+                self._try_capture(step)
+            self._steps[(rows, frames)] = step
+        return step
+
+    def _try_capture(self, step: ShapeStep) -> None:
+        try:
+            step.capture(self._graph_pool)
+        except Exception as exc:  # any capture failure leaves that shape eager; reported once, here
+            reason = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+            self.capture_failures[(step.rows, step.frames)] = reason
+            log.warning("codec: capturing the %d x %d-frame step failed, it runs eagerly: %s", step.rows,
+                        step.frames, reason)
+
+    def _joined(self, count: int, owners: list[int], outputs: list[torch.Tensor | None],
+                to_host: bool) -> list[torch.Tensor]:
+        """Each input entry's samples: its pieces in order (an empty chunk gives no samples)."""
+        device = "cpu" if to_host else self.decoder.device
+        parts: list[list[torch.Tensor]] = [[] for _ in range(count)]
+        for owner, samples in zip(owners, outputs):
+            parts[owner].append(samples)
+        return [torch.cat(p) if len(p) > 1 else p[0] if p else torch.zeros(0, device=device) for p in parts]

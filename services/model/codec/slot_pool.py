@@ -1,0 +1,121 @@
+"""Every request's codec state in a fixed slot of preallocated pools, so that a batch is a tensor of slot indices.
+
+One flat buffer holds each slot's conv histories and K/V windows side by side (`[slots, state elements]`, a row per
+slot) and a second its frame position. A forward gathers its rows by index (`index_select`), runs on that copy, and
+writes the updated rows back (`index_copy_`): no Python loop over requests and no host sync, so the whole step can
+be captured as a CUDA graph whose only inputs are codes and slot indices.
+
+Two slots past `max_streams` serve padding rows (a batch padded up to its bucket): padding rows read `scratch`,
+which nothing ever writes, so it stays a fresh stream's zero state, and write to `sink`, which nothing reads. So a
+padding row computes the same thing every time and never touches a request's state.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from services.model.codec.errors import CodecError, CodecInputError
+from services.model.codec.stream_state import StreamLayout
+
+
+class SlotsExhausted(CodecError):
+    """Every slot of the pool holds a stream: a caller admitted more concurrent streams than the pool was sized for."""
+
+
+class SlotRows:
+    """The pool rows of one forward's batch, gathered by slot index (the `StreamRows` the decoder's modules read)."""
+
+    def __init__(self, pool: CodecSlotPool, slots: torch.Tensor) -> None:
+        self.positions = pool.positions.index_select(0, slots)
+        self.conv_histories, self.keys, self.values = pool.views(pool.flat.index_select(0, slots))
+
+    @staticmethod
+    def keep(tail: torch.Tensor) -> torch.Tensor:
+        # No copy: `CodecSlotPool.store` copies the tails into the pool before the activations go.
+        return tail
+
+
+class CodecSlotPool:
+    """The states of up to `max_streams` streams, one slot each, on the decoder's device and dtype.
+
+    `acquire()` hands out a free slot holding a fresh stream's state; `release()` takes it back. Both run on the
+    thread that runs the decoder (they write the pool), in order with the forwards.
+    """
+
+    def __init__(self, layout: StreamLayout, max_streams: int, device: torch.device, dtype: torch.dtype) -> None:
+        if max_streams < 1:
+            raise ValueError(f"max_streams must be >= 1, got {max_streams}")
+        self.layout = layout
+        self.max_streams = max_streams
+        self.scratch = max_streams
+        self.sink = max_streams + 1
+        shapes = [*layout.conv_history_shapes] + [layout.kv_shape] * (2 * layout.num_layers)
+        self._shapes = [tuple(shape) for shape in shapes]
+        self._offsets = [0]
+        for shape in self._shapes:
+            self._offsets.append(self._offsets[-1] + _numel(shape))
+        # Zero history is exactly the zero padding a full decode applies at the start.
+        self.flat = torch.zeros((max_streams + 2, self._offsets[-1]), device=device, dtype=dtype)
+        self.positions = torch.zeros(max_streams + 2, device=device, dtype=torch.long)
+        self.conv_histories, self.keys, self.values = self.views(self.flat)
+        self._free = list(range(max_streams - 1, -1, -1))  # pop() hands out the lowest slot first
+        self._in_use: set[int] = set()
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def views(self, flat: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """Conv histories, keys and values as `[rows, *shape]` views of `flat` ([rows, state elements])."""
+        tensors = [flat[:, start:end].view(flat.shape[0], *shape)
+                   for shape, start, end in zip(self._shapes, self._offsets, self._offsets[1:])]
+        num_convs, num_layers = len(self.layout.conv_history_shapes), self.layout.num_layers
+        return tensors[:num_convs], tensors[num_convs:num_convs + num_layers], tensors[num_convs + num_layers:]
+
+    def acquire(self) -> int:
+        """A free slot, reset to a fresh stream's state (zero history, frame 0)."""
+        if not self._free:
+            raise SlotsExhausted("slots_exhausted", f"all {self.max_streams} codec stream slots are in use; the "
+                                                    "caller must bound its concurrent streams by the pool's size")
+        slot = self._free.pop()
+        self.flat[slot].zero_()
+        self.positions[slot].zero_()
+        self._in_use.add(slot)
+        return slot
+
+    def release(self, slot: int) -> None:
+        """Give a slot back; its rows are reset when it is next acquired."""
+        self.check_in_use(slot)
+        self._in_use.remove(slot)
+        self._free.append(slot)
+
+    def check_in_use(self, slot: int) -> None:
+        if slot not in self._in_use:
+            raise CodecInputError("slot_not_in_use", f"codec slot {slot} is not held by a stream")
+
+    def gather(self, slots: torch.Tensor) -> SlotRows:
+        """The rows of `slots` ([rows] long, on the pool's device), copied out for one forward."""
+        return SlotRows(self, slots)
+
+    def padding_to_sink(self, slots: torch.Tensor) -> torch.Tensor:
+        """Where each row's updated state goes: its own slot, or `sink` for a padding row."""
+        return torch.where(slots == self.scratch, self.sink, slots)
+
+    def store(self, targets: torch.Tensor, rows: SlotRows, num_new_frames: int) -> None:
+        """Write a forward's updated rows to the slots `targets` and advance their positions."""
+        for pool, updated in zip(self.conv_histories + self.keys + self.values,
+                                 rows.conv_histories + rows.keys + rows.values):
+            pool.index_copy_(0, targets, updated)
+        self.positions.index_copy_(0, targets, rows.positions + num_new_frames)
+
+    def num_frames(self, slot: int) -> int:
+        """Frames decoded so far by the stream in `slot` (a host sync: for tests and logs, not the hot path)."""
+        self.check_in_use(slot)
+        return int(self.positions[slot])
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count

@@ -1,0 +1,115 @@
+"""The vocoder's CodecWorker over the slot decoder: a stream holds a slot until released, a released slot is
+reused clean, a released stream's queued work never runs, and a cancelled `new_stream` gives its slot back."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from services.model.codec import load_codec_decoder
+from services.model.codec.slot_pool import SlotsExhausted
+from services.vocoder.codec_worker import CodecWorker, _Job
+from services.vocoder.errors import CodecFailure
+from services.vocoder.service import CODEC_SUBDIR
+from services.vocoder.streams import RequestStream, StreamTable
+from tests.test_vocoder_support import (
+    chunk_sizes,
+    codec_decoder,  # noqa: F401 (fixture)
+    codec_model_dir,  # noqa: F401 (fixture)
+    random_codes,
+)
+
+
+@pytest.fixture
+async def worker(codec_model_dir):
+    codec = await CodecWorker.load(load_codec_decoder, codec_model_dir / CODEC_SUBDIR, "cpu", torch.float32,
+                                   max_streams=2, max_batch=4)
+    try:
+        yield codec
+    finally:
+        await codec.close()
+
+
+async def _voice(worker: CodecWorker, stream, codes: np.ndarray) -> np.ndarray:
+    pieces, start = [], 0
+    for size in chunk_sizes(codes.shape[0]):
+        pieces.append(await worker.decode(stream, codes[start:start + size]))
+        start += size
+    return np.concatenate(pieces)
+
+
+async def test_streams_decode_in_their_slots_and_a_released_slot_is_reused_clean(worker, codec_decoder):
+    codes = [random_codes(13, codec_decoder.config.codebook_size, seed=n) for n in range(3)]
+    first, second = await worker.new_stream(), await worker.new_stream()
+    assert {first.slot, second.slot} == {0, 1}
+    audio = await asyncio.gather(_voice(worker, first, codes[0]), _voice(worker, second, codes[1]))
+    for samples, stream_codes in zip(audio, codes):
+        full = codec_decoder.decode(torch.from_numpy(stream_codes)).numpy()
+        assert np.abs(samples - full).max() <= 1e-5
+    with pytest.raises(SlotsExhausted, match="max_streams plus max_redecodes"):
+        await worker.new_stream()
+    first.release()
+    first.release()  # idempotent
+    reused = await worker.new_stream()
+    assert reused.slot == first.slot
+    again = await _voice(worker, reused, codes[2])
+    full = codec_decoder.decode(torch.from_numpy(codes[2])).numpy()
+    assert np.abs(again - full).max() <= 1e-5, "a reused slot starts from a fresh stream's state"
+    with pytest.raises(CodecFailure, match="released"):
+        await worker.decode(first, codes[0][:2])
+
+
+async def test_queued_work_of_a_released_stream_is_dropped(worker, codec_decoder):
+    live, ended = await worker.new_stream(), await worker.new_stream()
+    codes = random_codes(2, codec_decoder.config.codebook_size, seed=7)
+    loop = asyncio.get_running_loop()
+    jobs = [_Job(live, codes, loop.create_future()), _Job(ended, codes, loop.create_future())]
+    ended.release()  # after the jobs were queued, before the batcher handed them to the thread
+    await worker._run_batch(jobs)
+    assert jobs[0].done.result().shape == (2 * worker.samples_per_frame,)
+    with pytest.raises(CodecFailure, match="released"):
+        jobs[1].done.result()
+    frames = await worker.run_on_thread(worker.slots.pool.num_frames, live.slot)
+    assert frames == 2 and worker.num_calls == 1
+
+
+async def test_a_cancelled_new_stream_gives_its_slot_back(worker):
+    entered, go = threading.Event(), threading.Event()
+    acquire = worker.slots.acquire
+
+    def held_acquire() -> int:
+        entered.set()
+        go.wait()
+        return acquire()
+
+    worker.slots.acquire = held_acquire
+    task = asyncio.get_running_loop().create_task(worker.new_stream())
+    await asyncio.get_running_loop().run_in_executor(None, entered.wait)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    go.set()
+    worker.slots.acquire = acquire
+    # The slot is taken, then (its taker gone) handed back on the codec thread before anything queued after it.
+    await worker.run_on_thread(lambda: None)
+    assert await worker.run_on_thread(lambda: worker.slots.pool.num_free) == 2
+
+
+def test_the_stream_table_releases_a_stream_s_codec_slot():
+    released = []
+
+    class Slot:
+        def release(self) -> None:
+            released.append(self)
+
+    table = StreamTable(2)
+    slot = Slot()
+    table.add(RequestStream("a", 0, codec_state=slot))
+    table.add(RequestStream("b", 0, codec_state=None))
+    table.release("a", ended=False)
+    table.release("b", ended=True)
+    assert released == [slot]
