@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from loadtest import gpu_codec_slots
+from loadtest.gpu import gpu_codec_slots
 
 
 @pytest.fixture(autouse=True)

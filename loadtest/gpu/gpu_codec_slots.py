@@ -10,8 +10,8 @@ Each entry holds the median and best ms per call and the audio seconds made per 
 give the same audio for the same codes (3 chunks per stream from fresh states). Warm-up (capturing every shape,
 as the vocoder does before it reports ready) is timed once.
 
-    python3 -m loadtest.gpu_codec_slots --out slots.json --device cuda --dtype bfloat16 [--preset 0.6b]
-    python3 -m loadtest.gpu_codec_slots --out slots.json --device cpu --tiny --batch-sizes 2 --reps 1   # smoke
+    python3 -m loadtest.gpu.gpu_codec_slots --out slots.json --device cuda --dtype bfloat16 [--preset 0.6b]
+    python3 -m loadtest.gpu.gpu_codec_slots --out slots.json --device cpu --tiny --batch-sizes 2 --reps 1   # smoke
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from loadtest.gpu_common import time_call
-from loadtest.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
-from loadtest.gpu_models import build_codec
+from loadtest.gpu.gpu_common import time_call
+from loadtest.gpu.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
+from loadtest.gpu.gpu_models import build_codec
 from services.model.codec import CodecDecoder
 from services.model.codec.slot_decoder import SlotDecoder
 
