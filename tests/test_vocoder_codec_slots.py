@@ -15,7 +15,7 @@ from services.model.codec.slot_pool import SlotsExhausted
 from services.vocoder.codec_worker import CodecWorker, _Job
 from services.vocoder.errors import CodecFailure
 from services.vocoder.service import CODEC_SUBDIR
-from services.vocoder.streams import RequestStream, StreamTable
+from services.vocoder.request_streams import RequestStream, StreamTable
 from tests.test_vocoder_support import (
     chunk_sizes,
     codec_decoder,  # noqa: F401 (fixture)

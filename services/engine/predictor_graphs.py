@@ -30,7 +30,8 @@ from typing import Callable
 
 import torch
 
-from services.engine import cuda_graph, model_ops
+from services.engine import model_ops
+from services.model import cuda_graph
 from services.engine.talker_graphs import buckets
 from services.engine.errors import EngineError
 from services.model.loader import TTSModel

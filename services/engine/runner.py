@@ -24,6 +24,7 @@ from services.engine.talker_graphs import PaddedTalkerStep, TalkerGraphSpec
 from services.model.attention_batch import AttentionBatch
 from services.model.loader import TTSModel
 from services.model.sampling import RowSampling
+from services.model.uploads import upload
 
 
 class ModelRunner:
@@ -85,7 +86,7 @@ class ModelRunner:
         if not rows:
             return ModelRunnerOutput([], torch.zeros((0, NUM_CODEBOOKS), dtype=torch.int64), [])
         last_token = torch.tensor([query_start[row + 1] - 1 for row in rows], dtype=torch.int64)
-        last_hidden = hidden[last_token.to(device, non_blocking=True)]
+        last_hidden = hidden[upload(last_token, device)]
         seqs = [scheduled[row].seq for row in rows]
         codes = self._sample(last_hidden, seqs).cpu()
         return ModelRunnerOutput(
@@ -114,10 +115,10 @@ class ModelRunner:
             rows[query_start[index] : query_start[index + 1]] = source[item.start : item.start + item.num_new_tokens]
         if decode:
             seqs = [scheduled[index].seq for index in decode]
-            codes = torch.stack([seq.last_frame for seq in seqs]).to(model.device, non_blocking=True)
+            codes = upload(torch.stack([seq.last_frame for seq in seqs]), model.device)
             built = model_ops.frame_input_rows(model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs])
             where = torch.tensor([query_start[index] for index in decode], dtype=torch.int64)
-            rows[where.to(model.device, non_blocking=True)] = built.to(rows.dtype)
+            rows[upload(where, model.device)] = built.to(rows.dtype)
         return rows
 
     def _prefill_source(self, seq: Sequence) -> torch.Tensor:
@@ -137,8 +138,8 @@ class ModelRunner:
                                            keys=talker_rows.keys)
         slots = self.seen.slots_of(seqs)
         seen = self.seen.rows(slots)
-        host = torch.tensor([[s.params.repetition_penalty for s in seqs], frames, [s.min_new_frames for s in seqs]],
-                            dtype=torch.float64).to(device, non_blocking=True)
+        host = upload(torch.tensor([[s.params.repetition_penalty for s in seqs], frames,
+                                    [s.min_new_frames for s in seqs]], dtype=torch.float64), device)
         penalty, counts, min_frames = host[0].float(), host[1].long(), host[2].long()
         sampler = self.frame_sampler
         if sampler is not None and sampler.bucket(len(seqs)) is not None:

@@ -11,6 +11,7 @@ import torch
 
 from services.engine.errors import EngineError
 from services.engine.sequence import Sequence
+from services.model.uploads import upload
 
 
 class SeenTableFull(EngineError, RuntimeError):
@@ -45,7 +46,7 @@ class SeenTable:
                 self._refill(slot, seq)
             self._folded[seq.request_id] = seq.num_frames + 1  # after `mark`, this step's frame is in
             slots.append(slot)
-        return torch.tensor(slots, dtype=torch.int64).to(self.table.device, non_blocking=True)
+        return upload(torch.tensor(slots, dtype=torch.int64), self.table.device)
 
     def rows(self, slots: torch.Tensor) -> torch.Tensor:
         return self.table.index_select(0, slots)
@@ -68,4 +69,4 @@ class SeenTable:
         row = self.table[slot]
         row.zero_()
         if seq.num_frames:
-            row[seq.frames[:, 0].to(row.device)] = True
+            row.index_fill_(0, upload(seq.frames[:, 0].clone(), row.device), True)

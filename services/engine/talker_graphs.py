@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from services.engine import cuda_graph
+from services.model import cuda_graph
 from services.engine.config import EngineConfig
 from services.engine.errors import EngineError
 from services.model.attention_batch import AttentionBatch

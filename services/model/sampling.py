@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from services.model.uploads import upload
+
 _MASK32 = 0xFFFFFFFF
 # Distinct odd constants decorrelate the hash lanes and the key fields.
 _LANE_SEEDS = (0x9E3779B9, 0x85EBCA6B)
@@ -119,9 +121,9 @@ class RowSampling:
         ints = torch.tensor([top_ks, [_as_int64(s) for s in seeds], list(frames)], dtype=torch.int64)
         if not is_all_greedy and keys is None:
             ints = torch.cat((ints, row_keys(ints[1], ints[2]).T))
-        ints = ints.to(device)
-        floats = torch.tensor([[p.temperature for p in params_per_row], [p.top_p for p in params_per_row]],
-                              dtype=torch.float32).to(device)
+        ints = upload(ints, device)
+        floats = upload(torch.tensor([[p.temperature for p in params_per_row], [p.top_p for p in params_per_row]],
+                                     dtype=torch.float32), device)
         if not is_all_greedy and keys is None:
             keys = ints[3:5].T
         return RowSampling(

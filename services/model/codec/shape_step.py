@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from services.engine.cuda_graph import capture
+from services.model.cuda_graph import capture
 from services.model.codec.decoder import CodecDecoder
 from services.model.codec.slot_pool import CodecSlotPool
 
