@@ -115,11 +115,15 @@ class PullConsumer(Generic[M]):
     The handler must settle the delivery (ack/nak/term) now or later; it owns one Capacity slot per message and
     releases it when the work ends. A handler that raises (without having released its slot) gets the slot
     released by the loop and the message nak'ed with `retry_delay_s`, unless it had settled it already.
+
+    `concurrent`: each message's handler runs as its own task (their waits on the bus overlap), else one after
+    another. Either way a message is handed over only with a free Capacity slot.
     """
 
     def __init__(self, js: JetStreamContext, nc: Client, *, stream: str, durable: str, message_type: Any,
                  handler: Handler, capacity: Capacity, max_batch: int = 16, fetch_timeout_s: float = 1.0,
-                 retry_delay_s: float = 1.0, request_id_of: Callable[[Any], str | None] | None = None) -> None:
+                 retry_delay_s: float = 1.0, request_id_of: Callable[[Any], str | None] | None = None,
+                 concurrent: bool = False) -> None:
         self._js, self._nc = js, nc
         self.stream, self.durable = stream, durable
         self._type, self._handler, self.capacity = message_type, handler, capacity
@@ -127,6 +131,9 @@ class PullConsumer(Generic[M]):
         self._request_id_of = request_id_of or (lambda m: getattr(m, "id", None) or getattr(m, "request_id", None))
         self._sub: JetStreamContext.PullSubscription | None = None
         self.num_termed = 0
+        self._concurrent = concurrent
+        self._handling: set[asyncio.Task] = set()
+        """The running handler tasks (concurrent mode), kept until they end and awaited when the loop stops."""
 
     async def bind(self) -> None:
         """Bind to the durable consumer; NotProvisioned if it does not exist."""
@@ -141,12 +148,26 @@ class PullConsumer(Generic[M]):
         """Serve until `stop` is set. Fetches at most `room()` messages, and nothing while there is no room."""
         if self._sub is None:
             await self.bind()
-        while not stop.is_set():
-            if self.capacity.room() <= 0:
-                await _first(self.capacity.wait_for_room(), stop.wait())
-                continue
-            for msg in await self._fetch(min(self.capacity.room(), self._max_batch)):
-                await self._dispatch(Delivery(self._nc, msg))
+        try:
+            while not stop.is_set():
+                if self.capacity.room() <= 0:
+                    await _first(self.capacity.wait_for_room(), stop.wait())
+                    continue
+                for msg in await self._fetch(min(self.capacity.room(), self._max_batch)):
+                    delivery = Delivery(self._nc, msg)
+                    message = await self._decoded(delivery)
+                    if message is None:
+                        continue
+                    self.capacity.take()  # here, not in the task: the next fetch must see the slot taken
+                    if self._concurrent:
+                        task = asyncio.create_task(self._handle(message, delivery))
+                        self._handling.add(task)
+                        task.add_done_callback(self._handling.discard)
+                    else:
+                        await self._handle(message, delivery)
+        finally:
+            if self._handling:
+                await asyncio.gather(*self._handling, return_exceptions=True)
 
     async def close(self) -> None:
         """Drop the pull subscription. Call it before the connection drains: an expired pull leaves a status
@@ -162,16 +183,19 @@ class PullConsumer(Generic[M]):
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
             return []
 
-    async def _dispatch(self, delivery: Delivery) -> None:
+    async def _decoded(self, delivery: Delivery) -> M | None:
+        """The message, or None when it is undecodable (then it is termed and counted)."""
         try:
-            message = decode(delivery.data, self._type)
+            return decode(delivery.data, self._type)
         except DecodeError as exc:
             self.num_termed += 1
             log.error("terminating undecodable message %d on %s (%s): %s", delivery.stream_sequence,
                       delivery.msg.subject, exc.code, exc)
             await delivery.term(f"{exc.code}: {exc}")
-            return
-        self.capacity.take()
+            return None
+
+    async def _handle(self, message: M, delivery: Delivery) -> None:
+        """Run the handler on a message that holds a Capacity slot; a failing handler's slot comes back."""
         with request_context(self._request_id_of(message)):
             try:
                 await self._handler(message, delivery)

@@ -25,6 +25,7 @@ from services.bus.pull_consumer import Delivery, PullConsumer
 from services.decode.active import ActiveRequest
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.core import DecodeCore, Ending
+from services.decode.worker import EngineWorker
 from services.decode.request_check import Admission, AdmissionError, admit
 from services.engine.engine import Engine
 from services.engine.sequence import RequestOutcome
@@ -44,7 +45,9 @@ class Intake:
         self.consumer = PullConsumer(
             core.js, core.nc, stream=REQUESTS_STREAM, durable=requests_consumer(core.served.name),
             message_type=SynthesisRequest, handler=self.handle, capacity=core.capacity,
-            max_batch=core.settings.max_num_seqs, fetch_timeout_s=fetch_timeout_s)
+            max_batch=core.settings.max_num_seqs, fetch_timeout_s=fetch_timeout_s, concurrent=True)
+        self.admission = EngineWorker("decode-admission")
+        """Builds prompts and queues requests in the engine, beside the engine thread's steps."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pull and admit until `stop` is set."""
@@ -53,6 +56,7 @@ class Intake:
             await self.consumer.run(stop)
         finally:
             await self._unsubscribe()
+            self.admission.close()
 
     async def _unsubscribe(self) -> None:
         """Drop the pull subscription before the connection drains (see PullConsumer.close)."""
@@ -129,7 +133,8 @@ class Intake:
             await core.end(active, Ending(error=error))
             return
         try:
-            outcome, active.num_prompt_tokens = await core.worker.run(_add_to_engine, core.engine, admission)
+            # On the admission thread: the prompt is built while the engine thread steps.
+            outcome, active.num_prompt_tokens = await self.admission.run(_add_to_engine, core.engine, admission)
         except ModelError as exc:
             code = ErrorCode.INVALID_REQUEST if exc.code.startswith(("unknown", "empty")) else ErrorCode.MODEL_ERROR
             await core.end(active, Ending(error=ErrorInfo(code=code, stage=Stage.DECODE, message=exc.message)))
@@ -155,6 +160,5 @@ def _add_to_engine(engine: Engine, admission: Admission) -> tuple[RequestOutcome
                                  admission.max_new_frames, predictor_params=admission.predictor_params,
                                  ignore_eos=admission.request.ignore_eos,
                                  min_new_frames=admission.request.min_new_tokens)
-    seq = engine.scheduler.get(admission.request_id)
-    return outcome, seq.num_prompt_tokens if seq is not None else 0
+    return outcome, engine.num_prompt_tokens(admission.request_id) or 0
 

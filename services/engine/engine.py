@@ -20,6 +20,7 @@ from services.engine.config import EngineConfig, StageConfig, StageKind
 from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.errors import ConfigError, EngineError
 from services.engine.outputs import StepOutput
+from services.engine.request_inbox import RequestInbox
 from services.engine.runner import ModelRunner
 from services.engine.scheduler import Scheduler
 from services.engine.sequence import RequestOutcome, Sequence
@@ -71,6 +72,8 @@ class Engine:
         self.config = config
         self.num_blocks = pool_num_blocks(config, model)
         self.scheduler = Scheduler(config, self.num_blocks, stage.preemption_mode)
+        self.inbox = RequestInbox()
+        """Admitted requests on their way to the scheduler (filled from any thread, emptied by the step thread)."""
         self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay,
                                   TalkerGraphSpec.for_engine(config, model.device), config.max_num_seqs)
         started = time.perf_counter()
@@ -91,6 +94,10 @@ class Engine:
         min_new_frames: int | None = None,
     ) -> RequestOutcome | None:
         """Queue a request. Returns its failed outcome at once (code `capacity`) if it can never fit the pool.
+
+        Safe to call from another thread than the one that steps: the prompt is built on the caller's thread and
+        the request joins the scheduler at the start of the next step (or abort), so admission never waits
+        behind a running step.
 
         `params` samples the talker (codebook 0); `predictor_params` the code predictor (codebooks 1..15),
         by default the same. `ignore_eos` keeps EOS from being drawn before max_new_frames (fixed-length
@@ -113,10 +120,15 @@ class Engine:
         min_frames = max_new_frames if ignore_eos else min(max(MIN_NEW_TOKENS, min_new_frames or 0), max_new_frames)
         seq = Sequence(request_id, model_ops.num_prompt_rows(prompt), seed, params, max_new_frames, prompt,
                        predictor_params, min_new_frames=min_frames)
-        return self.scheduler.add(seq)
+        refused = self.scheduler.refusal(seq)
+        if refused is not None:
+            return refused
+        self.inbox.put(seq, self.scheduler)
+        return None
 
     def abort_request(self, request_id: str) -> RequestOutcome | None:
         """Cancel a request; its blocks are free on return. None if the id is unknown or already ended."""
+        self.inbox.hand_over(self.scheduler)
         self.runner.forget(request_id)
         return self.scheduler.abort(request_id)
 
@@ -126,6 +138,7 @@ class Engine:
         If the model run raises, the requests of that step end with code `step_failed` (blocks freed)
         and the engine keeps serving the others.
         """
+        self.inbox.hand_over(self.scheduler)
         scheduled = self.scheduler.schedule()
         self._forget(scheduled.outcomes, scheduled.preempted_ids)
         if scheduled.is_empty:
@@ -151,9 +164,15 @@ class Engine:
         `allow` requests are queued for a faithful replay after the scope; `fail` requests end with code
         `drained`, and their outcomes are yielded. The scope is cleared even if its body raises.
         """
+        self.inbox.hand_over(self.scheduler)
         self.runner.seen.clear()  # every running request leaves the running set
         with self.scheduler.drain() as ended:
             yield ended
+
+    def num_prompt_tokens(self, request_id: str) -> int | None:
+        """The prompt length of a queued or running request (None if unknown); safe from any thread."""
+        seq = self.inbox.get(request_id) or self.scheduler.get(request_id)
+        return None if seq is None else seq.num_prompt_tokens
 
     def _forget(self, outcomes: list[RequestOutcome], preempted_ids: list[str]) -> None:
         """Requests that left the running set give back their per-request rows in the runner."""
@@ -162,10 +181,10 @@ class Engine:
 
     @property
     def num_unfinished(self) -> int:
-        return self.scheduler.num_unfinished
+        return self.scheduler.num_unfinished + len(self.inbox)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.num_unfinished > 0
+        return self.num_unfinished > 0
 
     def has_room(self) -> bool:
         """Whether the service should pull another request now."""

@@ -47,13 +47,21 @@ class Scheduler:
         """Queue a request; return its failed outcome at once (code `capacity`) when it can never fit."""
         if seq.request_id in self._by_id:
             raise DuplicateRequestError(f"request {seq.request_id!r} is already in the engine")
+        refused = self.refusal(seq)
+        if refused is not None:
+            return refused
+        self._by_id[seq.request_id] = seq
+        self.waiting.append(seq)
+        return None
+
+    def refusal(self, seq: Sequence) -> RequestOutcome | None:
+        """The failed outcome (code `capacity`) of a request that can never fit, else None with its frame budget
+        capped to max_model_len. Reads only the configuration: safe from any thread."""
         too_big = self._capacity_reason(seq)
         if too_big is not None:
             seq.status = SequenceStatus.FAILED
             return RequestOutcome(seq.request_id, seq.status, 0, FailureCode.CAPACITY, too_big)
         seq.max_new_frames = min(seq.max_new_frames, self.config.max_model_len - seq.num_prompt_tokens + 1)
-        self._by_id[seq.request_id] = seq
-        self.waiting.append(seq)
         return None
 
     def _capacity_reason(self, seq: Sequence) -> str | None:
