@@ -1,11 +1,9 @@
-"""The gateway's FastAPI app: a factory, a lifespan that holds the mesh connection, and dependencies as
-`Annotated` aliases (so a test overrides one function, not many patches)."""
+"""The gateway's FastAPI app: a factory given the running gateway, and dependencies as `Annotated` aliases (so a
+test overrides one function, not many patches). The connection, the lease and the supervisor belong to the service
+lifecycle (services/gateway/service.py), not to the app."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
@@ -16,12 +14,11 @@ from starlette.requests import HTTPConnection
 from services.gateway.auth import check_bearer
 from services.gateway.errors import GatewayError, http_error, internal_error
 from services.gateway.request_id import RequestIdMiddleware, request_id_of
-from services.gateway.runtime import Gateway, gateway_runtime
-from services.gateway.settings import GatewaySettings
+from services.gateway.runtime import Gateway
 
 
 def get_gateway(connection: HTTPConnection) -> Gateway:
-    """The running gateway (set by the lifespan)."""
+    """The running gateway (given to `create_app`)."""
     return connection.app.state.gateway
 
 
@@ -36,19 +33,12 @@ def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
 Authorized = Annotated[None, Depends(require_api_key)]
 
 
-def create_app(settings: GatewaySettings, shutdown: asyncio.Event | None = None) -> FastAPI:
-    """The gateway app; its lifespan connects to NATS and starts supervision, and stops them on shutdown.
-
-    `shutdown`, the process's stop event, lets a stop during startup end the wait for NATS."""
+def create_app(gateway: Gateway) -> FastAPI:
+    """The gateway app serving `gateway` (built by the gateway service once connected, or a test's stand-in)."""
     from services.gateway.routes import health, metrics, models, speech, speech_stream
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with gateway_runtime(settings, shutdown) as gateway:
-            app.state.gateway = gateway
-            yield
-
-    app = FastAPI(title="voxmesh gateway", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="voxmesh gateway", version="0.1.0")
+    app.state.gateway = gateway
     app.add_middleware(RequestIdMiddleware)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(HTTPException, _http_error)
