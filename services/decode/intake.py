@@ -155,6 +155,5 @@ def _add_to_engine(engine: Engine, admission: Admission) -> tuple[RequestOutcome
                                  admission.max_new_frames, predictor_params=admission.predictor_params,
                                  ignore_eos=admission.request.ignore_eos,
                                  min_new_frames=admission.request.min_new_tokens)
-    seq = engine.scheduler.get(admission.request_id)
-    return outcome, seq.num_prompt_tokens if seq is not None else 0
+    return outcome, engine.num_prompt_tokens(admission.request_id) or 0
 

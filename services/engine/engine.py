@@ -17,6 +17,7 @@ from services.model.talker_logits import MIN_NEW_TOKENS
 from services.engine import model_ops
 from services.engine.config import EngineConfig, StageConfig, StageKind
 from services.engine.decode_graphs import DecodeGraphSpec
+from services.engine.engine_stats import EngineStats
 from services.engine.errors import ConfigError, EngineError
 from services.engine.outputs import StepOutput
 from services.engine.runner import ModelRunner
@@ -154,3 +155,32 @@ class Engine:
     def has_room(self) -> bool:
         """Whether the service should pull another request now."""
         return self.scheduler.has_room()
+
+    # -- questions the service asks (never the scheduler's queues or the block manager) -----------------
+    # Read from the event loop while the engine thread steps: each is a plain read of a size or a flag, so the
+    # worst case is a value one step old.
+    def stats(self) -> EngineStats:
+        """Request counts and KV cache usage now."""
+        scheduler = self.scheduler
+        return EngineStats(num_waiting=len(scheduler.waiting), num_running=len(scheduler.running),
+                           num_kv_blocks=scheduler.block_manager.num_blocks,
+                           num_free_kv_blocks=scheduler.block_manager.num_free_blocks,
+                           is_draining=scheduler.is_draining)
+
+    @property
+    def is_draining(self) -> bool:
+        """An operator drain scope (`drain()`) is open: nothing runs, nothing new should be pulled."""
+        return self.scheduler.is_draining
+
+    def has_request(self, request_id: str) -> bool:
+        """Whether the engine holds the request (waiting or running)."""
+        return self.scheduler.get(request_id) is not None
+
+    def num_prompt_tokens(self, request_id: str) -> int | None:
+        """The prompt length of a request the engine holds; None when it holds no such request."""
+        seq = self.scheduler.get(request_id)
+        return seq.num_prompt_tokens if seq is not None else None
+
+    def running_ids(self) -> list[str]:
+        """The ids of the running batch, oldest first."""
+        return [seq.request_id for seq in self.scheduler.running]
