@@ -129,7 +129,7 @@ async def test_a_task_that_dies_stops_the_service_cleanly(nats_server, nats_clie
                             background=[until("background", seen)]
                             + ([ServiceTask("dies", dies)] if kind == "background" else []))
 
-    caplog.set_level(logging.ERROR, logger="services.runtime.lifecycle")
+    caplog.set_level(logging.ERROR, logger="services.runtime")
     with pytest.raises(ServiceFailed, match="boom"):
         await asyncio.wait_for(run_service(settings_of(nats_server), SERVICE, build, stop), TIMEOUT_S)
     assert stop.is_set() and seen == ["front", "drain", "background"]  # the others got their grace, in order

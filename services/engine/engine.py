@@ -172,10 +172,6 @@ class Engine:
         """An operator drain scope (`drain()`) is open: nothing runs, nothing new should be pulled."""
         return self.scheduler.is_draining
 
-    def has_request(self, request_id: str) -> bool:
-        """Whether the engine holds the request (waiting or running)."""
-        return self.scheduler.get(request_id) is not None
-
     def num_prompt_tokens(self, request_id: str) -> int | None:
         """The prompt length of a request the engine holds; None when it holds no such request."""
         seq = self.scheduler.get(request_id)

@@ -5,7 +5,8 @@ service's tasks in one TaskGroup -> on stop: micro stops, tasks finish, the serv
 -> the connection drains and closes.
 
 A service supplies a `ServiceBuilder`: given its context (connection, JetStream, bucket, replica name, the stop
-event) and the exit stack (for its own resources), it returns its `ServiceParts`: endpoints, a STATS handler, and two kinds of tasks:
+event) and the exit stack (for its own resources), it returns its `ServiceParts`: endpoints, a STATS handler, and
+two kinds of tasks:
 
 - `tasks` take new work (intake, the HTTP server, a control loop) and return once `stop` is set;
 - `background` tasks serve the work already taken (a frame loop, a supervisor) and return once the service has
@@ -39,6 +40,7 @@ from services.bus.provision import open_bucket
 from services.runtime.common_settings import CommonSettings
 from services.runtime.nats_connect import connect_service
 from services.runtime.replica_name import default_replica
+from services.runtime.task_watch import ServiceTask, TaskWatch, settle
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,8 +48,8 @@ T = TypeVar("T")
 VERSION = "0.1.0"
 DEFAULT_GRACE_S = 30.0
 
-TaskRun = Callable[[asyncio.Event], Awaitable[None]]
-"""A task's body: runs until the event it is given is set, then returns."""
+__all__ = ["Endpoint", "ServiceBuilder", "ServiceContext", "ServiceFailed", "ServiceParts", "ServiceTask", "micro_name",
+           "run_service"]
 
 
 class ServiceFailed(Exception):
@@ -56,14 +58,6 @@ class ServiceFailed(Exception):
     def __init__(self, service: str, replica: str, failures: Sequence[str]) -> None:
         super().__init__(f"{service} {replica} stopped after a failure: {'; '.join(failures)}")
         self.failures = tuple(failures)
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceTask:
-    """A named task of a service (the name shows in logs and in the failure that stops the service)."""
-
-    name: str
-    run: TaskRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +158,9 @@ async def _register(context: ServiceContext, parts: ServiceParts) -> Service:
     def stats_handler(_endpoint: EndpointStats) -> dict[str, Any]:
         return stats()
 
+    metadata = {"replica": context.replica, **parts.metadata}
     micro = await register_service(context.nc, micro_name(context.service), version=VERSION,
-                                   description=parts.description, metadata={"replica": context.replica, **parts.metadata},
+                                   description=parts.description, metadata=metadata,
                                    stats_handler=stats_handler if stats is not None else None)
     for endpoint in parts.endpoints:
         await micro.add_endpoint(name=endpoint.name, subject=endpoint.subject, handler=endpoint.handler,
@@ -176,7 +171,7 @@ async def _register(context: ServiceContext, parts: ServiceParts) -> Service:
 async def _run_tasks(parts: ServiceParts, lease: LeaseKeeper, micro: Service, stop: asyncio.Event,
                      started: asyncio.Event | None) -> list[str]:
     """The service's tasks in one TaskGroup, stopped in order; returns why tasks died (empty: none did)."""
-    watch = _Watch(stop)
+    watch = TaskWatch(stop)
     halt = asyncio.Event()  # the service has drained: background tasks return
     release = asyncio.Event()  # everything else has returned: the lease goes last
     async with asyncio.TaskGroup() as group:
@@ -190,57 +185,14 @@ async def _run_tasks(parts: ServiceParts, lease: LeaseKeeper, micro: Service, st
             started.set()
         await stop.wait()
         await micro.stop()  # leave discovery at once
-        await _settle(front, parts.grace_s)
+        await settle(front, parts.grace_s)
         if parts.drain is not None:
             await watch.step("drain", parts.drain)
         halt.set()
-        await _settle(background, parts.grace_s)
+        await settle(background, parts.grace_s)
         release.set()
-        await _settle([lease_task], parts.grace_s)
+        await settle([lease_task], parts.grace_s)
     return watch.failures
-
-
-class _Watch:
-    """Runs tasks; a task that dies (or returns unasked) is logged and stops the service."""
-
-    def __init__(self, stop: asyncio.Event) -> None:
-        self.stop = stop
-        self.failures: list[str] = []
-
-    async def run(self, task: ServiceTask, until: asyncio.Event) -> None:
-        try:
-            await task.run(until)
-        except Exception as exc:  # noqa: BLE001 - any death stops the service; CancelledError passes through
-            log.exception("task %s died; stopping the service", task.name)
-            self._fail(f"task {task.name} died: {exc!r}")
-            return
-        if not until.is_set():
-            log.error("task %s returned before it was asked to stop; stopping the service", task.name)
-            self._fail(f"task {task.name} returned before it was asked to stop")
-
-    async def step(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
-        """Run one shutdown step; a failure is recorded and the shutdown goes on."""
-        try:
-            await body()
-        except Exception as exc:  # noqa: BLE001 - the lease must still be released and the connection drained
-            log.exception("%s failed", name)
-            self.failures.append(f"{name} failed: {exc!r}")
-
-    def _fail(self, why: str) -> None:
-        self.failures.append(why)
-        self.stop.set()
-
-
-async def _settle(tasks: Sequence[asyncio.Task], grace_s: float) -> None:
-    """Give the tasks `grace_s` to return after being told to, then cancel what is left."""
-    if not tasks:
-        return
-    _, pending = await asyncio.wait(tasks, timeout=grace_s)
-    for task in pending:
-        log.warning("task %s did not return within %.1fs; cancelling it", task.get_name(), grace_s)
-        task.cancel()
-    if pending:
-        await asyncio.wait(pending)
 
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:

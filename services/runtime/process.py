@@ -65,9 +65,13 @@ async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
+    signalled = False
+
     def on_signal() -> None:
-        if stop.is_set():  # a second signal: the operator wants out now
+        nonlocal signalled
+        if signalled:  # a second signal: the operator wants out now
             os._exit(EXIT_SECOND_SIGNAL)
+        signalled = True  # (not `stop.is_set()`: a task that died sets it too, and a first signal still drains)
         stop.set()
 
     for sig in SIGNALS:
