@@ -53,7 +53,7 @@ class DecodeParts:
         return report
 
 
-async def serve(settings: DecodeSettings, stop: asyncio.Event, *, started: asyncio.Event | None = None) -> None:
+async def serve(settings: DecodeSettings, stop: asyncio.Event) -> None:
     """Serve until `stop` is set; then stop pulling, let owned requests finish (up to the grace period), end the
     rest with `drained`, release the lease and drain the connection."""
     if settings.model_dir is None:
@@ -62,7 +62,7 @@ async def serve(settings: DecodeSettings, stop: asyncio.Event, *, started: async
     try:
         engine, served = await worker.run(load_engine, settings)
         build = functools.partial(build_decode, settings, engine, served, worker)
-        await run_service(settings, "decode", build, stop, started=started)
+        await run_service(settings, "decode", build, stop)
     finally:
         worker.close()
 

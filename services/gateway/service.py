@@ -37,7 +37,7 @@ class HttpServerFailed(RuntimeError):
     """The HTTP server could not start (uvicorn has logged why, e.g. the port is taken)."""
 
 
-async def serve(settings: GatewaySettings, stop: asyncio.Event, *, started: asyncio.Event | None = None,
+async def serve(settings: GatewaySettings, stop: asyncio.Event, *,
                 sockets: list[socket.socket] | None = None) -> None:
     """Serve HTTP on settings.host:settings.port (or on `sockets`, already bound) until `stop` is set, then drain
     in-flight responses."""
@@ -47,7 +47,7 @@ async def serve(settings: GatewaySettings, stop: asyncio.Event, *, started: asyn
         gateway = build_gateway(settings, catalog, context)
         return gateway_parts(settings, gateway, [http_task(create_app(gateway), settings, sockets)])
 
-    await run_service(settings, "gateway", build, stop, started=started)
+    await run_service(settings, "gateway", build, stop)
 
 
 def gateway_parts(settings: GatewaySettings, gateway: Gateway, tasks: Sequence[ServiceTask]) -> ServiceParts:

@@ -95,12 +95,11 @@ async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
                                   max_batch=max_batch, batch_across_requests=settings.codec_batching)
 
 
-async def serve(settings: VocoderSettings, stop: asyncio.Event, *, started: asyncio.Event | None = None) -> None:
+async def serve(settings: VocoderSettings, stop: asyncio.Event) -> None:
     """Run one vocoder replica until `stop` is set, then drain."""
     codec = await load_codec(settings, settings.max_decode_batch)
     try:
-        await run_service(settings, "vocoder", functools.partial(build_vocoder, settings, codec), stop,
-                          started=started)
+        await run_service(settings, "vocoder", functools.partial(build_vocoder, settings, codec), stop)
     finally:
         await codec.close()
 
