@@ -27,8 +27,6 @@ SOURCE_PACKAGES = ("messages", "services", "loadtest", "tests")
 #   errors, config, loader: a package's typed errors, its validated configuration, and loading its weights
 #     (the talker's in services/model, the codec's in services/model/codec).
 ROLE_NAMES = {"__init__.py", "__main__.py", "service.py", "settings.py", "errors.py", "config.py", "loader.py"}
-# TEMPORARY, until the lifecycle branch merges (the lead deletes this set then): it deletes services/bus/runtime.py.
-TEMPORARY_DUPLICATE_NAMES = {"runtime.py"}
 
 # The roots of voxmesh's subjects and KV keys (messages/subjects.py), and the server's own ($SRV micro discovery,
 # $JS JetStream API and advisories, $KV buckets). A literal counts when it is nothing but such a subject: prose
@@ -38,9 +36,6 @@ SUBJECTS_ALLOWED = {
     "tests/test_messages_subjects.py": "checks the exact spelling that messages/subjects.py builds",
     "tests/test_architecture.py": "this rule's own examples",
 }
-# TEMPORARY, until the lifecycle branch merges (the lead deletes this set then): it deletes
-# services/bus/runtime.py with its test.
-TEMPORARY_SUBJECTS_ALLOWED = {"tests/test_bus_runtime.py"}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -79,13 +74,13 @@ def test_no_two_modules_share_a_name():
         if relative.parts[:2] == ("services", "cli"):
             continue  # services/cli/NAME.py is the command `voxmesh NAME`: the name is the one users type
         by_name[path.name].append(str(relative))
-    allowed = ROLE_NAMES | TEMPORARY_DUPLICATE_NAMES
+    allowed = ROLE_NAMES
     duplicates = {name: paths for name, paths in by_name.items() if len(paths) > 1 and name not in allowed}
     assert not duplicates, f"one name, several modules (name each after what it does): {duplicates}"
 
 
 def test_no_subject_is_spelled_outside_messages():
-    allowed = SUBJECTS_ALLOWED.keys() | TEMPORARY_SUBJECTS_ALLOWED
+    allowed = SUBJECTS_ALLOWED.keys()
     found = []
     for path in _python_files("services", "loadtest", "tests"):
         relative = str(path.relative_to(REPO))

@@ -1,20 +1,18 @@
-"""Leases and liveness, micro-service discovery ($SRV), graceful shutdown, request-id logging."""
+"""Leases and liveness, micro-service discovery ($SRV), request-id logging (the service lifecycle, with its
+graceful shutdown: tests/test_runtime_lifecycle.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import os
-import signal
 
 import pytest
 from nats.micro.service import ServiceVerb, control_subject
 
 from messages.errors import InvalidConfig
 from messages.streams import BusConfig
-from services.bus import (LeaseKeeper, Shutdown, connect, is_alive, lease_expired, read_lease, register_service,
-                          request_context, run_until_shutdown)
+from services.bus import LeaseKeeper, is_alive, lease_expired, read_lease, register_service, request_context
 from services.bus.logs import ContextFilter
 from tests.fixtures.nats_server import fresh_bus
 
@@ -80,50 +78,6 @@ async def test_services_answer_srv_ping_info_and_stats(nats_client) -> None:
     assert stats["type"] == "io.nats.micro.v1.stats_response"
     with pytest.raises(InvalidConfig):
         await register_service(nats_client, "bad.name")
-
-
-async def test_sigterm_drains_and_stops_every_worker(nats_server) -> None:
-    nc = await connect(nats_server.url, "shutdown-test")
-    shutdown = Shutdown()
-    shutdown.install()
-    stopped: list[str] = []
-
-    async def worker(stop: asyncio.Event) -> None:
-        await stop.wait()
-        stopped.append("worker")
-
-    async def raise_signal(stop: asyncio.Event) -> None:
-        os.kill(os.getpid(), signal.SIGTERM)  # handled by the loop: sets the event
-        await stop.wait()
-        stopped.append("signaller")
-
-    try:
-        await asyncio.wait_for(run_until_shutdown(nc, shutdown, [worker, raise_signal]), TIMEOUT_S)
-    finally:
-        shutdown.uninstall()
-    assert sorted(stopped) == ["signaller", "worker"]
-    assert shutdown.reason == "signal SIGTERM" and nc.is_closed
-
-
-async def test_a_failing_worker_stops_the_service(nats_server) -> None:
-    nc = await connect(nats_server.url, "failure-test")
-    shutdown = Shutdown()
-    cancelled: list[bool] = []
-
-    async def waits(stop: asyncio.Event) -> None:
-        try:
-            await asyncio.Event().wait()  # ignores stop: must be cancelled
-        except asyncio.CancelledError:
-            cancelled.append(True)
-            raise
-
-    async def fails(stop: asyncio.Event) -> None:
-        raise RuntimeError("boom")
-
-    with pytest.raises(ExceptionGroup) as caught:
-        await asyncio.wait_for(run_until_shutdown(nc, shutdown, [waits, fails], grace_s=0.1), TIMEOUT_S)
-    assert caught.group_contains(RuntimeError) and cancelled == [True] and nc.is_closed
-    assert "boom" in shutdown.reason
 
 
 async def test_log_lines_carry_the_request_id() -> None:

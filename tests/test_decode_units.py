@@ -16,7 +16,7 @@ from services.decode.settings import DecodeSettings
 from services.engine.config import PreemptionMode
 from services.model.config import GenerationDefaults, load_config
 from services.model.text_tokenizer import TextTokenizer
-from services.settings import SettingsError, resolve
+from services.runtime.settings_schema import SettingsError, resolve
 from tests.test_decode_support import synthesis
 
 

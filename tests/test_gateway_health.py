@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from messages import subjects
 from services.gateway import service
 from services.gateway.settings import GatewaySettings
-from services.settings import SettingsError, resolve
+from services.runtime.settings_schema import SettingsError, resolve
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
 from tests.fixtures.gateway_standin import Plan
 
@@ -97,11 +98,10 @@ def test_bad_settings_are_refused_by_name(field, value, words):
 
 async def test_gateway_without_a_model_dir_refuses_to_start(gateway_bus):
     from services.gateway.requests.catalog import CatalogError
-    from services.gateway.runtime import gateway_runtime
+    from services.gateway.service import serve
 
     with pytest.raises(CatalogError, match="--model-dir"):
-        async with gateway_runtime(GatewaySettings(nats_url=gateway_bus.url)):
-            pass
+        await serve(GatewaySettings(nats_url=gateway_bus.url), asyncio.Event())
 
 
 async def test_gateway_answers_micro_service_discovery(gateway_factory, gateway_bus):
@@ -113,9 +113,8 @@ async def test_gateway_answers_micro_service_discovery(gateway_factory, gateway_
 
 async def test_gateway_with_an_unreadable_config_refuses_to_start(gateway_bus, tmp_path):
     from services.gateway.requests.catalog import CatalogError
-    from services.gateway.runtime import gateway_runtime
+    from services.gateway.service import serve
 
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(CatalogError, match="config.json"):
-        async with gateway_runtime(GatewaySettings(nats_url=gateway_bus.url, model_dir=str(tmp_path))):
-            pass
+        await serve(GatewaySettings(nats_url=gateway_bus.url, model_dir=str(tmp_path)), asyncio.Event())

@@ -14,9 +14,8 @@ import pytest
 from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM
 from services.bus.submit import submit_request
-from services.gateway.app import create_app
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
-from tests.fixtures.gateway_fixtures import gateway_settings
+from tests.fixtures.gateway_fixtures import gateway_app, gateway_settings
 from tests.fixtures.gateway_standin import MODEL, Plan
 from tests.http_client import openai_client
 
@@ -150,13 +149,11 @@ async def test_every_response_carries_its_own_request_id(standin, served_gateway
 
 
 async def test_a_bug_is_an_openai_shaped_500_with_the_request_id(gateway_bus, gateway_model_dir):
-    app = create_app(gateway_settings(gateway_bus, gateway_model_dir))
-
     async def broken() -> None:
         raise RuntimeError("internal detail that must not leak")
 
-    app.add_api_route("/v1/broken", broken)
-    async with app.router.lifespan_context(app):
+    async with gateway_app(gateway_settings(gateway_bus, gateway_model_dir)) as app:
+        app.add_api_route("/v1/broken", broken)
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # as a server: answer, then log
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
             response = await client.get("/v1/broken")

@@ -16,7 +16,7 @@ from services.decode.settings import DecodeSettings
 from services.metrics.listener import metrics_listener
 from services.metrics.live import RequestMetrics
 from services.model.checkpoint_summary import checkpoint_fingerprint
-from services.settings import SettingsError
+from services.runtime.settings_schema import SettingsError
 from services.vocoder.service import VocoderSettings
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
 from tests.fixtures.gateway_standin import MODEL, Plan

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from services.settings_doc import settings_markdown
+from services.runtime.settings_table import settings_markdown
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -18,4 +18,4 @@ def test_first_lines_are_the_run_and_test_commands():
 
 def test_settings_section_matches_the_settings_classes():
     section = README.split("<!-- settings:begin -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
-    assert section == settings_markdown(), "regenerate with: python -m services.settings_doc"
+    assert section == settings_markdown(), "regenerate with: python -m services.runtime.settings_table"

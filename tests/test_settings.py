@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from services.common_settings import CommonSettings
-from services.settings import SettingsError, add_arguments, markdown_table, resolve, setting
+from services.runtime.common_settings import CommonSettings
+from services.runtime.settings_schema import SettingsError, add_arguments, markdown_table, resolve, setting
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ import pytest
 from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
 from messages.frames import CodesChunk, CodesEnd, TakeoverMarker
-from services.settings import SettingsError, resolve
+from services.runtime.settings_schema import SettingsError, resolve
 from services.vocoder.codes_reader import StoredCodes, effective_codes
 from services.vocoder.partitions import parse_partitions
 from services.vocoder.request_streams import RequestStream, StreamTable

@@ -1,4 +1,4 @@
-"""The bus runtime: connections, provisioning, pull consumers, fencing, ownership, leases, micro services, shutdown.
+"""Moving the bus contract: connections, provisioning, pull consumers, fencing, ownership, leases, micro services.
 
 The contract itself (subjects, streams, message types) lives in `messages/`; this package only moves it.
 """
@@ -22,20 +22,18 @@ from services.bus.errors import (
 from services.bus.fencing import fenced_publish, last_subject_sequence
 from services.bus.kvstore import Versioned, cancel_request, read_cancel, read_record, write_record
 from services.bus.leases import LeaseKeeper, is_alive, lease_expired, read_lease
-from services.bus.lifecycle import Shutdown, run_until_shutdown
 from services.bus.logs import configure_logging, request_context
 from services.bus.micro import register_service
 from services.bus.provision import open_bucket, provision
-from services.bus.runtime import ServiceContext, run_service
 from services.bus.terminal_guard import publish_terminal
 
 __all__ = [
     "Backoff", "BusError", "Capacity", "CodesPublisher", "Delivery", "EmbeddedNats", "LeaseKeeper",
     "MaxDeliveriesAdvisory", "NatsServerError", "NotProvisioned", "OwnershipConflict", "ProvisionConflict",
-    "PullConsumer", "QueueFull", "ServiceContext", "Shutdown", "StaleOwner", "Versioned", "cancel_request", "claim_partition",
+    "PullConsumer", "QueueFull", "StaleOwner", "Versioned", "cancel_request", "claim_partition",
     "claim_request", "configure_logging", "connect", "fenced_publish", "find_nats_server", "is_alive",
     "last_subject_sequence", "lease_expired", "load_exhausted_message", "open_bucket", "provision",
     "publish_terminal", "read_cancel", "read_lease", "read_owner", "read_partition", "read_record",
-    "register_service", "request_context", "run_service", "run_until_shutdown", "still_owner", "submit_request",
+    "register_service", "request_context", "still_owner", "submit_request",
     "watch_max_deliveries", "write_record",
 ]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from messages.errors import InvalidConfig
 from messages.streams import BusConfig
-from services import settings as settings_lib
-from services.common_settings import CommonSettings
-from services.settings import setting
+from services.runtime import settings_schema as settings_lib
+from services.runtime.common_settings import CommonSettings
+from services.runtime.settings_schema import setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ def _create_model(model_dir: Path) -> None:
 
 async def _provision(settings: ProvisionSettings, config: BusConfig) -> None:
     from services.bus.provision import provision
-    from services.bus_session import connect_service
+    from services.runtime.nats_connect import connect_service
 
     nc = await connect_service(settings, "voxmesh-provision")
     try:

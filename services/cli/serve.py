@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from services import process
+from services.runtime import process
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from services.process import main
+from services.runtime.process import main
 
 sys.exit(main("decode"))

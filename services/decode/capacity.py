@@ -1,4 +1,5 @@
-"""How many requests decode may pull from REQUESTS now: free sequence slots, none while draining or out of KV."""
+"""How many requests decode may pull from REQUESTS now: free sequence slots, none while draining or while the engine
+has no room."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from services.engine.engine import Engine
 class EngineCapacity(Capacity):
     """The bus's Capacity (one slot per owned request, `max_num_seqs` slots), gated by the engine's state.
 
-    No room while an operator drain is in progress (`pause`), or while the KV pool has no free block (a pulled
-    request would only wait, owned by a replica that cannot run it, while another replica might).
+    No room while an operator drain is in progress (`pause`), or while the engine says it has none
+    (`Engine.has_room`: requests already waiting, a full batch, or no free KV block): a pulled request would only
+    wait, owned by a replica that cannot run it, while another replica might.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -27,7 +29,7 @@ class EngineCapacity(Capacity):
         return not self.unpaused.is_set()
 
     def room(self) -> int:
-        if self.is_paused or self._engine.scheduler.block_manager.num_free_blocks == 0:
+        if self.is_paused or not self._engine.has_room():
             return 0
         return super().room()
 

@@ -83,7 +83,7 @@ class Drainer:
 
 def _enter(engine: Engine, scope) -> tuple[list[RequestOutcome], list[str]]:
     """(On the engine thread.) Enter the scope; the outcomes it ended and the running requests it re-queued."""
-    running = [seq.request_id for seq in engine.scheduler.running]
+    running = engine.running_ids()
     ended = scope.__enter__()
     ended_ids = {outcome.request_id for outcome in ended}
     return ended, [request_id for request_id in running if request_id not in ended_ids]

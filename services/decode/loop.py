@@ -53,7 +53,7 @@ class FrameLoop:
 
     def _has_work(self) -> bool:
         engine = self.core.engine
-        return engine.has_unfinished() and not engine.scheduler.is_draining
+        return engine.has_unfinished() and not engine.is_draining
 
     async def _idle(self, stop: asyncio.Event) -> None:
         core = self.core

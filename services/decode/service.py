@@ -4,19 +4,14 @@ batching over a paged KV pool, and publishes each request's codec frames in chun
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from nats.aio.client import Client
-from nats.micro import add_service
-from nats.micro.service import EndpointStats, Service
 
-from services.bus.leases import LeaseKeeper
-from services.bus.provision import open_bucket
-from services.bus_session import connect_service
 from services.decode.cancel import CancelWatcher
 from services.decode.core import DecodeCore
 from services.decode.drain import Drainer, drain_subject
@@ -33,14 +28,13 @@ from services.metrics.listener import metrics_listener
 from services.model.config import load_config
 from services.model.loader import DTYPES, load_model
 from services.model.text_tokenizer import TextTokenizer
-from services.process import default_replica
-from services.settings import SettingsError
+from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, micro_name, run_service
+from services.runtime.settings_schema import SettingsError
 
 log = logging.getLogger(__name__)
 
 SETTINGS = DecodeSettings
-SERVICE_NAME = "voxmesh-decode"
-VERSION = "0.1.0"
+SERVICE_NAME = micro_name("decode")
 
 
 @dataclass(slots=True)
@@ -64,16 +58,11 @@ async def serve(settings: DecodeSettings, stop: asyncio.Event) -> None:
     rest with `drained`, release the lease and drain the connection."""
     if settings.model_dir is None:
         raise SettingsError("--model-dir / VOXMESH_MODEL_DIR: decode needs a checkpoint directory")
-    replica = settings.replica or default_replica("decode")
     worker = EngineWorker()
     try:
         engine, served = await worker.run(load_engine, settings)
-        nc = await connect_service(settings, f"{SERVICE_NAME}-{replica}")
-        try:
-            await _serve_connected(nc, settings, replica, engine, served, worker, stop)
-        finally:
-            if not nc.is_closed:
-                await nc.drain()
+        build = functools.partial(build_decode, settings, engine, served, worker)
+        await run_service(settings, "decode", build, stop)
     finally:
         worker.close()
 
@@ -89,41 +78,23 @@ def load_engine(settings: DecodeSettings) -> tuple[Engine, ServedModel]:
     return engine, served
 
 
-async def _serve_connected(nc: Client, settings: DecodeSettings, replica: str, engine: Engine,
-                           served: ServedModel, worker: EngineWorker, stop: asyncio.Event) -> None:
-    js = nc.jetstream()
-    kv = await open_bucket(js)
-    core = DecodeCore(nc=nc, js=js, kv=kv, engine=engine, worker=worker, served=served, settings=settings,
-                      replica=replica)
-    halt = asyncio.Event()  # stops everything but the intake, once owned requests are done
-    parts = DecodeParts(core, Intake(core), FrameLoop(core), CancelWatcher(core), Drainer(core, stop))
-    lease = LeaseKeeper(kv, replica, "decode")
-    async with AsyncExitStack() as stack:
-        micro = await register(nc, parts, replica)
-        stack.push_async_callback(micro.stop)
-        await stack.enter_async_context(metrics_listener(stats_registry(parts.stats, decode_families),
-                                                         settings.metrics_port))
-        await lease.renew()  # live before the first pull, so a vocoder never sees an owner without a lease
-        log.info("decode %s serving %s (%d KV blocks, max %d sequences, preemption %s)", replica,
-                 settings.model_name, engine.num_blocks, settings.max_num_seqs, settings.recompute_preemption)
-        async with asyncio.TaskGroup() as group:
-            group.create_task(lease.run(halt), name="lease")
-            group.create_task(parts.loop.run(halt), name="frame-loop")
-            group.create_task(parts.cancels.run(halt), name="cancel-watch")
-            await parts.intake.run(stop)
-            await finish_or_end(core, settings.shutdown_grace_s)
-            halt.set()
-    log.info("decode %s stopped", replica)
-
-
-async def register(nc: Client, parts: DecodeParts, replica: str) -> Service:
-    """The `voxmesh-decode` micro service: PING/INFO, STATS carrying the engine's counters, and `drain`."""
-
-    def stats_handler(_endpoint: EndpointStats) -> dict[str, Any]:
-        return parts.stats()
-
-    micro = await add_service(nc, name=SERVICE_NAME, version=VERSION, description="voxmesh decode (talker engine)",
-                              metadata={"replica": replica}, stats_handler=stats_handler)
-    await micro.add_endpoint(name="drain", subject=drain_subject(replica), handler=parts.drainer.handle,
-                             metadata={"body": '{"hold_s": seconds}, optional'})
-    return micro
+async def build_decode(settings: DecodeSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
+                       context: ServiceContext, stack: AsyncExitStack) -> ServiceParts:
+    """Decode's parts: intake pulls until stop; the frame loop and cancel watch serve owned requests until they
+    are finished or ended (`finish_or_end`); the `drain` endpoint; STATS with the engine's counters."""
+    core = DecodeCore(nc=context.nc, js=context.js, kv=context.kv, engine=engine, worker=worker, served=served,
+                      settings=settings, replica=context.replica)
+    parts = DecodeParts(core, Intake(core), FrameLoop(core), CancelWatcher(core), Drainer(core, context.stop))
+    await stack.enter_async_context(metrics_listener(stats_registry(parts.stats, decode_families),
+                                                     settings.metrics_port))
+    log.info("decode %s serving %s (%d KV blocks, max %d sequences, preemption %s)", context.replica,
+             settings.model_name, engine.num_blocks, settings.max_num_seqs, settings.recompute_preemption)
+    return ServiceParts(
+        description="voxmesh decode (talker engine)",
+        stats=parts.stats,
+        endpoints=[Endpoint("drain", drain_subject(context.replica), parts.drainer.handle,
+                            metadata={"body": '{"hold_s": seconds}, optional'})],
+        tasks=[ServiceTask("intake", parts.intake.run)],
+        background=[ServiceTask("frame-loop", parts.loop.run), ServiceTask("cancel-watch", parts.cancels.run)],
+        drain=functools.partial(finish_or_end, core, settings.shutdown_grace_s),
+    )

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from services.common_settings import CommonSettings
+from services.runtime.common_settings import CommonSettings
 from services.engine.config import EngineConfig, PreemptionMode
-from services.settings import SettingsError, setting
+from services.runtime.settings_schema import SettingsError, setting
 
 
 @dataclass(frozen=True, slots=True)

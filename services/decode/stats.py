@@ -40,16 +40,15 @@ class DecodeStats:
     def report(self, engine: Engine, num_active: int, messages_termed: int) -> dict[str, Any]:
         """Counters plus the engine's present state. Read from the event loop while the engine thread works: each
         number is a plain read of a size, so the worst case is a value one step old."""
-        scheduler = engine.scheduler
-        blocks = scheduler.block_manager
+        now = engine.stats()
         return {
             **asdict(self),
             "active_requests": num_active,
-            "active_sequences": scheduler.num_unfinished,
-            "running_sequences": len(scheduler.running),
-            "waiting_sequences": len(scheduler.waiting),
-            "kv_blocks_total": blocks.num_blocks,
-            "kv_blocks_in_use": blocks.num_blocks - blocks.num_free_blocks,
-            "is_draining": scheduler.is_draining,
+            "active_sequences": now.num_unfinished,
+            "running_sequences": now.num_running,
+            "waiting_sequences": now.num_waiting,
+            "kv_blocks_total": now.num_kv_blocks,
+            "kv_blocks_in_use": now.num_used_kv_blocks,
+            "is_draining": now.is_draining,
             "messages_termed": messages_termed,
         }

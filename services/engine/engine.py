@@ -17,6 +17,7 @@ import torch
 from services.model.talker_logits import MIN_NEW_TOKENS
 from services.engine import model_ops
 from services.engine.config import EngineConfig, StageConfig, StageKind
+from services.engine.engine_stats import EngineStats
 from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.errors import ConfigError, EngineError
 from services.engine.outputs import StepOutput
@@ -187,5 +188,28 @@ class Engine:
         return self.num_unfinished > 0
 
     def has_room(self) -> bool:
-        """Whether the service should pull another request now."""
-        return self.scheduler.has_room()
+        """Whether the service should pull another request now: fewer than max_num_seqs requests held, a free
+        KV block, no drain. Requests may wait in the engine: admitted beside a step, they join the next one."""
+        return (not self.scheduler.is_draining and self.num_unfinished < self.config.max_num_seqs
+                and self.scheduler.block_manager.num_free_blocks > 0)
+
+    # -- questions the service asks (never the scheduler's queues or the block manager) -----------------
+    # Read from the event loop while the engine thread steps: each is a plain read of a size or a flag, so the
+    # worst case is a value one step old.
+    def stats(self) -> EngineStats:
+        """Request counts and KV cache usage now."""
+        scheduler = self.scheduler
+        return EngineStats(num_waiting=len(scheduler.waiting) + len(self.inbox), num_running=len(scheduler.running),
+                           num_kv_blocks=scheduler.block_manager.num_blocks,
+                           num_free_kv_blocks=scheduler.block_manager.num_free_blocks,
+                           is_draining=scheduler.is_draining)
+
+    @property
+    def is_draining(self) -> bool:
+        """An operator drain scope (`drain()`) is open: nothing runs, nothing new should be pulled."""
+        return self.scheduler.is_draining
+
+
+    def running_ids(self) -> list[str]:
+        """The ids of the running batch, oldest first."""
+        return [seq.request_id for seq in self.scheduler.running]

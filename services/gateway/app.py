@@ -1,11 +1,8 @@
-"""The gateway's FastAPI app: a factory and a lifespan that holds the mesh connection (the routes' dependencies are
-in deps.py)."""
+"""The gateway's FastAPI app: a factory given the running gateway (the routes' dependencies are in deps.py). The
+connection, the lease and the supervisor belong to the service lifecycle (services/gateway/service.py), not to the
+app."""
 
 from __future__ import annotations
-
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -14,22 +11,13 @@ from starlette.exceptions import HTTPException
 from services.gateway.errors import GatewayError, http_error, internal_error
 from services.gateway.http.request_id import RequestIdMiddleware, request_id_of
 from services.gateway.http.routes import health, metrics, models, speech, speech_stream
-from services.gateway.runtime import gateway_runtime
-from services.gateway.settings import GatewaySettings
+from services.gateway.runtime import Gateway
 
 
-def create_app(settings: GatewaySettings, shutdown: asyncio.Event | None = None) -> FastAPI:
-    """The gateway app; its lifespan connects to NATS and starts supervision, and stops them on shutdown.
-
-    `shutdown`, the process's stop event, lets a stop during startup end the wait for NATS."""
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with gateway_runtime(settings, shutdown) as gateway:
-            app.state.gateway = gateway
-            yield
-
-    app = FastAPI(title="voxmesh gateway", version="0.1.0", lifespan=lifespan)
+def create_app(gateway: Gateway) -> FastAPI:
+    """The gateway app serving `gateway` (built by the gateway service once connected, or a test's stand-in)."""
+    app = FastAPI(title="voxmesh gateway", version="0.1.0")
+    app.state.gateway = gateway
     app.add_middleware(RequestIdMiddleware)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(HTTPException, _http_error)

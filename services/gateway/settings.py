@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from messages.requests import MAX_TEXT_CHARS
-from services.common_settings import CommonSettings
-from services.settings import SettingsError, setting
+from services.runtime.common_settings import CommonSettings
+from services.runtime.settings_schema import SettingsError, setting
 
 
 @dataclass(frozen=True, slots=True)

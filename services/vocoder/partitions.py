@@ -18,7 +18,7 @@ from messages import subjects
 from services.bus.claims import PartitionClaim, claim_partition, read_partition
 from services.bus.errors import OwnershipConflict
 from services.bus.leases import is_alive
-from services.settings import SettingsError
+from services.runtime.settings_schema import SettingsError
 
 log = logging.getLogger(__name__)
 

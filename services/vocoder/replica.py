@@ -1,8 +1,9 @@
-"""One vocoder replica: its lease, its partitions (a codes consumer and a re-decode responder each), its streams.
+"""One vocoder replica: its partitions (a codes consumer and a re-decode responder each), its streams.
 
 A control loop ticks once a period: it claims or notices the loss of partitions, and checks the decode owners of
-in-flight requests. Shutdown stops fetching, lets the work already taken finish (audio published, messages acked),
-releases the partitions, then the lease, so that a standby vocoder takes over at once.
+in-flight requests. Shutdown stops fetching, lets the work already taken finish (audio published, messages acked)
+and releases the partitions; the service lifecycle then releases the lease, so that a standby vocoder takes over at
+once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from services.bus.claims import PartitionClaim
-from services.bus.leases import LeaseKeeper
 from services.vocoder.audio import AudioPublisher
 from services.vocoder.codec_worker import CodecWorker
 from services.vocoder.decode_owner_watch import OwnerWatch
@@ -74,7 +74,6 @@ class VocoderReplica:
         self.owner_watch = OwnerWatch(js, kv, self.table, self.terminal)
         self.partitions = PartitionManager(kv, config.replica, config.partitions, on_gained=self._serve_partition,
                                            on_lost=self._lose_partition)
-        self.lease = LeaseKeeper(kv, config.replica, "vocoder", interval_s=config.tick_s, ttl_s=config.lease_ttl_s)
         self._served: dict[int, _Served] = {}
 
     def stats(self) -> dict[str, Any]:
@@ -96,16 +95,8 @@ class VocoderReplica:
         }
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until `stop` is set, then drain and release."""
-        lease_stop = asyncio.Event()
-        await self.lease.renew()  # live before claiming: others judge our claims by this lease
-        lease_task = asyncio.get_running_loop().create_task(self.lease.run(lease_stop), name="vocoder-lease")
-        try:
-            await self._control_loop(stop)
-        finally:
-            await self._shutdown()
-            lease_stop.set()
-            await lease_task
+        """Claim partitions and watch decode owners until `stop` is set (then call `shutdown`)."""
+        await self._control_loop(stop)
 
     async def _control_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -154,7 +145,8 @@ class VocoderReplica:
         for stream in self.table.in_partition(partition):
             self.table.release(stream.request_id, ended=False)
 
-    async def _shutdown(self) -> None:
+    async def shutdown(self) -> None:
+        """Stop fetching, let the work already taken finish, release the partitions."""
         for served in self._served.values():
             served.stop.set()
         for partition, served in list(self._served.items()):

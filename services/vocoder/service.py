@@ -9,34 +9,31 @@ decode replica died. Codec work runs on one worker thread, batched across reques
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import json
 import logging
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
-from nats.aio.client import Client
-from nats.micro import add_service
 from nats.micro.request import Request
-from nats.micro.service import EndpointStats, Service
 
 from messages import subjects
-from services.bus.provision import open_bucket
-from services.bus_session import connect_service
-from services.common_settings import CommonSettings
 from services.metrics.from_stats import stats_registry, vocoder_families
 from services.metrics.listener import metrics_listener
-from services.process import default_replica
-from services.settings import SettingsError, setting
+from services.runtime.common_settings import CommonSettings
+from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, micro_name, run_service
+from services.runtime.replica_name import default_replica
+from services.runtime.settings_schema import SettingsError, setting
 from services.vocoder.codec_worker import CodecWorker
 from services.vocoder.partitions import parse_partitions
 from services.vocoder.replica import ReplicaConfig, VocoderReplica
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = "voxmesh-vocoder"
-VERSION = "0.1.0"
+SERVICE_NAME = micro_name("vocoder")
 CODEC_SUBDIR = "speech_tokenizer"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -102,47 +99,36 @@ async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
 
 async def serve(settings: VocoderSettings, stop: asyncio.Event) -> None:
     """Run one vocoder replica until `stop` is set, then drain."""
-    config = settings.replica_config()
     codec = await load_codec(settings, settings.max_decode_batch)
     try:
-        nc = await connect_service(settings, f"{SERVICE_NAME}-{config.replica}")
-        try:
-            await _serve_connected(nc, config, codec, stop, settings.metrics_port)
-        finally:
-            if not nc.is_closed:
-                await nc.drain()
+        await run_service(settings, "vocoder", functools.partial(build_vocoder, settings, codec), stop)
     finally:
         await codec.close()
 
 
-async def _serve_connected(nc: Client, config: ReplicaConfig, codec: CodecWorker, stop: asyncio.Event,
-                           metrics_port: int = 0) -> None:
-    js = nc.jetstream()
-    kv = await open_bucket(js)
-    replica = VocoderReplica(nc, js, kv, codec, config)
-    micro = await register(nc, replica)
-    try:
-        async with metrics_listener(stats_registry(replica.stats, vocoder_families), metrics_port):
-            await replica.run(stop)
-    finally:
-        await micro.stop()
+async def build_vocoder(settings: VocoderSettings, codec: CodecWorker, context: ServiceContext,
+                        stack: AsyncExitStack) -> ServiceParts:
+    """The vocoder's parts: the control loop (partitions, decode owners) until stop; on the way out the replica
+    finishes the work it took and releases its partitions; the `status` endpoint; STATS with its counters."""
+    config = dataclasses.replace(settings.replica_config(), replica=context.replica)
+    replica = VocoderReplica(context.nc, context.js, context.kv, codec, config)
+    await stack.enter_async_context(metrics_listener(stats_registry(replica.stats, vocoder_families),
+                                                     settings.metrics_port))
+
+    async def status(request: Request) -> None:
+        await request.respond(json.dumps(replica.stats()).encode())
+
+    return ServiceParts(
+        description=__doc__.splitlines()[0],
+        stats=replica.stats,
+        endpoints=[Endpoint("status", status_subject(config.replica), status)],
+        tasks=[ServiceTask("control-loop", replica.run)],
+        drain=replica.shutdown,
+        lease_interval_s=config.tick_s,
+        lease_ttl_s=config.lease_ttl_s,
+    )
 
 
 def status_subject(replica: str) -> str:
     """Per-replica admin subject of the status endpoint (not in messages/subjects.py yet: asked the bus owner)."""
     return subjects.admin("vocoder", replica, "status")
-
-
-async def register(nc: Client, replica: VocoderReplica) -> Service:
-    """The `voxmesh-vocoder` micro service: PING/INFO, STATS carrying the replica's counters, and `status`."""
-
-    def stats_handler(_endpoint: EndpointStats) -> dict[str, Any]:
-        return replica.stats()
-
-    async def status(request: Request) -> None:
-        await request.respond(json.dumps(replica.stats()).encode())
-
-    micro = await add_service(nc, name=SERVICE_NAME, version=VERSION, description=__doc__.splitlines()[0],
-                              metadata={"replica": replica.config.replica}, stats_handler=stats_handler)
-    await micro.add_endpoint(name="status", subject=status_subject(replica.config.replica), handler=status)
-    return micro

@@ -7,7 +7,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from services.bus.connection import connect
-from services.common_settings import CommonSettings
+from services.runtime.common_settings import CommonSettings
 
 
 async def connect_service(settings: CommonSettings, name: str) -> Client:

@@ -2,8 +2,10 @@
 
 Every service package `services/<name>/` exposes, in `services/<name>/service.py`:
   SETTINGS: its settings dataclass (extends CommonSettings)
-  async def serve(settings, stop: asyncio.Event) -> None: runs until `stop` is set, then drains.
-SIGTERM and SIGINT set `stop`; a second signal exits at once.
+  async def serve(settings, stop: asyncio.Event) -> None: runs until `stop` is set, then drains
+    (built on `services.runtime.lifecycle.run_service`).
+SIGTERM and SIGINT set `stop`; a second signal exits at once. A service that stopped because one of its tasks died
+exits with status 1, so `voxmesh up`'s restart policy (or the orchestrator's) takes over.
 """
 
 from __future__ import annotations
@@ -11,20 +13,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import logging
 import os
 import signal
-import socket
 import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from services import settings as settings_lib
+from services.runtime import settings_schema as settings_lib
+from services.runtime.lifecycle import ServiceFailed
 
 SERVICES = ("gateway", "decode", "vocoder")
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_SECOND_SIGNAL = 130
 
-
-def default_replica(service: str) -> str:
-    """A replica name unique per process and usable as a subject token."""
-    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:40]
-    return f"{service}-{host}-{os.getpid()}"
+log = logging.getLogger(__name__)
 
 
 def build_parser(service: str) -> argparse.ArgumentParser:
@@ -38,33 +43,45 @@ def main(service: str, argv: list[str] | None = None) -> int:
     """Entry of `python -m services.<service>` and `voxmesh serve <service>`."""
     if service not in SERVICES:
         print(f"unknown service {service!r}; choose one of {', '.join(SERVICES)}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     module = importlib.import_module(f"services.{service}.service")
     args = build_parser(service).parse_args(argv)
     try:
         settings = settings_lib.resolve(module.SETTINGS, args)
     except settings_lib.SettingsError as error:
         print(f"voxmesh {service}: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     from services.bus.logs import configure_logging
 
     configure_logging(service, settings.log_level)
     import torch
 
     torch.set_num_threads(settings.torch_threads)
-    return asyncio.run(_run_until_signal(module.serve, settings))
+    return asyncio.run(run_until_signal(module.serve, settings))
 
 
-async def _run_until_signal(serve, settings) -> int:
+async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]], settings: Any) -> int:
+    """Run `serve(settings, stop)` with SIGTERM/SIGINT setting `stop`; the process's exit status."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
+    signalled = False
+
     def on_signal() -> None:
-        if stop.is_set():  # a second signal: the operator wants out now
-            os._exit(130)
+        nonlocal signalled
+        if signalled:  # a second signal: the operator wants out now
+            os._exit(EXIT_SECOND_SIGNAL)
+        signalled = True  # (not `stop.is_set()`: a task that died sets it too, and a first signal still drains)
         stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in SIGNALS:
         loop.add_signal_handler(sig, on_signal)
-    await serve(settings, stop)
+    try:
+        await serve(settings, stop)
+    except ServiceFailed as failure:  # each task's traceback was logged when it died
+        log.error("%s", failure)
+        return EXIT_FAILED
+    finally:
+        for sig in SIGNALS:
+            loop.remove_signal_handler(sig)
     return 0

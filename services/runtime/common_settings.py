@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.settings import setting
+from services.runtime.settings_schema import setting
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib
 
-from services.common_settings import CommonSettings
-from services.process import SERVICES
-from services.settings import markdown_table
+from services.runtime.common_settings import CommonSettings
+from services.runtime.process import SERVICES
+from services.runtime.settings_schema import markdown_table
 
 
 def settings_markdown() -> str:
