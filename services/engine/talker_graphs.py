@@ -109,11 +109,15 @@ class PaddedTalkerStep:
             if tokens not in self.prepared:
                 self._prepare(tokens)
 
+    def bucket_of(self, num_tokens: int) -> int | None:
+        """The token bucket of a step of `num_tokens` tokens (None: larger than every bucket)."""
+        return next((size for size in self.token_buckets if size >= num_tokens), None)
+
     def bucket(self, batch: AttentionBatch) -> int | None:
         """The token bucket that runs `batch`, or None if it has too many tokens, sequences or block columns."""
         if batch.num_seqs > self.spec.max_num_seqs or int(batch.block_tables.shape[1]) > self.spec.max_blocks_per_seq:
             return None
-        return next((size for size in self.token_buckets if size >= batch.num_tokens), None)
+        return self.bucket_of(batch.num_tokens)
 
     def run(self, rows: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
         """Hidden states [T, H] of a step: input rows [T, H] on the device, `batch` with host tensors.

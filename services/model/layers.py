@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from services.model import fused_rms_norm
 from services.model.config import DecoderConfig
 
 _ACTIVATIONS = {
@@ -38,6 +39,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if fused_rms_norm.runs_on(x.device) and self.weight.dtype == x.dtype:
+            return fused_rms_norm.rms_norm(x, self.weight, self.eps)
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from services.model import fused_gumbel
 from services.model.uploads import upload
 
 _MASK32 = 0xFFFFFFFF
@@ -174,9 +175,9 @@ def _mul32(x, constant: int):
 def _hash32(x):
     """A bijective 32-bit integer mixer (xorshift-multiply, 'lowbias32' constants); ints or int64 tensors."""
     x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
+    x = _mul32(x, fused_gumbel.HASH_MULTIPLIERS[0])
     x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
+    x = _mul32(x, fused_gumbel.HASH_MULTIPLIERS[1])
     return x ^ (x >> 16)
 
 
@@ -257,7 +258,10 @@ def sample(logits: torch.Tensor, rows: RowSampling, codebook: int) -> torch.Tens
     safe_temperature = torch.where(rows.temperature > 0, rows.temperature, torch.ones_like(rows.temperature))
     values, ids = _candidates(logits.float() / safe_temperature[:, None], rows)
     keys = rows.keys if rows.keys is not None else row_keys(rows.seed, rows.frame)
-    gumbel = -torch.log(-torch.log(_uniform(keys, codebook, ids)))
+    if fused_gumbel.runs_on(ids.device):
+        gumbel = fused_gumbel.keyed_gumbel(keys, _codebook_salts(codebook), ids)
+    else:
+        gumbel = -torch.log(-torch.log(_uniform(keys, codebook, ids)))
     choice = (values.double() + gumbel).argmax(dim=1, keepdim=True)
     drawn = ids.gather(1, choice)[:, 0]
     return torch.where(rows.temperature > 0, drawn, greedy)

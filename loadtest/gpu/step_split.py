@@ -1,0 +1,99 @@
+"""Where a graphed engine step's device time goes: the talker graph and the frame-sampling graph, timed apart.
+
+Builds a preset's model (random weights, in memory), an engine with CUDA graphs at the engine's default limits,
+admits B fixed-length requests, runs a few steps, then replays the talker graph of the B-token bucket and the
+sampling graph of the B-row bucket on their own, each timed with CUDA events (median of `--reps`), and counts the
+kernels of one replay of each with the torch profiler.
+
+    python3 -m loadtest.gpu.step_split --out split.json [--preset 0.6b] [--batch-sizes 1 8 32 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from loadtest.gpu.engine_step_bench import TEXT
+from loadtest.gpu.gpu_micro import DTYPES, environment
+from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
+from services.engine.config import EngineConfig
+from services.engine.engine import Engine
+from services.model.prompt import PromptRequest, assistant_text
+from services.model.sampling import SamplingParams
+
+
+def _median_ms(replay, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _kernels(replay) -> int:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        replay()
+        torch.cuda.synchronize()
+    return sum(1 for event in profile.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def split(model, tokenizer, batch: int, reps: int) -> dict:
+    engine = Engine(model, EngineConfig(kv_cache_blocks=batch * 20 + 64, max_num_seqs=64))
+    ids = tuple(tokenizer.encode(assistant_text(TEXT)))
+    for index in range(batch):
+        request = PromptRequest(ids, speaker="ryan", language="english", non_streaming=False)
+        engine.add_request(f"r{index}", request, seed=index, params=SamplingParams(), max_new_frames=40,
+                           ignore_eos=True)
+    for _ in range(4):
+        engine.step()
+    runner = engine.runner
+    talker = runner.talker_step.prepared[runner.talker_step.bucket_of(batch)].step
+    sampler = runner.frame_sampler.graphs[(runner.frame_sampler.bucket(batch), False, False)]
+    steps = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        engine.step()
+        end.record()
+        end.synchronize()
+        steps.append(start.elapsed_time(end))
+    return {"batch": batch, "talker_ms": _median_ms(talker, reps), "sampler_ms": _median_ms(sampler, reps),
+            "engine_step_ms": statistics.median(steps), "talker_kernels": _kernels(talker),
+            "sampler_kernels": _kernels(sampler)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--preset", default="0.6b", choices=("tiny", "0.6b", "1.7b"))
+    parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES))
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--commit")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = write_config_files(Path(scratch) / args.preset, args.preset)
+        model, tokenizer = build_model(directory, device, DTYPES[args.dtype]), build_tokenizer(directory)
+    rows = [split(model, tokenizer, batch, args.reps) for batch in args.batch_sizes]
+    args.out.write_text(json.dumps({"benchmark": "step_split", "preset": args.preset, "dtype": args.dtype,
+                                    "environment": environment(device, args.commit), "results": rows}, indent=2))
+    print("| batch | talker graph ms (kernels) | sampling graph ms (kernels) | engine step ms |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['batch']} | {row['talker_ms']:.2f} ({row['talker_kernels']}) | {row['sampler_ms']:.2f} "
+              f"({row['sampler_kernels']}) | {row['engine_step_ms']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

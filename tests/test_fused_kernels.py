@@ -1,0 +1,62 @@
+"""The fused RMSNorm and keyed-Gumbel kernels against the torch expressions they replace on CUDA.
+
+The kernels are chosen by device (CUDA with Triton); on the CPU they run under Triton's interpreter, which is
+chosen when Triton is imported, so that check runs in a fresh process with TRITON_INTERPRET=1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from services.model import sampling
+
+
+@torch.no_grad()
+def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """Largest differences of both kernels from the torch expressions, on fresh random inputs."""
+    from services.model.fused_gumbel import keyed_gumbel
+    from services.model.fused_rms_norm import rms_norm
+    from services.model.layers import RMSNorm
+
+    generator = torch.Generator().manual_seed(3)
+    worst_norm = 0.0
+    for shape in ((5, 48), (3, 4, 16), (7, 1000)):  # a row, heads of a row, a width that is no power of two
+        norm = RMSNorm(shape[-1], 1e-6)
+        with torch.no_grad():
+            norm.weight.copy_(torch.randn(shape[-1], generator=generator))
+        x = torch.randn(shape, generator=generator).to(device, dtype)
+        norm = norm.to(device, dtype)
+        expected = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        expected = (norm.weight * expected.to(dtype)).float()
+        got = rms_norm(x, norm.weight.detach(), 1e-6).float()
+        worst_norm = max(worst_norm, float((got - expected).abs().max() / expected.abs().max()))
+    keys = sampling.row_keys(torch.tensor([0, 5, -7, 2**62]), torch.tensor([0, 3, 9, 1000]))
+    ids = torch.stack([torch.randperm(3072, generator=generator)[:300] for _ in range(4)])
+    gumbel_worst = 0.0
+    for codebook in (0, 1, 15):
+        salts = sampling._codebook_salts(codebook)
+        expected = -torch.log(-torch.log(sampling._uniform(keys, codebook, ids)))
+        got = keyed_gumbel(keys.to(device), salts, ids.to(device), block=128).cpu()
+        gumbel_worst = max(gumbel_worst, float((got - expected).abs().max()))
+    return {"rms_norm": worst_norm, "gumbel": gumbel_worst}
+
+
+def test_fused_kernels_equal_the_torch_expressions_under_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    code = "from tests.test_fused_kernels import compare; print(repr(compare('cpu')))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    worst = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr of a dict of floats
+    assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12, worst
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels need a CUDA device")
+def test_fused_kernels_equal_the_torch_expressions_on_cuda():
+    worst = compare("cuda")
+    assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12, worst
+    assert compare("cuda", torch.bfloat16)["rms_norm"] < 1e-2
