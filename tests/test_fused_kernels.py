@@ -41,7 +41,9 @@ def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]
     for codebook in (0, 1, 15):
         salts = sampling._codebook_salts(codebook)
         expected = -torch.log(-torch.log(sampling._uniform(keys, codebook, ids)))
-        got = keyed_gumbel(keys.to(device), salts, ids.to(device), block=128).cpu()
+        # Keys as RowSampling.build leaves them: a transposed view (lanes a column apart).
+        lanes = keys.T.contiguous().to(device).T
+        got = keyed_gumbel(lanes, salts, ids.to(device), block=128).cpu()
         gumbel_worst = max(gumbel_worst, float((got - expected).abs().max()))
     return {"rms_norm": worst_norm, "gumbel": gumbel_worst}
 

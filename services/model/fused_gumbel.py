@@ -44,13 +44,13 @@ if triton is not None:
         return x ^ (x >> 16)
 
     @triton.jit
-    def _gumbel_kernel(keys_ptr, ids_ptr, out_ptr, salt_a, salt_b, first, second, num_cols, stride_keys, stride_ids,
-                       stride_out, BLOCK: tl.constexpr):
+    def _gumbel_kernel(keys_ptr, ids_ptr, out_ptr, salt_a, salt_b, first, second, num_cols, stride_keys, stride_lane,
+                       stride_ids, stride_out, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = cols < num_cols
         lane_a = tl.load(keys_ptr + row * stride_keys).to(tl.uint32) ^ salt_a.to(tl.uint32)
-        lane_b = tl.load(keys_ptr + row * stride_keys + 1).to(tl.uint32) ^ salt_b.to(tl.uint32)
+        lane_b = tl.load(keys_ptr + row * stride_keys + stride_lane).to(tl.uint32) ^ salt_b.to(tl.uint32)
         ids = tl.load(ids_ptr + row * stride_ids + cols, mask=inside, other=0).to(tl.uint32)
         bits = _hash32(_hash32(lane_a ^ ids, first, second) ^ lane_b, first, second)
         uniform = (bits.to(tl.float64) + 0.5) / 4294967296.0
@@ -66,5 +66,5 @@ def keyed_gumbel(keys: torch.Tensor, salts: tuple[int, int], ids: torch.Tensor, 
         block = min(block, triton.next_power_of_2(num_cols))
         _gumbel_kernel[(rows, triton.cdiv(num_cols, block))](
             keys, ids, out, salts[0], salts[1], HASH_MULTIPLIERS[0], HASH_MULTIPLIERS[1], num_cols, keys.stride(0),
-            ids.stride(0), out.stride(0), BLOCK=block)
+            keys.stride(1), ids.stride(0), out.stride(0), BLOCK=block)
     return out
