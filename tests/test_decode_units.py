@@ -141,3 +141,15 @@ def test_code_predictor_sampling_follows_subtalker_defaults_and_a_greedy_talker(
     assert (chosen.temperature, chosen.top_k, chosen.top_p) == (1.1, 5, 0.95)
     with pytest.raises(AdmissionError, match="subtalker sampling"):
         predictor_sampling_params(SamplingSpec(top_k=-1), sampled, defaults)
+
+
+def test_gpu_memory_fraction_sizes_the_pool_instead_of_a_block_count():
+    by_blocks = DecodeSettings(kv_cache_blocks=77).engine_config()
+    assert (by_blocks.kv_cache_blocks, by_blocks.gpu_memory_fraction) == (77, None)
+    by_fraction = DecodeSettings(device="cuda", gpu_memory_fraction=0.6, kv_cache_blocks=77).engine_config()
+    assert (by_fraction.kv_cache_blocks, by_fraction.gpu_memory_fraction) == (None, 0.6)
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(SettingsError, match="gpu-memory-fraction"):
+            DecodeSettings(device="cuda", gpu_memory_fraction=bad)
+    with pytest.raises(SettingsError, match="needs a CUDA"):
+        DecodeSettings(device="cpu", gpu_memory_fraction=0.5)

@@ -1,4 +1,4 @@
-"""The fused RMSNorm and keyed-Gumbel kernels against the torch expressions they replace on CUDA.
+"""The fused RMSNorm, norm + RoPE and keyed-Gumbel kernels against the torch expressions they replace on CUDA.
 
 The kernels are chosen by device (CUDA with Triton); on the CPU they run under Triton's interpreter, which is
 chosen when Triton is imported, so that check runs in a fresh process with TRITON_INTERPRET=1.
@@ -45,7 +45,29 @@ def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]
         lanes = keys.T.contiguous().to(device).T
         got = keyed_gumbel(lanes, salts, ids.to(device), block=128).cpu()
         gumbel_worst = max(gumbel_worst, float((got - expected).abs().max()))
-    return {"rms_norm": worst_norm, "gumbel": gumbel_worst}
+    return {"rms_norm": worst_norm, "gumbel": gumbel_worst, "norm_rope": _norm_rope_error(device, dtype, generator)}
+
+
+def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator) -> float:
+    """Largest relative difference of the fused norm + RoPE from the torch form: a talker-shaped step (one position
+    per token) and a code-predictor-shaped one (rows repeating two positions), positions up to 4000."""
+    from services.model.fused_norm_rope import norm_rope
+    from services.model.layers import RMSNorm, Rope, apply_rope
+
+    worst = 0.0
+    for shape, positions in (((6, 4, 32), torch.tensor([0, 1, 7, 300, 2048, 4000])), ((3, 2, 2, 16), torch.arange(2))):
+        head_dim = shape[-1]
+        norm = RMSNorm(head_dim, 1e-6)
+        norm.weight.copy_(torch.randn(head_dim, generator=generator))
+        norm = norm.to(device, dtype)
+        x = torch.randn(shape, generator=generator).to(device, dtype)
+        rope = Rope(head_dim, 1_000_000.0)
+        positions = positions.to(device)
+        cos, sin = Rope.tables_of(positions, rope.inv_freq(positions.device), dtype)
+        expected = apply_rope(norm(x), cos, sin).float()
+        got = norm_rope(x, norm.weight, norm.eps, positions, rope.inv_freq(positions.device)).float()
+        worst = max(worst, float((got - expected).abs().max() / expected.abs().max()))
+    return worst
 
 
 def test_fused_kernels_equal_the_torch_expressions_under_the_interpreter():
@@ -54,11 +76,12 @@ def test_fused_kernels_equal_the_torch_expressions_under_the_interpreter():
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     worst = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr of a dict of floats
-    assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12, worst
+    assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12 and worst["norm_rope"] < 1e-5, worst
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels need a CUDA device")
 def test_fused_kernels_equal_the_torch_expressions_on_cuda():
     worst = compare("cuda")
-    assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12, worst
-    assert compare("cuda", torch.bfloat16)["rms_norm"] < 1e-2
+    assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12 and worst["norm_rope"] < 1e-5, worst
+    in_bf16 = compare("cuda", torch.bfloat16)
+    assert in_bf16["rms_norm"] < 1e-2 and in_bf16["norm_rope"] < 2e-2, in_bf16

@@ -45,6 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="torch device for decode and vocoder (default: the file's)")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"))
     parser.add_argument("--kv-cache-blocks", type=int, default=None, help="decode's KV pool size in blocks")
+    parser.add_argument("--gpu-memory-fraction", type=float, default=None,
+                        help="decode's share of the card's total memory (weights, KV pool, graphs); "
+                             "replaces --kv-cache-blocks on CUDA")
     parser.add_argument("--max-num-seqs", type=int, default=None, help="decode's concurrent sequence limit")
     parser.add_argument("--recompute-preemption", choices=("allow", "fail"), default=None,
                         help="what decode does with a preempted request (DESIGN.md)")
@@ -60,6 +63,7 @@ def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict
         "VOXMESH_DEVICE": args.device,
         "VOXMESH_DTYPE": args.dtype,
         "VOXMESH_KV_CACHE_BLOCKS": args.kv_cache_blocks,
+        "VOXMESH_GPU_MEMORY_FRACTION": args.gpu_memory_fraction,
         "VOXMESH_MAX_NUM_SEQS": args.max_num_seqs,
         "VOXMESH_RECOMPUTE_PREEMPTION": args.recompute_preemption,
     }

@@ -15,6 +15,9 @@ class DecodeSettings(CommonSettings):
     """Flags and environment of `voxmesh serve decode` (issue 4 item 6 names the first three knobs)."""
 
     kv_cache_blocks: int = setting(1024, "KV blocks in the paged pool (each holds every layer's K/V for block-size tokens)")
+    gpu_memory_fraction: float = setting(
+        0.0, "on CUDA: size the KV pool so this process holds at most this fraction of the card's total memory "
+             "(weights, pool and graphs); 0: use --kv-cache-blocks")
     max_num_seqs: int = setting(64, "most requests decoding at once; decode pulls from REQUESTS only below this")
     recompute_preemption: str = setting(
         "allow", "when the KV pool is full: allow (re-queue, replay faithfully) or fail (end with code preempted)",
@@ -42,6 +45,12 @@ class DecodeSettings(CommonSettings):
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError(f"--metrics-port / VOXMESH_DECODE_METRICS_PORT: {self.metrics_port} is not a TCP "
                                 "port (0..65535; 0: off)")
+        if not (math.isfinite(self.gpu_memory_fraction) and 0 <= self.gpu_memory_fraction <= 1):
+            raise SettingsError(f"--gpu-memory-fraction: must be in [0, 1] (0: use --kv-cache-blocks), "
+                                f"got {self.gpu_memory_fraction}")
+        if self.gpu_memory_fraction > 0 and not self.device.startswith("cuda"):
+            raise SettingsError(f"--gpu-memory-fraction needs a CUDA --device (got {self.device}); "
+                                "set --kv-cache-blocks instead")
         if not (math.isfinite(self.shutdown_grace_s) and self.shutdown_grace_s >= 0):
             raise SettingsError(f"--shutdown-grace-s: must be a finite number >= 0, got {self.shutdown_grace_s}")
         if not (math.isfinite(self.runaway_frames_per_char) and self.runaway_frames_per_char >= 0):
@@ -57,7 +66,10 @@ class DecodeSettings(CommonSettings):
 
     def engine_config(self) -> EngineConfig:
         """The engine's limits from these settings."""
-        return EngineConfig(kv_cache_blocks=self.kv_cache_blocks, block_size=self.block_size,
+        by_fraction = self.gpu_memory_fraction > 0
+        return EngineConfig(kv_cache_blocks=None if by_fraction else self.kv_cache_blocks,
+                            gpu_memory_fraction=self.gpu_memory_fraction if by_fraction else None,
+                            block_size=self.block_size,
                             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                             max_model_len=self.max_model_len, cuda_graphs=self.cuda_graphs)
 

@@ -39,19 +39,32 @@ class InvalidRequestError(EngineError, ValueError):
     code = "invalid_request"
 
 
+GRAPH_RESERVE_BYTES = 2 << 30
+"""Kept out of a `gpu_memory_fraction` budget for what comes after the pool: the captured graphs' memory pool and
+the eager fallbacks' activations (well under 2 GiB for the presets at the default limits; the start-up log line
+says what the process really holds)."""
+
+
 def pool_num_blocks(config: EngineConfig, model: TTSModel) -> int:
-    """The pool size: `kv_cache_blocks`, or on CUDA the given fraction of the free device memory."""
+    """The pool size: `kv_cache_blocks`, or on CUDA what fits in `gpu_memory_fraction` of the card's total memory
+    once this process's weights (memory it holds now) and `GRAPH_RESERVE_BYTES` are counted.
+
+    A fraction of the total, not of the free memory: the vocoder may share the card, and what is free while it
+    starts up races with it."""
     if config.kv_cache_blocks is not None:
         return config.kv_cache_blocks
     device = model.device
     if device.type != "cuda":
         raise ConfigError(f"gpu_memory_fraction needs a CUDA device, the model is on {device}; set kv_cache_blocks")
-    free_bytes, _ = torch.cuda.mem_get_info(device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    budget = int(total * config.gpu_memory_fraction) - torch.cuda.memory_reserved(device) - GRAPH_RESERVE_BYTES
     shape = model_ops.kv_pool_shape(model, 1, config.block_size)
     bytes_per_block = torch.Size(shape).numel() * torch.empty((), dtype=model.dtype).element_size()
-    num_blocks = int(free_bytes * config.gpu_memory_fraction) // bytes_per_block
+    num_blocks = budget // bytes_per_block
     if num_blocks < 1:
-        raise ConfigError(f"gpu_memory_fraction {config.gpu_memory_fraction} of {free_bytes} free bytes holds no block")
+        raise ConfigError(f"gpu_memory_fraction {config.gpu_memory_fraction} of {total} bytes leaves no room for a KV "
+                          f"block after the weights ({torch.cuda.memory_reserved(device)} bytes) and "
+                          f"{GRAPH_RESERVE_BYTES} bytes for graphs; raise it")
     return num_blocks
 
 
@@ -80,8 +93,12 @@ class Engine:
         started = time.perf_counter()
         self.runner.prepare_graphs()  # before the replica serves: the first requests must not pay for captures
         if self.runner.talker_step is not None:
-            _log.info("captured the talker and sampling graphs in %.1f s (%d failed and run eagerly)",
-                      time.perf_counter() - started, self.runner.num_capture_failures)
+            device = model.device
+            held = torch.cuda.memory_reserved(device)
+            _log.info("captured the talker and sampling graphs in %.1f s (%d failed and run eagerly); %d KV blocks; "
+                      "this process holds %.2f GiB, %.1f%% of the card", time.perf_counter() - started,
+                      self.runner.num_capture_failures, self.num_blocks, held / 2**30,
+                      100 * held / torch.cuda.get_device_properties(device).total_memory)
 
     def add_request(
         self,

@@ -9,13 +9,14 @@ casts back before the weight multiply; RoPE tables are computed in float32 and c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from services.model import fused_rms_norm
+from services.model import fused_norm_rope, fused_rms_norm
 from services.model.config import DecoderConfig
 
 _ACTIVATIONS = {
@@ -58,14 +59,50 @@ class Rope:
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
         self._inv_freq = {torch.device("cpu"): 1.0 / (theta**exponents)}
 
+    def inputs(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeInputs:
+        """What the attention layers rotate with: the positions and frequencies where the fused norm + RoPE kernel
+        runs (it makes its own angles), else the cos/sin tables."""
+        if fused_norm_rope.runs_on(positions.device) and positions.dim() == 1:
+            return FusedRope(positions, self.inv_freq(positions.device))
+        return self.tables(positions, dtype)
+
+    def inv_freq(self, device: torch.device) -> torch.Tensor:
+        inv_freq = self._inv_freq.get(device)
+        if inv_freq is None:
+            inv_freq = self._inv_freq[device] = self._inv_freq[torch.device("cpu")].to(device)
+        return inv_freq
+
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of shape [*positions.shape, 1, head_dim], ready to broadcast over heads."""
-        inv_freq = self._inv_freq.get(positions.device)
-        if inv_freq is None:
-            inv_freq = self._inv_freq[positions.device] = self._inv_freq[torch.device("cpu")].to(positions.device)
+        return self.tables_of(positions, self.inv_freq(positions.device), dtype)
+
+    @staticmethod
+    def tables_of(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[..., None] * inv_freq
         angles = torch.cat((freqs, freqs), dim=-1)[..., None, :]
         return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class FusedRope:
+    """RoPE inputs of the fused kernel: positions [P] (of the token axis) and the inverse frequencies."""
+
+    positions: torch.Tensor
+    inv_freq: torch.Tensor
+
+
+RopeInputs = FusedRope | tuple[torch.Tensor, torch.Tensor]
+"""What one forward's layers rotate with: `FusedRope`, or the (cos, sin) tables of the torch form."""
+
+
+def norm_and_rotate(norm: RMSNorm, x: torch.Tensor, rope: RopeInputs) -> torch.Tensor:
+    """`apply_rope(norm(x), cos, sin)` for heads x [..., P, heads, D]: one fused launch where it runs."""
+    if isinstance(rope, FusedRope) and norm.weight.dtype == x.dtype:
+        return fused_norm_rope.norm_rope(x, norm.weight, norm.eps, rope.positions, rope.inv_freq)
+    if isinstance(rope, FusedRope):  # a weight in another dtype than the activations: the torch form
+        rope = Rope.tables_of(rope.positions, rope.inv_freq, x.dtype)
+    cos, sin = rope
+    return apply_rope(norm(x), cos, sin)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -86,11 +123,10 @@ class SelfAttention(nn.Module):
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.head_dim = cfg.head_dim
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], layer: int, attend: Attend) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeInputs, layer: int, attend: Attend) -> torch.Tensor:
         heads = (*x.shape[:-1], -1, self.head_dim)
-        cos, sin = rope
-        q = apply_rope(self.q_norm(self.q_proj(x).view(heads)), cos, sin)
-        k = apply_rope(self.k_norm(self.k_proj(x).view(heads)), cos, sin)
+        q = norm_and_rotate(self.q_norm, self.q_proj(x).view(heads), rope)
+        k = norm_and_rotate(self.k_norm, self.k_proj(x).view(heads), rope)
         v = self.v_proj(x).view(heads)
         out = attend(layer, q, k, v)
         return self.o_proj(out.reshape(*x.shape[:-1], -1))
@@ -116,7 +152,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], layer: int, attend: Attend) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeInputs, layer: int, attend: Attend) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, layer, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -132,7 +168,7 @@ class DecoderStack(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         """x [..., T, hidden] with positions [T] (or broadcastable to x's leading dims)."""
-        rope = self.rope.tables(positions, x.dtype)
+        rope = self.rope.inputs(positions, x.dtype)
         for index, layer in enumerate(self.layers):
             x = layer(x, rope, index, attend)
         return self.norm(x)

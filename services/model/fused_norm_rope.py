@@ -1,0 +1,70 @@
+"""Per-head RMSNorm then rotary embedding (the attention's q_norm/k_norm + RoPE) as one Triton kernel on CUDA.
+
+The torch form is a norm (one launch when fused, eight otherwise) and a rotation of five launches, for q and for
+k, in every layer, plus the cos/sin tables of every forward: a quarter of the code predictor's launches. Here one
+launch reads each head once and writes it once. The numerics follow the torch form step by step (float32
+statistics and angles; the norm's output, cos, sin and each product rounded to the model dtype as torch rounds
+them), so the results match it to the last bit or so. Off CUDA the torch form serves; the CPU tests check this
+kernel under Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the CPU install may lack Triton: the torch path serves
+    triton = None
+
+
+def runs_on(device: torch.device) -> bool:
+    """Whether the fused kernel serves tensors on `device` (CUDA with Triton)."""
+    return triton is not None and device.type == "cuda"
+
+
+if triton is not None:
+
+    @triton.jit
+    def _norm_rope_kernel(x_ptr, weight_ptr, positions_ptr, inv_freq_ptr, out_ptr, stride_token, stride_head,
+                          num_positions, eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
+        token = tl.program_id(0)
+        head = tl.program_id(1)
+        dims = tl.arange(0, HEAD_DIM)
+        partner = (dims + HALF) % HEAD_DIM  # rotate_half: d < HALF reads -x[d + HALF], the rest x[d - HALF]
+        dtype = out_ptr.dtype.element_ty
+        base = x_ptr + token * stride_token + head * stride_head
+        x = tl.load(base + dims).to(tl.float32)
+        x_partner = tl.load(base + partner).to(tl.float32)
+        scale = tl.rsqrt(tl.sum(x * x, axis=0) / HEAD_DIM + eps)
+        normed = (tl.load(weight_ptr + dims).to(tl.float32) * (x * scale).to(dtype).to(tl.float32)).to(dtype)
+        partner_normed = (tl.load(weight_ptr + partner).to(tl.float32)
+                          * (x_partner * scale).to(dtype).to(tl.float32)).to(dtype)
+        rotated = tl.where(dims < HALF, -partner_normed.to(tl.float32), partner_normed.to(tl.float32))
+        position = tl.load(positions_ptr + token % num_positions).to(tl.float32)
+        angle = position * tl.load(inv_freq_ptr + dims % HALF)
+        cos = tl.cos(angle).to(dtype).to(tl.float32)
+        sin = tl.sin(angle).to(dtype).to(tl.float32)
+        out = (normed.to(tl.float32) * cos).to(dtype).to(tl.float32) + (rotated * sin).to(dtype).to(tl.float32)
+        tl.store(out_ptr + token * stride_token + head * stride_head + dims, out.to(dtype))  # out is laid out as x
+
+
+def norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torch.Tensor,
+              inv_freq: torch.Tensor) -> torch.Tensor:
+    """RMSNorm over the head dimension then RoPE, for x [..., P, heads, D] whose position along P is `positions`
+    [P] (leading dimensions repeat them, as the code predictor's rows do). Returns a new contiguous tensor."""
+    *lead, heads, head_dim = x.shape
+    if positions.dim() != 1 or not lead or lead[-1] != positions.shape[0]:
+        raise ValueError(f"norm_rope needs positions [P] for x [..., P, heads, D], got {tuple(positions.shape)} and "
+                         f"{tuple(x.shape)}")
+    if weight.dtype != x.dtype:
+        raise ValueError(f"norm_rope needs the weight in the input's dtype, got {weight.dtype} and {x.dtype}")
+    flat = x.reshape(-1, heads, head_dim)
+    if flat.stride(2) != 1 or flat.stride(1) != head_dim or flat.stride(0) != heads * head_dim:
+        flat = flat.contiguous()
+    out = torch.empty_like(flat)
+    _norm_rope_kernel[(flat.shape[0], heads)](
+        flat, weight, positions, inv_freq, out, flat.stride(0), flat.stride(1), positions.shape[0], eps,
+        HEAD_DIM=head_dim, HALF=head_dim // 2)
+    return out.view(x.shape)
