@@ -50,7 +50,8 @@ def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]
 
 def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator) -> float:
     """Largest relative difference of the fused norm + RoPE from the torch form: a talker-shaped step (one position
-    per token) and a code-predictor-shaped one (rows repeating two positions), positions up to 4000."""
+    per token, read from a strided column as the padded step's metadata keeps them) and a code-predictor-shaped one
+    (rows repeating two positions), positions up to 4000."""
     from services.model.fused_norm_rope import norm_rope
     from services.model.layers import RMSNorm, Rope, apply_rope
 
@@ -62,7 +63,7 @@ def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator
         norm = norm.to(device, dtype)
         x = torch.randn(shape, generator=generator).to(device, dtype)
         rope = Rope(head_dim, 1_000_000.0)
-        positions = positions.to(device)
+        positions = torch.stack([positions, -positions], dim=1).to(device)[:, 0]  # a column of a [P, 2] tensor
         cos, sin = Rope.tables_of(positions, rope.inv_freq(positions.device), dtype)
         expected = apply_rope(norm(x), cos, sin).float()
         got = norm_rope(x, norm.weight, norm.eps, positions, rope.inv_freq(positions.device)).float()

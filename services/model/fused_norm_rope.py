@@ -28,7 +28,7 @@ if triton is not None:
 
     @triton.jit
     def _norm_rope_kernel(x_ptr, weight_ptr, positions_ptr, inv_freq_ptr, out_ptr, stride_token, stride_head,
-                          num_positions, eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
+                          stride_position, num_positions, eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
         token = tl.program_id(0)
         head = tl.program_id(1)
         dims = tl.arange(0, HEAD_DIM)
@@ -42,7 +42,7 @@ if triton is not None:
         partner_normed = (tl.load(weight_ptr + partner).to(tl.float32)
                           * (x_partner * scale).to(dtype).to(tl.float32)).to(dtype)
         rotated = tl.where(dims < HALF, -partner_normed.to(tl.float32), partner_normed.to(tl.float32))
-        position = tl.load(positions_ptr + token % num_positions).to(tl.float32)
+        position = tl.load(positions_ptr + (token % num_positions) * stride_position).to(tl.float32)
         angle = position * tl.load(inv_freq_ptr + dims % HALF)
         cos = tl.cos(angle).to(dtype).to(tl.float32)
         sin = tl.sin(angle).to(dtype).to(tl.float32)
@@ -65,6 +65,7 @@ def norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torc
         flat = flat.contiguous()
     out = torch.empty_like(flat)
     _norm_rope_kernel[(flat.shape[0], heads)](
-        flat, weight, positions, inv_freq, out, flat.stride(0), flat.stride(1), positions.shape[0], eps,
+        flat, weight, positions, inv_freq, out, flat.stride(0), flat.stride(1), positions.stride(0), positions.shape[0],
+        eps,
         HEAD_DIM=head_dim, HALF=head_dim // 2)
     return out.view(x.shape)
