@@ -7,12 +7,15 @@
 # Rehearsal on a CPU machine (same steps, tiny checkpoint; wheels not needed where the venv has them):
 #   bash loadtest/gpu/gpu_mesh_run.sh --preset tiny --device cpu --dtype float32 --wheels none
 # Steps: install the carried wheels (what the GPU image lacks) into a folder on PYTHONPATH; write a random
-# checkpoint (`voxmesh model init`); `voxmesh up --model DIR --device D --dtype T` in the background; wait for its
-# "voxmesh is serving" line; `voxmesh bench` twice, fixed-length requests (closed loop at concurrency 1, then
-# open loop at 0.5/1/2 requests/s and closed loop at concurrency 8), sampling the GPU and the mesh's CPU time
-# meanwhile; read decode's STATS (loadtest/gpu/gpu_mesh_stats.py); stop the mesh (SIGTERM: it drains); print the
-# table (loadtest/gpu/gpu_mesh_table.py). The whole script keeps within --deadline (400 s). Under $OUT: the two bench
-# JSON + PNG, table.md and logs.tgz (every log, the GPU samples, the ps snapshots): 6 files, the tool returns 8.
+# checkpoint (`voxmesh model init`); `voxmesh up --model DIR --device D --dtype T $UP_ARGS` in the background (by
+# default issue 12's settings: --max-num-seqs 64 --kv-cache-blocks 4096); wait for its "voxmesh is serving" line;
+# one `voxmesh bench` per level, fixed-length requests: closed loop at each of --closed (2 requests a stream, at
+# least 8), then open loop at each of --rates with --open-seconds of Poisson arrivals (rate x seconds requests), so a
+# rate is sustained, not survived; meanwhile sample the GPU and the mesh's CPU time, and with --profile-s S record a
+# py-spy profile of every service for S seconds during the largest closed level; read decode's STATS
+# (loadtest/gpu/gpu_mesh_stats.py); stop the mesh (SIGTERM: it drains); print the table
+# (loadtest/gpu/gpu_mesh_table.py). The whole script keeps within --deadline (560 s). Under $OUT: table.md,
+# bench_docs.tgz (every level's JSON document) and logs.tgz (every log, the GPU samples, the ps snapshots, profiles).
 set -uo pipefail
 
 PRESET=0.6b DEVICE=cuda DTYPE=bfloat16 WHEELS=.whl_mesh PROMPTS=.gpumesh_data/prompts_en.tsv

@@ -1,4 +1,4 @@
-"""One WebSocket session of `/v1/audio/speech/stream` (the messages are in ws_protocol).
+"""One WebSocket session of `/v1/audio/speech/stream` (the messages are in ws/protocol.py).
 
 A receiver and a player run in one TaskGroup. The receiver validates each client message (a bad one gets an `error`
 event and the socket stays open; an oversized one closes the socket with 1009), cuts incremental text into
