@@ -6,14 +6,11 @@ chosen when Triton is imported, so that check runs in a fresh process with TRITO
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from services.model import sampling
+from tests.triton_interpreter import interpreted
 
 
 @torch.no_grad()
@@ -72,11 +69,7 @@ def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator
 
 
 def test_fused_kernels_equal_the_torch_expressions_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    code = "from tests.test_fused_kernels import compare; print(repr(compare('cpu')))"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    worst = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr of a dict of floats
+    worst = interpreted("tests.test_fused_kernels.compare('cpu')")
     assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12 and worst["norm_rope"] < 1e-5, worst
 
 

@@ -8,8 +8,6 @@ device the compiled kernel is checked in this process, in float32 and bfloat16.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -17,6 +15,7 @@ import torch
 
 from services.model.attention_batch import AttentionBatch
 from services.model.paged_decode import DecodeLayout, decode_kernel
+from tests.triton_interpreter import interpreted
 
 # (query heads, K/V heads, head dim, block size, lengths): grouped 2 and 4, plain multi-head, one-token rows,
 # rows ending mid-block and on a block edge, a row longer than one loop tile.
@@ -74,11 +73,7 @@ def compare(device: str, dtype: torch.dtype = torch.float32) -> float:
 
 
 def test_fused_kernel_equals_the_torch_kernel_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    code = "from tests.test_triton_decode import compare; print(compare('cpu'))"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert float(done.stdout.strip().splitlines()[-1]) < 1e-5
+    assert interpreted("tests.test_triton_decode.compare('cpu')") < 1e-5
 
 
 def test_the_interpreter_is_what_makes_the_kernel_available_on_the_cpu():

@@ -12,38 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 from pathlib import Path
 
 import torch
 
 from loadtest.gpu.engine_step_bench import TEXT
+from loadtest.gpu.gpu_common import count_launches, time_call
 from loadtest.gpu.gpu_micro import DTYPES, environment
 from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
-
-
-def _median_ms(replay, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def _kernels(replay) -> int:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-        replay()
-        torch.cuda.synchronize()
-    return sum(1 for event in profile.events() if event.device_type == torch.autograd.DeviceType.CUDA)
 
 
 def split(model, tokenizer, batch: int, reps: int) -> dict:
@@ -54,21 +35,18 @@ def split(model, tokenizer, batch: int, reps: int) -> dict:
         engine.add_request(f"r{index}", request, seed=index, params=SamplingParams(), max_new_frames=40,
                            ignore_eos=True)
     for _ in range(4):
-        engine.step()
+        engine.step()  # prefill, then decode steps: every graph below has run
     runner = engine.runner
     talker = runner.talker_step.prepared[runner.talker_step.bucket_of(batch)].step
     sampler = runner.frame_sampler.graphs[(runner.frame_sampler.bucket(batch), False, False)]
-    steps = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        engine.step()
-        end.record()
-        end.synchronize()
-        steps.append(start.elapsed_time(end))
-    return {"batch": batch, "talker_ms": _median_ms(talker, reps), "sampler_ms": _median_ms(sampler, reps),
-            "engine_step_ms": statistics.median(steps), "talker_kernels": _kernels(talker),
-            "sampler_kernels": _kernels(sampler)}
+    device = model.device
+
+    def median_ms(fn) -> float:
+        return time_call(fn, device, warmup=2, reps=reps)["median_ms"]
+
+    return {"batch": batch, "talker_ms": median_ms(talker), "sampler_ms": median_ms(sampler),
+            "engine_step_ms": median_ms(engine.step), "talker_kernels": count_launches(talker, device)["cuda_kernels"],
+            "sampler_kernels": count_launches(sampler, device)["cuda_kernels"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,21 +11,12 @@ from __future__ import annotations
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # the CPU install may lack Triton: the torch path serves
-    triton = None
-
+from services.model.triton_support import tl, triton
 
 HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
 """The mixer's multipliers ('lowbias32'), as `sampling._hash32` uses them; passed as arguments so that the
 kernel sees them as 64-bit values, never as a signed 32-bit literal."""
 
-
-def runs_on(device: torch.device) -> bool:
-    """Whether the fused kernel serves tensors on `device` (CUDA with Triton)."""
-    return triton is not None and device.type == "cuda"
 
 
 if triton is not None:

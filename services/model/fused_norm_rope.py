@@ -12,16 +12,7 @@ from __future__ import annotations
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # the CPU install may lack Triton: the torch path serves
-    triton = None
-
-
-def runs_on(device: torch.device) -> bool:
-    """Whether the fused kernel serves tensors on `device` (CUDA with Triton)."""
-    return triton is not None and device.type == "cuda"
+from services.model.triton_support import tl, triton
 
 
 if triton is not None:

@@ -18,6 +18,7 @@ from torch.nn import functional as F
 
 from services.model import fused_norm_rope, fused_rms_norm
 from services.model.config import DecoderConfig
+from services.model.triton_support import compiles_for
 
 _ACTIVATIONS = {
     "silu": F.silu,
@@ -40,7 +41,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if fused_rms_norm.runs_on(x.device) and self.weight.dtype == x.dtype:
+        if compiles_for(x.device) and self.weight.dtype == x.dtype:
             return fused_rms_norm.rms_norm(x, self.weight, self.eps)
         dtype = x.dtype
         x = x.float()
@@ -62,7 +63,7 @@ class Rope:
     def inputs(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeInputs:
         """What the attention layers rotate with: the positions and frequencies where the fused norm + RoPE kernel
         runs (it makes its own angles), else the cos/sin tables."""
-        if fused_norm_rope.runs_on(positions.device) and positions.dim() == 1:
+        if compiles_for(positions.device) and positions.dim() == 1:
             return FusedRope(positions, self.inv_freq(positions.device))
         return self.tables(positions, dtype)
 

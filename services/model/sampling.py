@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from services.model import fused_gumbel
+from services.model.triton_support import compiles_for
 from services.model.uploads import upload
 
 _MASK32 = 0xFFFFFFFF
@@ -258,7 +259,7 @@ def sample(logits: torch.Tensor, rows: RowSampling, codebook: int) -> torch.Tens
     safe_temperature = torch.where(rows.temperature > 0, rows.temperature, torch.ones_like(rows.temperature))
     values, ids = _candidates(logits.float() / safe_temperature[:, None], rows)
     keys = rows.keys if rows.keys is not None else row_keys(rows.seed, rows.frame)
-    if fused_gumbel.runs_on(ids.device):
+    if compiles_for(ids.device):
         gumbel = fused_gumbel.keyed_gumbel(keys, _codebook_salts(codebook), ids)
     else:
         gumbel = -torch.log(-torch.log(_uniform(keys, codebook, ids)))

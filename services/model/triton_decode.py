@@ -24,11 +24,7 @@ import os
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # the CPU install has no Triton: `is_available` says no and callers keep the torch path
-    triton = None
+from services.model.triton_support import tl, triton
 
 
 def is_available(device: torch.device) -> bool:

@@ -1,0 +1,21 @@
+"""Triton where it is installed, and the one rule for when the model's fused kernels run.
+
+Fused kernels serve CUDA tensors; everywhere else the plain torch form they replace is the path (the CPU tests check
+each kernel against that form under Triton's interpreter, in a process of their own: the interpreter is chosen when
+Triton is imported).
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # a CPU install may lack Triton: the torch forms serve
+    triton = tl = None
+
+
+def compiles_for(device: torch.device) -> bool:
+    """Whether the fused kernels serve tensors on `device` (CUDA with Triton)."""
+    return triton is not None and device.type == "cuda"
