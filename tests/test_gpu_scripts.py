@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from loadtest.gpu import gpu_engine, gpu_micro, gpu_table, ucx_kv_handoff
+from loadtest.gpu import gpu_codec_slots, gpu_engine, gpu_micro, gpu_table, ucx_kv_handoff
 from loadtest.gpu.gpu_common import capture_graph, count_flops, count_launches
 from loadtest.gpu.ucx_kv_blocks import HandoffSpec, HandoffSpecError, block_contents, block_ids, same_bits
 
@@ -116,3 +116,19 @@ def test_ucx_handoff_between_two_processes_on_cpu(tmp_path):
     rows = report["runs"][0]["trials"]
     assert {row["mode"] for row in rows} == {"ping", "per_block", "staged"}
     assert all(row["all_equal"] and row["checked"] == 2 for row in rows if row["mode"] != "ping")
+
+
+def test_codec_slots_benchmark_runs_and_checks_on_cpu(tmp_path):
+    out = tmp_path / "slots.json"
+    rc = gpu_codec_slots.main(["--out", str(out), "--device", "cpu", "--tiny", "--batch-sizes", "1", "3",
+                               "--chunk-frames", "2", "--max-rows", "4", "--warmup", "0", "--reps", "1",
+                               "--commit", "test"])
+    report = json.loads(out.read_text())
+    assert rc == 0 and report["errors"] == []
+    assert [(row["streams"], row["chunk_frames"]) for row in report["results"]] == [(1, 2), (3, 2)]
+    for row in report["results"]:
+        assert row["old_eager"]["audio_s_per_s"] > 0 and row["slots_eager"]["median_ms"] > 0
+        assert "slots_graphed" not in row and row["check"]["slots_eager"]["equal"]
+    assert report["warm_up"] == {"graphs": 0, "reason": "CUDA graphs need a CUDA device"}
+    lines = gpu_codec_slots.table(report)
+    assert lines[2].startswith("| 1 | 2 |") and lines[3].endswith("| True |")
