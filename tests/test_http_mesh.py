@@ -101,3 +101,6 @@ async def test_every_services_metrics_count_the_requests(metered_mesh):
     assert moved("vocoder", "voxmesh_requests_total", **finished) >= 1
     assert moved("vocoder", "voxmesh_audio_chunks_total") >= 2
     assert sample(after["vocoder"], "voxmesh_partitions_owned") == 4
+    # Graph captures that fell back to eager are reported (none on the CPU, where nothing is captured).
+    assert sample(after["decode"], "voxmesh_graph_capture_failures") == 0
+    assert sample(after["vocoder"], "voxmesh_graph_capture_failures") == 0

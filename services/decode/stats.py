@@ -51,4 +51,5 @@ class DecodeStats:
             "kv_blocks_in_use": now.num_used_kv_blocks,
             "is_draining": now.is_draining,
             "messages_termed": messages_termed,
+            "graph_capture_failures": now.num_graph_capture_failures,
         }

@@ -219,7 +219,8 @@ class Engine:
         return EngineStats(num_waiting=len(scheduler.waiting) + len(self.inbox), num_running=len(scheduler.running),
                            num_kv_blocks=scheduler.block_manager.num_blocks,
                            num_free_kv_blocks=scheduler.block_manager.num_free_blocks,
-                           is_draining=scheduler.is_draining)
+                           is_draining=scheduler.is_draining,
+                           num_graph_capture_failures=self.runner.num_capture_failures)
 
     @property
     def is_draining(self) -> bool:

@@ -16,6 +16,7 @@ class EngineStats:
         num_kv_blocks: blocks of the KV pool.
         num_free_kv_blocks: blocks no request holds.
         is_draining: an operator drain scope is open (nothing runs).
+        num_graph_capture_failures: CUDA graphs that could not be captured and run eagerly instead.
     """
 
     num_waiting: int
@@ -23,6 +24,7 @@ class EngineStats:
     num_kv_blocks: int
     num_free_kv_blocks: int
     is_draining: bool
+    num_graph_capture_failures: int = 0
 
     @property
     def num_unfinished(self) -> int:

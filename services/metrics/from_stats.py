@@ -70,6 +70,8 @@ def decode_families(stats: Stats) -> list:
         CounterMetricFamily("voxmesh_engine_steps", "Engine steps run", stats["steps"]),
         CounterMetricFamily("voxmesh_frames", "Codec frames generated", stats["frames"]),
         CounterMetricFamily("voxmesh_step_errors", "Engine steps that raised", stats["step_errors"]),
+        GaugeMetricFamily("voxmesh_graph_capture_failures", "CUDA graphs that failed to capture and run eagerly",
+                          stats["graph_capture_failures"]),
     ]
 
 
@@ -87,4 +89,6 @@ def vocoder_families(stats: Stats) -> list:
         CounterMetricFamily("voxmesh_redecodes", "Re-decode requests served", stats["redecodes"]),
         CounterMetricFamily("voxmesh_decode_owners_lost", "Requests failed because their decode replica died",
                             stats["decode_owners_lost"]),
+        GaugeMetricFamily("voxmesh_graph_capture_failures", "CUDA graphs that failed to capture and run eagerly",
+                          stats["codec_capture_failures"]),
     ]

@@ -92,6 +92,7 @@ class VocoderReplica:
             "decode_owners_lost": self.owner_watch.num_lost,
             "redecodes": self.redecoder.num_served,
             "messages_termed": sum(s.consumer.pull.num_termed for s in self._served.values()),
+            **self.codec.graph_status(),
         }
 
     async def run(self, stop: asyncio.Event) -> None:
