@@ -86,10 +86,7 @@ class AdmissionPolicy:
     def _checked_voice(self, voice: str | None) -> str | None:
         speakers = self.catalog.speakers
         if voice is None:
-            if speakers:
-                raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"voice is required by this {self.catalog.model_type} "
-                                     f"model: one of {', '.join(speakers)}", param="voice")
-            return None
+            return self.catalog.default_voice  # one rule for HTTP and WebSocket alike: the model's first speaker
         if not speakers:
             raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"this {self.catalog.model_type} model has no named "
                                  "voices: omit voice (describe the voice in instructions)", param="voice")
