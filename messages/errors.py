@@ -33,6 +33,8 @@ class ErrorCode(StrEnum):
     UNKNOWN_FIELD = "unknown_field"  # a field the API does not have (a typo is refused, not ignored)
     MISSING_FIELD = "missing_field"  # a required field is absent
     EMPTY_INPUT = "empty_input"  # the text is empty or only whitespace
+    NOTHING_TO_SAY = "nothing_to_say"  # the text has no letter or digit (only punctuation, symbols or emoji)
+    CONTROL_CHARACTERS = "control_characters"  # the text holds control characters other than tab and line breaks
     UNSUPPORTED_FORMAT = "unsupported_format"  # an audio response_format this server cannot encode
     UNSUPPORTED_VALUE = "unsupported_value"  # a valid API value this server does not implement (e.g. speed != 1)
     INVALID_API_KEY = "invalid_api_key"  # API keys are configured and the call carries no valid one

@@ -47,7 +47,7 @@ def test_up_makes_its_model_serves_say_and_stops_leaving_no_process(tmp_path):
         assert _processes_mentioning(str(state)), "the embedded nats-server stores under the state dir"
         out = tmp_path / "said.wav"
         said = subprocess.run([sys.executable, "-m", "services.cli", "say", "Hello there.", "-o", str(out),
-                               "--url", mesh.gateway_url, "--voice", "ryan",
+                               "--url", mesh.gateway_url,  # no --voice: the README's command
                                "--model", "Qwen3-TTS-0.6B-demo"], capture_output=True, text=True,
                               timeout=120)
         assert said.returncode == 0, said.stderr

@@ -24,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --stdin: wav or raw s16le 24 kHz mono pcm (default: wav for a file, pcm for '-')")
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway (default http://127.0.0.1:8000)")
     parser.add_argument("--model", default="tiny", help="model name as served")
-    parser.add_argument("--voice", default=None, help="speaker of the checkpoint")
+    parser.add_argument("--voice", default=None, help="speaker of the checkpoint (default: the model's first)")
     parser.add_argument("--language", default=None, help="'auto' or a language of the checkpoint")
     parser.add_argument("--seed", type=int, default=None, help="fix the seed (reproducible audio)")
     parser.add_argument("--api-key-file", type=Path, default=None, help="file holding an API key (never a flag)")

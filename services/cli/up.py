@@ -20,8 +20,9 @@ from pathlib import Path
 
 import httpx
 
-from services.mesh.compose_plan import ComposeError, load_plan
+from services.mesh.compose_plan import ComposeError, LaunchPlan, load_plan
 from services.mesh.processes import ProcessGroup, child_environment
+from services.mesh.state_lock import StateDirInUse, StateLock
 
 log = logging.getLogger("voxmesh.up")
 
@@ -107,6 +108,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     state_dir = (args.state_dir or default_state_dir()).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    try:  # before anything starts: a second mesh on this store would only meet the first as NATS timeouts
+        lock = StateLock.acquire(state_dir, owner=f"gateway http://127.0.0.1:{args.port}")
+    except StateDirInUse as error:
+        print(f"voxmesh up: {error}", file=sys.stderr)
+        return 1
+    try:
+        return _run_locked(args, plan, state_dir)
+    finally:
+        lock.release()
+
+
+def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -41,5 +41,6 @@ def build_gateway(settings: GatewaySettings, catalog: VoiceCatalog, context: Ser
     synthesizer = Synthesizer(context.nc, context.js, context.kv,
                               AdmissionPolicy(catalog, settings.max_text_chars, settings.request_deadline_s),
                               supervisor, settings.num_partitions,
-                              RepairPolicy(arrival_timeout_s=settings.redecode_timeout_s), settings.retry_after_s)
+                              RepairPolicy(arrival_timeout_s=settings.redecode_timeout_s), settings.retry_after_s,
+                              segment_chars=settings.segment_chars)
     return Gateway(synthesizer, catalog, parse_keys(settings.api_keys), context.replica)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from messages.requests import MAX_TEXT_CHARS
+from services.gateway.requests.synthesis import DEFAULT_SEGMENT_CHARS
 from services.runtime.common_settings import CommonSettings
 from services.runtime.settings_schema import SettingsError, setting
 
@@ -21,6 +22,9 @@ class GatewaySettings(CommonSettings):
     resume_window_s: float = setting(30.0, "seconds a disconnected client's request lives on before it is "
                                            "cancelled in every stage")
     max_text_chars: int = setting(MAX_TEXT_CHARS, f"longest input text in characters (at most {MAX_TEXT_CHARS})")
+    segment_chars: int = setting(DEFAULT_SEGMENT_CHARS, "an HTTP input longer than this is split at sentence "
+                                 "ends into ordered requests of at most this many characters (each must fit "
+                                 "decode's max_model_len), its audio concatenated")
     retry_after_s: int = setting(1, "Retry-After seconds sent with a 429 when the request queue is full")
     vocoder_grace_s: float = setting(5.0, "seconds a partition may lack a live vocoder before its requests fail "
                                           "with code replica_lost")
@@ -34,6 +38,8 @@ class GatewaySettings(CommonSettings):
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"--port / VOXMESH_PORT: {self.port} is not a TCP port (0..65535)")
+        if self.segment_chars < 1:
+            raise SettingsError(f"--segment-chars / VOXMESH_SEGMENT_CHARS: {self.segment_chars} must be >= 1")
         if not 1 <= self.max_text_chars <= MAX_TEXT_CHARS:
             raise SettingsError(f"--max-text-chars / VOXMESH_MAX_TEXT_CHARS: {self.max_text_chars} must be in "
                                 f"1..{MAX_TEXT_CHARS}")

@@ -26,6 +26,7 @@ from messages.events import Finished
 from services.gateway.errors import GatewayError
 from services.gateway.http import sse
 from services.gateway.http.encoders import StreamEncoder, encode_whole, stream_encoder
+from services.gateway.http.segmented_speech import SegmentedStream, speech_stream
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.body import SpeechBody
 from services.gateway.requests.response_formats import AudioFormat, audio_format
@@ -61,7 +62,7 @@ class SpeechResponse(Response):
     async def _run(self, send: Send) -> None:
         delivery = _Delivery(send, self._body, self._request_id)
         try:
-            async with self._synthesizer.synthesize(self._body, request_id=self._request_id) as stream:
+            async with speech_stream(self._synthesizer, self._body, self._request_id) as stream:
                 await delivery.run(stream)
         except GatewayError as error:
             await delivery.fail(error)
@@ -81,7 +82,7 @@ class _Delivery:
         self._request_id = request_id or ""
         self.is_started = False
 
-    async def run(self, stream: AudioStream) -> None:
+    async def run(self, stream: AudioStream | SegmentedStream) -> None:
         """Deliver the whole request; GatewayError from the stream propagates (to `fail`)."""
         self._request_id = stream.request_id
         self._format = audio_format(self._format_name)
@@ -119,7 +120,7 @@ class _Delivery:
         log.warning("request failed after its audio started (%s: %s); cutting the stream so the client sees an "
                     "incomplete body", error.code.value, error.message)
 
-    async def _send_whole(self, stream: AudioStream) -> None:
+    async def _send_whole(self, stream: AudioStream | SegmentedStream) -> None:
         pcm = bytearray()
         async for chunk in stream.chunks():
             pcm += chunk.pcm

@@ -38,7 +38,8 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     Attributes:
         input: the text, 1..4096 characters.
         model: the served model's name; None means the served model.
-        voice: a speaker of the checkpoint (custom_voice models), as a name or `{"id": name}`; case-insensitive.
+        voice: a speaker of the checkpoint (custom_voice models), as a name or `{"id": name}`; case-insensitive;
+            None means the model's first speaker (its default, GET /v1/audio/voices).
         language: "auto" or a language of the checkpoint; case-insensitive.
         instructions: style instruction (voice_design models).
         seed: generator seed; None draws a random one (reported in the Accepted event).

@@ -65,6 +65,12 @@ class VoiceCatalog:
                    speakers=tuple(name.lower() for name in config.talker.speaker_ids),
                    languages=tuple(name.lower() for name in config.languages))
 
+    @property
+    def default_voice(self) -> str | None:
+        """The voice of a request that names none: the checkpoint's first speaker (None for a model without named
+        voices, which describes the voice in `instructions`)."""
+        return self.speakers[0] if self.speakers else None
+
     def serves(self, model: str) -> bool:
         """Whether a client's `model` names this model (exactly, or the same after slugging)."""
         if model == self.model:

@@ -37,6 +37,9 @@ from services.gateway.requests.validation import AdmissionPolicy
 
 log = logging.getLogger(__name__)
 
+# ~100 text tokens and, under the runaway guard, ~1,700 frames: far inside decode's default max_model_len (4096).
+DEFAULT_SEGMENT_CHARS = 400
+
 
 @dataclass(slots=True)
 class Synthesizer:
@@ -50,6 +53,8 @@ class Synthesizer:
         repair: gap-repair patience.
         retry_after_s: the Retry-After of a 429.
         metrics: outcomes, first packet, RTF and active streams of the requests started here.
+        segment_chars: the longest text one request of an HTTP input carries; a longer input is split at sentence
+            ends into ordered requests (http/segmented_speech.py), so none outgrows decode's max_model_len.
     """
 
     nc: Client
@@ -61,6 +66,7 @@ class Synthesizer:
     repair: RepairPolicy = RepairPolicy()
     retry_after_s: int = 1
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    segment_chars: int = DEFAULT_SEGMENT_CHARS
 
     @contextlib.asynccontextmanager
     async def synthesize(self, fields: SynthesisFields, *,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
+import unicodedata
 from dataclasses import dataclass
 
 from messages.errors import ErrorCode
@@ -76,6 +77,13 @@ class AdmissionPolicy:
         if len(text) > self.max_text_chars:
             raise AdmissionError(ErrorCode.TEXT_TOO_LONG, f"input has {len(text)} characters; the limit is "
                                  f"{self.max_text_chars}: split the text into several requests", param="input")
+        if (control := next((ch for ch in text if _is_control(ch)), None)) is not None:
+            raise AdmissionError(ErrorCode.CONTROL_CHARACTERS, f"input holds the control character "
+                                 f"U+{ord(control):04X}; remove control characters (tab and line breaks are fine)",
+                                 param="input")
+        if not any(ch.isalnum() for ch in text):  # the rule the WebSocket's segmenter drops such pieces by
+            raise AdmissionError(ErrorCode.NOTHING_TO_SAY, "input has no letter or digit (only punctuation, "
+                                 "symbols or emoji): there is nothing to speak", param="input")
         return text
 
     def _check_model(self, model: str | None) -> None:
@@ -86,10 +94,7 @@ class AdmissionPolicy:
     def _checked_voice(self, voice: str | None) -> str | None:
         speakers = self.catalog.speakers
         if voice is None:
-            if speakers:
-                raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"voice is required by this {self.catalog.model_type} "
-                                     f"model: one of {', '.join(speakers)}", param="voice")
-            return None
+            return self.catalog.default_voice  # one rule for HTTP and WebSocket alike: the model's first speaker
         if not speakers:
             raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"this {self.catalog.model_type} model has no named "
                                  "voices: omit voice (describe the voice in instructions)", param="voice")
@@ -103,6 +108,10 @@ class AdmissionPolicy:
             raise AdmissionError(ErrorCode.UNKNOWN_LANGUAGE, f"unknown language {language!r}; this model knows: "
                                  f"{', '.join(self.catalog.languages)}", param="language")
         return language.lower()
+
+
+def _is_control(ch: str) -> bool:
+    return unicodedata.category(ch) == "Cc" and ch not in "\t\n\r"
 
 
 def _check_output(body: SpeechBody) -> None:

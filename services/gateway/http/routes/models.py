@@ -40,9 +40,10 @@ async def retrieve_model(model: str, gateway: GatewayDep, _: Authorized) -> dict
 
 @router.get("/v1/audio/voices")
 async def list_voices(gateway: GatewayDep, _: Authorized) -> dict:
-    """The voices (speakers) and languages of the served model. A model without named voices (voice_design) lists
-    none: describe the voice in `instructions`."""
+    """The voices (speakers) and languages of the served model, and `default`: the voice of a request that names
+    none (the first speaker). A model without named voices (voice_design) lists none and has no default: describe
+    the voice in `instructions`."""
     catalog = gateway.catalog
-    return {"object": "list", "model": catalog.model, "voices": [{"id": name, "name": name}
-                                                                 for name in catalog.speakers],
+    return {"object": "list", "model": catalog.model, "default": catalog.default_voice,
+            "voices": [{"id": name, "name": name} for name in catalog.speakers],
             "languages": list(catalog.languages)}
