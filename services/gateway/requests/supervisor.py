@@ -231,14 +231,15 @@ class Supervisor:
         request = entry.request
         chunk_count, frames = entry.progress()
         await cancel_request(self._kv, CancelRecord(request_id=request.id, code=code, reason=reason, at=time.time()))
+        # The queue slot goes before the terminal: a client that sees the end must never find its request queued.
+        if entry.queue_seq is not None and not entry.started:
+            await self._drop_from_queue(entry.queue_seq)
         event = Failed(request_id=request.id, at=time.time(), stage=stage, code=code, reason=reason, frames=frames,
                        chunk_count=chunk_count)
         won = await publish_terminal(self._js, request.id, event)
         self._watched.pop(request.id, None)
         if won:
             log.warning("failed %s/%s: %s", stage.value, code.value, reason)
-        if entry.queue_seq is not None and not entry.started:
-            await self._drop_from_queue(entry.queue_seq)
         return won
 
     async def _drop_from_queue(self, seq: int) -> None:
