@@ -18,6 +18,7 @@ from messages.requests import SynthesisRequest
 from messages.streams import EVENTS_STREAM, REQUESTS_STREAM
 from services.bus.terminal_guard import publish_terminal
 from services.gateway.requests.supervisor import Supervisor, SupervisorPolicy
+from services.gateway.requests.terminal_feed import TerminalFeed
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
 from tests.fixtures.gateway_fixtures import WS_PATH as PATH
 from tests.fixtures.gateway_fixtures import receive_until_event
@@ -104,7 +105,7 @@ async def test_client_gone_past_the_resume_window_cancels_the_request(standin, s
 
 
 async def test_supervisor_stands_down_when_another_stage_ended_the_request(gateway_bus):
-    supervisor = Supervisor(gateway_bus.nc, gateway_bus.js, gateway_bus.kv, MODEL,
+    supervisor = Supervisor(gateway_bus.nc, gateway_bus.js, gateway_bus.kv, MODEL, TerminalFeed(gateway_bus.js),
                             SupervisorPolicy(check_interval_s=0.05))
     request = SynthesisRequest(id="raced", model=MODEL, text="race", speaker="ryan", deadline=time.time() - 1,
                                created_at=time.time() - 2)

@@ -6,15 +6,21 @@ import asyncio
 import logging
 import time
 
+import nats.errors
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from messages import encode, subjects
 from messages.errors import InvalidConfig
 from messages.records import Lease
+from services.bus.connection import Backoff
 from services.bus.kvstore import read_record
 
 log = logging.getLogger(__name__)
+
+TRANSIENT_BUS_ERRORS = (nats.errors.Error, asyncio.TimeoutError)
+"""What a renewal may meet while the bus blips (nats' timeouts, reconnects, no responders, JetStream API errors such
+as a full store): retried, never fatal."""
 
 
 class LeaseKeeper:
@@ -37,18 +43,64 @@ class LeaseKeeper:
         return await self._kv.put(self.key, encode(lease))
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Renew every interval until `stop` is set, then delete the lease."""
+        """Renew every interval until `stop` is set, then delete the lease.
+
+        A renewal that fails on the bus (a timeout, a reconnect, a full store) never ends the replica: it is retried
+        with backoff (never sparser than the interval) for as long as the process lives. Only renewals failing past
+        the ttl lose the lease, and then the cluster rightly judges this replica dead."""
+        streak = RenewalStreak(self)
         while not stop.is_set():
-            await self.renew()
             try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)  # the renewal period, woken early by stop
+                await self.renew()
+            except TRANSIENT_BUS_ERRORS as exc:
+                delay = streak.failed(exc)
+            else:
+                streak.renewed()
+                delay = self.interval_s
+            try:
+                await asyncio.wait_for(stop.wait(), delay)  # the renewal period, woken early by stop
             except asyncio.TimeoutError:
                 pass
         try:
             await self._kv.delete(self.key)
         except KeyNotFoundError:
             pass
+        except TRANSIENT_BUS_ERRORS as exc:  # the lease then lapses by its ttl: others see the exit a little later
+            log.warning("lease %s not deleted at exit (%r); it lapses within %.1fs", self.key, exc, self.ttl_s)
+            return
         log.info("lease %s released", self.key)
+
+
+class RenewalStreak:
+    """A run of failed renewals: its backoff, and its log lines (one when it starts, one if the lease lapses, one
+    when a renewal succeeds again)."""
+
+    def __init__(self, keeper: LeaseKeeper) -> None:
+        self._keeper = keeper
+        self._backoff = Backoff(base_s=min(0.1, keeper.interval_s), max_s=keeper.interval_s)
+        self.failures = 0
+        self.since: float | None = None
+        self._lapsed = False
+
+    def failed(self, exc: BaseException) -> float:
+        """Count a failure; returns the seconds to wait before the next attempt."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            log.warning("lease %s: renewal failed (%r); retrying with backoff", self._keeper.key, exc)
+        elif not self._lapsed and now - self.since > self._keeper.ttl_s:
+            self._lapsed = True
+            log.error("lease %s: renewals have failed for %.1fs, past the %.1fs ttl: the mesh now judges this replica "
+                      "dead and may take its work over; still retrying (last error %r)", self._keeper.key,
+                      now - self.since, self._keeper.ttl_s, exc)
+        self.failures += 1
+        return self._backoff.delay(self.failures - 1)
+
+    def renewed(self) -> None:
+        if self.since is not None:
+            log.info("lease %s renewed again after %d failed attempt(s) over %.1fs", self._keeper.key, self.failures,
+                     time.monotonic() - self.since)
+        self.failures, self.since, self._lapsed = 0, None, False
 
 
 async def read_lease(kv: KeyValue, replica: str) -> Lease | None:

@@ -1,4 +1,4 @@
-"""`voxmesh events [--request ID]`: tail lifecycle events, like `nats sub 'tts.events.>'`.
+"""`voxmesh events [--request ID]`: tail lifecycle events as the EVENTS stream stores them.
 
 Without --request it prints events as they happen until Ctrl-C. With --request it prints
 that request's whole history from the EVENTS stream and exits after its terminal event.
@@ -13,6 +13,7 @@ import signal
 import sys
 
 import msgspec
+from nats.js.api import DeliverPolicy
 
 from messages import LifecycleEvent, decode, subjects
 from messages.errors import DecodeError
@@ -51,12 +52,14 @@ async def _tail(args: argparse.Namespace) -> int:
         if args.request and msg.subject == subjects.terminal(args.request):
             done.set()
 
-    if args.request:
-        # Ordered, ephemeral JetStream consumer: the request's full history, then live events.
+    # Ordered, ephemeral JetStream consumers, never a core subscription: only what the stream stored is printed (a
+    # second terminal the guard refused is not), and a reconnect resumes where it left off.
+    if args.request:  # the request's full history, then live events
         sub = await nc.jetstream().subscribe(subjects.events_of(args.request), stream=EVENTS_STREAM,
                                              ordered_consumer=True, cb=on_message)
-    else:
-        sub = await nc.subscribe(subjects.all_events(), cb=on_message)
+    else:  # events from now on
+        sub = await nc.jetstream().subscribe(subjects.all_events(), stream=EVENTS_STREAM, ordered_consumer=True,
+                                             deliver_policy=DeliverPolicy.NEW, cb=on_message)
     await done.wait()
     await sub.unsubscribe()
     await nc.drain()

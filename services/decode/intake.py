@@ -1,8 +1,11 @@
 """Taking requests from REQUESTS: pull only when the engine has room, claim, ack, announce, hand to the engine.
 
-Per request: check it against the checkpoint (no weights needed); claim `owner.<id>` by compare-and-set (epoch 1;
-a lost claim means another replica owns it: ack and skip); ack; publish the TakeoverMarker (so the vocoder learns
-the owner at once) and Started; queue it in the engine. A request the checkpoint cannot serve ends with CodesEnd
+Per request: check it against the checkpoint (no weights needed); claim `owner.<id>` by compare-and-set (epoch 1),
+or resolve the claim already there by its owner's lease (ours from an earlier delivery: continue unless it is being
+served or was ended here; a dead owner's with no codes emitted yet: take it over, epoch + 1; a live other owner's:
+ack and skip); ack; publish the TakeoverMarker (so the vocoder learns the owner at once) and Started; queue it in the
+engine. A dead owner that had emitted codes is left to the vocoder, which ends the request `replica_lost` after the
+audio so far (migrating it, replaying the emitted frames, is not implemented yet). A request the checkpoint cannot serve ends with CodesEnd
 failed `invalid_request`. Undecodable messages are termed by the bus's PullConsumer, which keeps serving.
 """
 
@@ -16,10 +19,11 @@ from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
 from messages.events import Started
 from messages.requests import SynthesisRequest
-from messages.streams import REQUESTS_STREAM, requests_consumer
-from services.bus.claims import claim_request
+from messages.streams import CODES_STREAM, REQUESTS_STREAM, requests_consumer
+from services.bus.claims import ClaimKind, OwnerClaim, RequestClaim, resolve_request_claim
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.errors import OwnershipConflict
+from services.bus.fencing import last_subject_sequence
 from services.bus.kvstore import read_cancel
 from services.bus.pull_consumer import Delivery, PullConsumer
 from services.decode.active import ActiveRequest
@@ -34,7 +38,6 @@ from services.model.errors import ModelError
 log = logging.getLogger(__name__)
 
 IN_PROGRESS_EVERY_S = 5.0  # well inside REQUESTS' ack wait (30 s)
-EPOCH = 1  # a first claim; takeovers (migration) claim epoch + 1 over the record they read
 
 
 class Intake:
@@ -70,15 +73,14 @@ class Intake:
             admission: Admission | AdmissionError = admit(request, core.served, core.settings)
         except AdmissionError as exc:
             admission = exc
-        try:
-            await claim_request(core.kv, request.id, core.replica)
-        except OwnershipConflict:
-            log.info("request %s is owned by another replica; acking and skipping", request.id)
+        claim = await self._claim(request)
+        if claim is None:  # not ours to serve: this delivery is done with
             await delivery.ack()
             core.capacity.release()
             return
+        epoch = claim.record.epoch
         await delivery.ack()
-        active = await self._take_over(request, admission)
+        active = await self._take_over(request, admission, epoch)
         if active is None:
             return
         if isinstance(admission, AdmissionError):
@@ -86,7 +88,7 @@ class Intake:
             error = ErrorInfo(code=admission.code, stage=Stage.DECODE, message=admission.message)
             await core.end(active, Ending(error=error))
             return
-        await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=EPOCH,
+        await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
                                 queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
         await self._start(active, admission)
 
@@ -99,21 +101,49 @@ class Intake:
             except asyncio.TimeoutError:
                 await delivery.in_progress()
 
-    async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError
+    async def _claim(self, request: SynthesisRequest) -> OwnerClaim | None:
+        """This replica's claim on a delivered request, or None when it is not ours to serve (it says why)."""
+        core = self.core
+
+        async def nothing_emitted(_claim: OwnerClaim | None = None) -> bool:
+            codes = subjects.codes(subjects.partition_for(request.id, core.settings.num_partitions), request.id)
+            return await last_subject_sequence(core.js, CODES_STREAM, codes) == 0
+
+        resolved: RequestClaim = await resolve_request_claim(core.kv, request.id, core.replica,
+                                                             may_take_over=nothing_emitted)
+        owner, epoch = resolved.claim.record.replica, resolved.claim.record.epoch
+        if resolved.kind is ClaimKind.LIVE_OWNER:
+            log.info("request %s is owned by live replica %s (epoch %d); acking and skipping", request.id, owner,
+                     epoch)
+            return None
+        if resolved.kind is ClaimKind.DEAD_OWNER_KEPT:
+            log.warning("request %s: its owner %s died after emitting codes; the vocoder ends it (replica_lost)",
+                        request.id, owner)
+            return None
+        if resolved.kind is ClaimKind.OURS and (request.id in core.active or not await nothing_emitted()):
+            log.info("request %s redelivered while this replica serves it, or after it ended here; acking",
+                     request.id)
+            return None
+        if resolved.previous is not None:
+            log.warning("request %s: took it over (epoch %d) from %s, whose lease is dead", request.id, epoch,
+                        resolved.previous.record.replica)
+        return resolved.claim
+
+    async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError, epoch: int
                          ) -> ActiveRequest | None:
         """Publish the TakeoverMarker and register the request as owned here."""
         core = self.core
         partition = subjects.partition_for(request.id, core.settings.num_partitions)
         try:
             publisher = await CodesPublisher.take_over(
-                core.js, partition=partition, request_id=request.id, epoch=EPOCH, replica=core.replica,
+                core.js, partition=partition, request_id=request.id, epoch=epoch, replica=core.replica,
                 last_sequence=0, resume_frame=0, next_seq=0)
         except OwnershipConflict as exc:
             log.warning("request %s: %s; standing down", request.id, exc)
             core.capacity.release()
             return None
         initial = request.initial_chunk_frames or core.settings.initial_chunk_frames
-        stream = CodesStream(request.id, EPOCH, publisher, ChunkRule(initial, core.settings.chunk_frames))
+        stream = CodesStream(request.id, epoch, publisher, ChunkRule(initial, core.settings.chunk_frames))
         input_tokens = admission.input_tokens if isinstance(admission, Admission) else 0
         active = ActiveRequest(request, stream, input_tokens=input_tokens)
         core.active.add(active)

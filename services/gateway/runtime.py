@@ -11,6 +11,7 @@ from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.requests.repair import RepairPolicy
 from services.gateway.requests.supervisor import Supervisor, SupervisorPolicy
 from services.gateway.requests.synthesis import Synthesizer
+from services.gateway.requests.terminal_feed import TerminalFeed
 from services.gateway.requests.validation import AdmissionPolicy
 from services.gateway.settings import GatewaySettings
 from services.runtime.lifecycle import ServiceContext
@@ -35,9 +36,9 @@ class Gateway:
 
 def build_gateway(settings: GatewaySettings, catalog: VoiceCatalog, context: ServiceContext) -> Gateway:
     """The gateway's parts on the service's connection (its supervisor runs as a task of the service)."""
-    supervisor = Supervisor(context.nc, context.js, context.kv, catalog.model, SupervisorPolicy(
-        check_interval_s=settings.supervise_interval_s, vocoder_grace_s=settings.vocoder_grace_s,
-        resume_window_s=settings.resume_window_s))
+    policy = SupervisorPolicy(check_interval_s=settings.supervise_interval_s,
+                              vocoder_grace_s=settings.vocoder_grace_s, resume_window_s=settings.resume_window_s)
+    supervisor = Supervisor(context.nc, context.js, context.kv, catalog.model, TerminalFeed(context.js), policy)
     synthesizer = Synthesizer(context.nc, context.js, context.kv,
                               AdmissionPolicy(catalog, settings.max_text_chars, settings.request_deadline_s),
                               supervisor, settings.num_partitions,

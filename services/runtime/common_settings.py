@@ -18,7 +18,9 @@ class CommonSettings:
     model_name: str = setting("tiny", "model name clients ask for; slugged into subjects")
     device: str = setting("cpu", "torch device: cpu, cuda, cuda:1 ...")
     dtype: str = setting("float32", "weights dtype", choices=("float32", "bfloat16"))
-    replica: str | None = setting(None, "replica name (subject token); default: <service>-<host>-<pid>")
+    replica: str | None = setting(None, "replica name (subject token), unique per process start (a restarted "
+                                  "process that reused one would take its dead predecessor's claims for its own); "
+                                  "default: <service>-<host>-<pid>-<random incarnation>")
     num_partitions: int = setting(4, "vocoder partitions of the CODES stream (must match provisioning)")
     torch_threads: int = setting(1, "torch intra-op threads for this process")
     log_level: str = setting("INFO", "logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))

@@ -1,7 +1,8 @@
 """One request's audio as the client must get it: in seq order, no gaps, no duplicates, then the outcome.
 
-The stream subscribes to `tts.audio.<id>` and `tts.events.<id>.terminal` before the request is published (so nothing
-can be missed), buffers chunks that arrive early, repairs gaps by re-decode, and completes once it holds chunks
+The stream subscribes to `tts.audio.<id>` and follows the request's terminal event on the gateway's TerminalFeed (read
+from EVENTS through JetStream, so a refused duplicate is never seen) before the request is published (so nothing can
+be missed), buffers chunks that arrive early, repairs gaps by re-decode, and completes once it holds chunks
 0..chunk_count-1 and the terminal event. A `failed` terminal ends the iteration with RequestFailed after the audio
 made so far.
 """
@@ -23,6 +24,7 @@ from messages.events import Failed, TerminalEvent
 from messages.frames import AudioChunk
 from services.gateway.errors import RequestFailed
 from services.gateway.requests.repair import GapRepair, RepairPolicy
+from services.gateway.requests.terminal_feed import TerminalFeed
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +41,15 @@ class AudioStream:
         first_chunk_at: unix time the first chunk was handed to the client (first-packet latency).
     """
 
-    def __init__(self, nc: Client, request_id: str, partition: int, repair: RepairPolicy = RepairPolicy()) -> None:
+    def __init__(self, nc: Client, terminals: TerminalFeed, request_id: str, partition: int,
+                 repair: RepairPolicy = RepairPolicy()) -> None:
         self.request_id = request_id
         self.partition = partition
         self.next_seq = 0
         self.terminal: TerminalEvent | None = None
         self.first_chunk_at: float | None = None
         self._nc = nc
+        self._terminals = terminals
         self._repair = GapRepair(nc, request_id, partition, repair)
         self._changed = asyncio.Event()  # set by the subscriptions when a chunk or the terminal arrives
         self._pending: dict[int, AudioChunk] = {}
@@ -54,14 +58,13 @@ class AudioStream:
         self._known_chunks = 0  # chunks 0..n-1 exist in the mesh (a resumed stream knows this)
 
     async def open(self) -> None:
-        """Subscribe to the request's audio and terminal event. Call before publishing the request."""
-        self._subscriptions = [
-            await self._nc.subscribe(subjects.audio(self.request_id), cb=self._on_audio),
-            await self._nc.subscribe(subjects.terminal(self.request_id), cb=self._on_terminal),
-        ]
+        """Subscribe to the request's audio and follow its terminal event. Call before publishing the request."""
+        self._subscriptions = [await self._nc.subscribe(subjects.audio(self.request_id), cb=self._on_audio)]
+        await self._terminals.follow(self.request_id, self.note_terminal)
 
     async def close(self) -> None:
         """Stop listening (idempotent)."""
+        self._terminals.unfollow(self.request_id)
         subscriptions, self._subscriptions = self._subscriptions, []
         for subscription in subscriptions:
             try:
@@ -94,7 +97,8 @@ class AudioStream:
         self._known_chunks = max(self._known_chunks, count)
 
     def note_terminal(self, event: TerminalEvent) -> None:
-        """Record the request's terminal event, read from EVENTS by a stream opened after it was published."""
+        """Record the request's terminal event (from the feed, or read from EVENTS by a stream opened after it was
+        published)."""
         if self.terminal is None:
             self.terminal = event
             self._changed.set()
@@ -167,11 +171,3 @@ class AudioStream:
             self._pending[chunk.seq] = chunk
             self._samples_seen = max(self._samples_seen, chunk.first_sample + chunk.num_samples)
             self._changed.set()
-
-    async def _on_terminal(self, msg: Msg) -> None:
-        try:
-            event = decode(msg.data, TerminalEvent)
-        except DecodeError as exc:
-            log.error("request %s: unreadable terminal event: %s", self.request_id, exc)
-            return
-        self.note_terminal(event)

@@ -17,14 +17,13 @@ import time
 from dataclasses import dataclass
 
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
-from messages import DecodeError, decode, subjects
+from messages import DecodeError, decode
 from messages.errors import ErrorCode, Stage
-from messages.events import Failed
+from messages.events import Failed, TerminalEvent
 from messages.records import CancelRecord
 from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM, requests_consumer
@@ -36,6 +35,7 @@ from services.bus.terminal_guard import publish_terminal
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.mesh_liveness import partition_owner_alive
 from services.gateway.requests.resume_window import ResumeWindow
+from services.gateway.requests.terminal_feed import TerminalFeed
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +78,12 @@ class Supervised:
 class Supervisor:
     """Watches the requests this gateway admitted. Start `run(stop)` as an owned task."""
 
-    def __init__(self, nc: Client, js: JetStreamContext, kv: KeyValue, model: str,
+    def __init__(self, nc: Client, js: JetStreamContext, kv: KeyValue, model: str, terminals: TerminalFeed,
                  policy: SupervisorPolicy = SupervisorPolicy()) -> None:
         self._nc, self._js, self._kv = nc, js, kv
+        self.terminals = terminals
+        """The gateway's one feed of terminal events: the audio streams follow their request's on it too."""
+        terminals.listen(self._on_terminal)
         self._model = model
         self.policy = policy
         self.resume_window = ResumeWindow(policy.resume_window_s)
@@ -142,9 +145,10 @@ class Supervisor:
         return request_id in self._watched
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Check every `check_interval_s` until `stop` is set; follow terminal events and poison advisories."""
+        """Check every `check_interval_s` until `stop` is set; follow terminal events and poison advisories. The
+        terminal feed is closed on the way out (the gateway's responses are done by then)."""
+        await self.terminals.start()
         subscriptions = [
-            await self._nc.subscribe(subjects.all_terminals(), cb=self._on_terminal),
             await watch_max_deliveries(self._nc, REQUESTS_STREAM, requests_consumer(self._model), self._on_poison),
         ]
         try:
@@ -163,6 +167,7 @@ class Supervisor:
                     await subscription.unsubscribe()
                 except Exception as exc:
                     log.debug("unsubscribe at shutdown failed: %r", exc)
+            await self.terminals.close()
 
     async def check(self, now: float) -> None:
         """One supervision pass over every watched request."""
@@ -231,14 +236,15 @@ class Supervisor:
         request = entry.request
         chunk_count, frames = entry.progress()
         await cancel_request(self._kv, CancelRecord(request_id=request.id, code=code, reason=reason, at=time.time()))
+        # The queue slot goes before the terminal: a client that sees the end must never find its request queued.
+        if entry.queue_seq is not None and not entry.started:
+            await self._drop_from_queue(entry.queue_seq)
         event = Failed(request_id=request.id, at=time.time(), stage=stage, code=code, reason=reason, frames=frames,
                        chunk_count=chunk_count)
         won = await publish_terminal(self._js, request.id, event)
         self._watched.pop(request.id, None)
         if won:
             log.warning("failed %s/%s: %s", stage.value, code.value, reason)
-        if entry.queue_seq is not None and not entry.started:
-            await self._drop_from_queue(entry.queue_seq)
         return won
 
     async def _drop_from_queue(self, seq: int) -> None:
@@ -248,10 +254,8 @@ class Supervisor:
         except NotFoundError:
             pass  # already taken (acked) or removed
 
-    async def _on_terminal(self, msg: Msg) -> None:
-        tokens = msg.subject.split(".")
-        if len(tokens) == 4:
-            self._watched.pop(tokens[2], None)
+    def _on_terminal(self, event: TerminalEvent) -> None:
+        self._watched.pop(event.request_id, None)
 
     async def _on_poison(self, advisory: MaxDeliveriesAdvisory) -> None:
         entry = next((e for e in self._watched.values() if e.queue_seq == advisory.stream_seq), None)

@@ -82,7 +82,7 @@ class Synthesizer:
             self.metrics.refused(error)
             raise
         with request_context(request.id):
-            stream = AudioStream(self.nc, request.id, subjects.partition_for(request.id, self.num_partitions),
+            stream = AudioStream(self.nc, self.supervisor.terminals, request.id, subjects.partition_for(request.id, self.num_partitions),
                                  self.repair)
             try:
                 async with stream:  # subscribed before the request exists anywhere, so nothing is missed

@@ -142,7 +142,7 @@ async def resumed_stream(synthesizer: Synthesizer, registry: ResumeRegistry, par
     it ended meanwhile, and a re-decode asked at once for the chunks the gateway had received before. Raises
     ResumeRefused when the supervisor already cancelled the request."""
     request_id = parked.request_id
-    stream = AudioStream(synthesizer.nc, request_id, parked.partition, synthesizer.repair)
+    stream = AudioStream(synthesizer.nc, synthesizer.supervisor.terminals, request_id, parked.partition, synthesizer.repair)
     stream.next_seq = from_seq
     with request_context(request_id):
         async with stream:  # listening before the terminal is read back, so it cannot slip between the two
