@@ -8,7 +8,8 @@ from services.runtime import process
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("service", choices=process.SERVICES, help="which service to run")
+    parser.add_argument("service", choices=process.SERVICES + process.COMPOSITES,
+                        help="which service to run (colocated: decode and the vocoder in one process)")
     parser.add_argument("flags", nargs=argparse.REMAINDER, help="the service's own flags (see voxmesh serve NAME --help)")
 
 

@@ -24,6 +24,8 @@ from services.runtime import settings_schema as settings_lib
 from services.runtime.lifecycle import ServiceFailed
 
 SERVICES = ("gateway", "decode", "vocoder")
+COMPOSITES = ("colocated",)
+"""Processes that run several services' lifecycles together (their settings are one service's: see each module)."""
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -41,8 +43,8 @@ def build_parser(service: str) -> argparse.ArgumentParser:
 
 def main(service: str, argv: list[str] | None = None) -> int:
     """Entry of `python -m services.<service>` and `voxmesh serve <service>`."""
-    if service not in SERVICES:
-        print(f"unknown service {service!r}; choose one of {', '.join(SERVICES)}", file=sys.stderr)
+    if service not in SERVICES + COMPOSITES:
+        print(f"unknown service {service!r}; choose one of {', '.join(SERVICES + COMPOSITES)}", file=sys.stderr)
         return EXIT_USAGE
     module = importlib.import_module(f"services.{service}.service")
     args = build_parser(service).parse_args(argv)

@@ -89,7 +89,12 @@ class CodecWorker:
         max_rows = max_batch if batch_across_requests else 1
 
         def build() -> SlotDecoder:
-            slots = SlotDecoder(load_decoder(*args), max_streams=max_streams, max_rows=max_rows, capture=capture)
+            decoder = load_decoder(*args)
+            if decoder.device.type == "cuda":
+                # The codec thread works on a stream of its own (torch streams do not wait for the default one),
+                # so in a process that also decodes, codec and talker graphs can overlap on the card.
+                torch.cuda.set_stream(torch.cuda.Stream(decoder.device))
+            slots = SlotDecoder(decoder, max_streams=max_streams, max_rows=max_rows, capture=capture)
             slots.warm_up()
             return slots
 
