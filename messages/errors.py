@@ -44,7 +44,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_VOICE = "unknown_voice"
     UNKNOWN_LANGUAGE = "unknown_language"
     QUEUE_FULL = "queue_full"  # REQUESTS is at its bound; the gateway answers 429
-    TIMEOUT = "timeout"  # queued past its deadline
+    TIMEOUT = "timeout"  # queued past its deadline, or not ended within the request timeout
     POISON = "poison"  # MaxDeliver exhausted on REQUESTS (seen through the JetStream advisory)
     BAD_MESSAGE = "bad_message"  # an undecodable message; termed, never retried
     CAPACITY = "capacity"  # cannot fit the KV pool even alone

@@ -1,4 +1,4 @@
-"""The gateway's supervisor on a real nats-server: queue deadline (timeout), poison (MaxDeliver advisory), a lost
+"""The gateway's supervisor on a real nats-server: queue deadline (timeout), end-to-end deadline (timeout), poison (MaxDeliver advisory), a lost
 vocoder (replica_lost), the resume window (cancel), and standing down when another stage ended the request."""
 
 from __future__ import annotations
@@ -88,6 +88,25 @@ async def test_lost_vocoder_fails_the_request_after_the_audio_so_far(standin, se
     assert count == 1
     assert (terminal.code, terminal.stage, terminal.chunk_count, terminal.frames) == (
         "replica_lost", "vocoder", 2, 4)
+
+
+async def test_request_that_no_stage_ends_times_out_with_one_terminal(standin, served_gateway, gateway_bus):
+    standin.plan = Plan(num_chunks=5, hang_after=1)  # claimed, one chunk, then silence: no stage ever ends it
+    standin.start_consumer()
+    async with served_gateway(request_timeout_s=0.5) as port, \
+            websockets.connect(f"ws://127.0.0.1:{port}{PATH}") as socket:
+        await socket.send(json.dumps({"input": "Nobody ends this.", "voice": "ryan"}))
+        start = json.loads(await socket.recv())
+        first = await socket.recv()
+        pcm, error = await receive_until_event(socket, "audio.done", "error")
+    assert first + pcm == expected_pcm(1)
+    assert (error["code"], error["stage"]) == ("timeout", "gateway")
+    assert "--request-timeout-s" in error["message"]
+    request_id = start["request_id"]
+    count, terminal = await terminals_of(gateway_bus, request_id)
+    assert count == 1 and isinstance(terminal, Failed) and (terminal.code, terminal.chunk_count) == ("timeout", 1)
+    assert time.time() - terminal.at < 10 and terminal.at - standin.requests[0].created_at >= 0.5
+    assert (await next_cancel(gateway_bus.kv, request_id)).code == "timeout"  # every stage stops its work
 
 
 async def test_client_gone_past_the_resume_window_cancels_the_request(standin, served_gateway, gateway_bus):

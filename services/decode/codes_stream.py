@@ -19,6 +19,7 @@ import numpy as np
 from messages.base import ErrorInfo, Usage
 from messages.frames import NUM_CODEBOOKS, CodesChunk, CodesEnd
 from services.bus.codes_publisher import CodesPublisher
+from services.decode.publish_retry import PublishRetry, append_retrying
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,16 @@ class CodesStream:
     next_seq: int = 0
     """The seq of the next CodesChunk (also the CodesEnd's seq once the request ends)."""
     num_published_frames: int = 0
+    num_landed_chunks: int = 0
+    """CodesChunks the server has acknowledged (the vocoder's audio chunks follow them one for one)."""
+    num_landed_frames: int = 0
+    """Frames those chunks carry."""
+    retry: PublishRetry = PublishRetry()
     _pending: list[np.ndarray] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # A stream taken over mid-request starts after chunks an earlier owner landed.
+        self.num_landed_chunks, self.num_landed_frames = self.next_seq, self.num_published_frames
 
     @property
     def num_pending_frames(self) -> int:
@@ -98,6 +108,10 @@ class CodesStream:
                         total_frames=self.num_published_frames, error=error, usage=usage)
 
     async def publish(self, messages: list[CodesChunk | CodesEnd]) -> None:
-        """Append `messages` in order. Raises StaleOwner when another owner has taken the request over."""
+        """Append `messages` in order, each retried through a bus blip (`retry`). Raises StaleOwner when another
+        owner has taken the request over, the bus error when an append failed every attempt."""
         for message in messages:
-            await self.publisher.publish(message)
+            await append_retrying(self.publisher, message, self.retry)
+            if isinstance(message, CodesChunk):
+                self.num_landed_chunks = message.seq + 1
+                self.num_landed_frames = message.first_frame + message.num_frames

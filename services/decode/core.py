@@ -15,10 +15,11 @@ from nats.js.kv import KeyValue
 from messages import encode
 from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
-from messages.events import Event, event_subject
+from messages.events import Event, Failed, event_subject
 from messages.frames import CodesChunk, CodesEnd
 from services.bus.errors import StaleOwner
 from services.bus.logs import request_context
+from services.bus.terminal_guard import publish_terminal
 from services.decode.active import ActiveRequest, ActiveRequests
 from services.decode.capacity import EngineCapacity
 from services.decode.request_check import ServedModel
@@ -126,18 +127,21 @@ class DecodeCore:
                 await self.end(active, ending_of(outcome))
 
     async def _publish(self, active: ActiveRequest, messages: list[CodesChunk | CodesEnd]) -> bool:
-        """Append under the request's lock. On StaleOwner the request stops here without a terminal (its new owner
-        ends it); on any other publish failure (NATS unreachable through every retry) it stops here too, logged:
-        the frame loop and the other requests go on."""
+        """Append under the request's lock (each append retried through a bus blip). On StaleOwner the request stops
+        here without a terminal (its new owner ends it); when an append failed every retry, the request stops here
+        and its `failed` terminal (`internal`) is published directly through the guard, since no CodesEnd will
+        reach the vocoder: the frame loop and the other requests go on."""
+        error: Exception | None = None
         try:
             await active.stream.publish(messages)
             return True
         except StaleOwner as exc:
             log.warning("request %s: %s", active.request_id, exc)
             fenced_out = True
-        except Exception:  # noqa: BLE001 - one request's lost publish never stops the replica
-            log.exception("request %s: publishing its codes failed; stopping it here", active.request_id)
+        except Exception as exc:  # noqa: BLE001 - one request's lost publish never stops the replica
+            log.exception("request %s: publishing its codes failed through every retry; failing it", active.request_id)
             fenced_out = False
+            error = exc
         active.is_closed = True
         await self.worker.run(self.engine.abort_request, active.request_id)
         if fenced_out:
@@ -145,8 +149,24 @@ class DecodeCore:
         else:
             self.stats.requests_failed += 1
             self.stats.record_failure(ErrorCode.INTERNAL.value)
+            await self._fail_directly(active, error or RuntimeError("unknown"))
         self._release(active)
         return False
+
+    async def _fail_directly(self, active: ActiveRequest, error: Exception) -> None:
+        """The terminal a lost CodesEnd would have produced: `failed`, `internal`, stage decode, naming the chunks
+        that did land (the gateway completes the client's stream once it holds them)."""
+        stream = active.stream
+        reason = (f"decode could not append this request's codes to CODES ({type(error).__name__}: {error}) through "
+                  f"{stream.retry.attempts} attempts; the {stream.num_landed_chunks} audio chunks already sent are "
+                  "valid: retry the request (same seed for the same audio)")
+        event = Failed(request_id=active.request_id, at=self.now(), stage=Stage.DECODE, code=ErrorCode.INTERNAL,
+                       reason=reason, frames=stream.num_landed_frames, chunk_count=stream.num_landed_chunks)
+        try:
+            await publish_terminal(self.js, active.request_id, event)
+        except Exception:  # noqa: BLE001 - the bus is away: the gateway's request timeout ends it
+            log.exception("request %s: its failed terminal could not be published either; the gateway's request "
+                          "timeout will end it", active.request_id)
 
     def _count(self, ending: Ending) -> None:
         if ending.error is not None:

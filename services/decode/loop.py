@@ -2,8 +2,9 @@
 
 Step N+1 runs while step N's codes are being published (the engine thread and the event loop overlap); each
 request's messages still go out in order, because a step's publishing finishes before the next step's starts and
-every request publishes under its own lock. A step that raises fails the requests it was running (`model_error`)
-and the loop serves on.
+every request publishes under its own lock. A model run that raises is isolated by the engine (only the request
+that makes it raise ends, `step_failed` -> `model_error`); should `step()` itself raise, the requests it was running
+fail (`model_error`) and the loop serves on.
 """
 
 from __future__ import annotations

@@ -20,11 +20,12 @@ from services.engine.config import EngineConfig, StageConfig, StageKind
 from services.engine.engine_stats import EngineStats
 from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.errors import ConfigError, EngineError
-from services.engine.outputs import StepOutput
+from services.engine.outputs import SchedulerOutput, StepOutput
 from services.engine.request_inbox import RequestInbox
 from services.engine.runner import ModelRunner
 from services.engine.scheduler import Scheduler
 from services.engine.sequence import RequestOutcome, Sequence
+from services.engine.step_isolation import isolate_failure
 from services.model.loader import TTSModel
 from services.model.prompt import PromptRequest
 from services.model.sampling import SamplingParams
@@ -153,8 +154,9 @@ class Engine:
     def step(self) -> StepOutput:
         """Schedule, run the model once, apply the results. Every ended request appears in exactly one output.
 
-        If the model run raises, the requests of that step end with code `step_failed` (blocks freed)
-        and the engine keeps serving the others.
+        If the model run raises, the request that makes it raise is found by re-running the step in halves
+        (`step_isolation`) and ends with code `step_failed` (blocks freed); the others' frames are those of the
+        re-run, and the engine keeps serving.
         """
         self.inbox.hand_over(self.scheduler)
         scheduled = self.scheduler.schedule()
@@ -163,17 +165,31 @@ class Engine:
             return StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
         try:
             runner_output = self.runner.execute(scheduled.scheduled)
-        except Exception as error:  # noqa: BLE001 - a failed step ends its requests, not the replica
-            _log.exception("decode step failed; ending its %d requests", len(scheduled.scheduled))
-            reason = (f"the decode step running this request failed ({type(error).__name__}: {error}); "
-                      "the output generated so far is truncated; retry the request")
-            failed = self.scheduler.fail_scheduled(scheduled, reason)
-            self._forget(failed, [])
-            return StepOutput([], scheduled.outcomes + failed, scheduled.preempted_ids, 0)
+        except Exception as error:  # noqa: BLE001 - a failed step ends the request that failed it, not the replica
+            return self._isolate(scheduled, error)
         frames, outcomes = self.scheduler.update_from_output(scheduled, runner_output)
         self._forget(outcomes, [])
         return StepOutput(frames, scheduled.outcomes + outcomes, scheduled.preempted_ids,
                           scheduled.num_batched_tokens)
+
+    def _isolate(self, scheduled: SchedulerOutput, error: Exception) -> StepOutput:
+        """After a raising step: fail the request(s) that make it raise, apply the others' re-run (once)."""
+        _log.error("decode step of %d requests failed (%s: %s); isolating the request that fails it",
+                   len(scheduled.scheduled), type(error).__name__, error)
+        isolated = isolate_failure(self.runner.execute, scheduled.scheduled, error)
+        cause = isolated.error
+        _log.error("decode step failed for %s after %d re-runs", [item.seq.request_id for item in isolated.failed],
+                   isolated.num_reruns, exc_info=cause)
+        reason = (f"the decode step running this request failed ({type(cause).__name__}: {cause}); "
+                  "the output generated so far is truncated; retry the request")
+        failed = self.scheduler.fail_scheduled(isolated.failed, reason)
+        frames, outcomes = [], []
+        if isolated.output is not None:
+            frames, outcomes = self.scheduler.update_from_output(SchedulerOutput(isolated.survivors),
+                                                                 isolated.output)
+        self._forget(failed + outcomes, [])
+        return StepOutput(frames, scheduled.outcomes + failed + outcomes, scheduled.preempted_ids,
+                          sum(item.num_new_tokens for item in isolated.survivors))
 
     @contextmanager
     def drain(self) -> Iterator[list[RequestOutcome]]:

@@ -186,10 +186,10 @@ class Scheduler:
                 outcomes.append(self._end(seq, SequenceStatus.FINISHED_LENGTH))
         return frames, outcomes
 
-    def fail_scheduled(self, scheduled: SchedulerOutput, reason: str) -> list[RequestOutcome]:
-        """End every request of a step whose model run raised (their blocks back at once)."""
+    def fail_scheduled(self, failed: list[ScheduledSequence], reason: str) -> list[RequestOutcome]:
+        """End the requests of a step that made its model run raise (their blocks back at once)."""
         outcomes = []
-        for item in scheduled.scheduled:
+        for item in failed:
             seq = item.seq
             if seq.status == SequenceStatus.RUNNING:
                 self.running.remove(seq)

@@ -37,7 +37,8 @@ class Gateway:
 def build_gateway(settings: GatewaySettings, catalog: VoiceCatalog, context: ServiceContext) -> Gateway:
     """The gateway's parts on the service's connection (its supervisor runs as a task of the service)."""
     policy = SupervisorPolicy(check_interval_s=settings.supervise_interval_s,
-                              vocoder_grace_s=settings.vocoder_grace_s, resume_window_s=settings.resume_window_s)
+                              vocoder_grace_s=settings.vocoder_grace_s, resume_window_s=settings.resume_window_s,
+                              request_timeout_s=settings.request_timeout_s)
     supervisor = Supervisor(context.nc, context.js, context.kv, catalog.model, TerminalFeed(context.js), policy)
     synthesizer = Synthesizer(context.nc, context.js, context.kv,
                               AdmissionPolicy(catalog, settings.max_text_chars, settings.request_deadline_s),

@@ -19,6 +19,8 @@ class GatewaySettings(CommonSettings):
     port: int = setting(8000, "HTTP port")
     request_deadline_s: float = setting(30.0, "seconds a request may wait in the queue before it fails with "
                                               "code timeout")
+    request_timeout_s: float = setting(300.0, "seconds a request may take from admission to its end; past them "
+                                              "it is cancelled in every stage and fails with code timeout")
     resume_window_s: float = setting(30.0, "seconds a disconnected client's request lives on before it is "
                                            "cancelled in every stage")
     max_text_chars: int = setting(MAX_TEXT_CHARS, f"longest input text in characters (at most {MAX_TEXT_CHARS})")
@@ -45,7 +47,7 @@ class GatewaySettings(CommonSettings):
                                 f"1..{MAX_TEXT_CHARS}")
         if self.num_partitions < 1:
             raise SettingsError(f"--num-partitions / VOXMESH_NUM_PARTITIONS: {self.num_partitions} must be >= 1")
-        for name in ("request_deadline_s", "resume_window_s", "vocoder_grace_s", "supervise_interval_s",
+        for name in ("request_deadline_s", "request_timeout_s", "resume_window_s", "vocoder_grace_s", "supervise_interval_s",
                      "redecode_timeout_s", "drain_timeout_s"):
             if getattr(self, name) <= 0:
                 flag = "--" + name.replace("_", "-")

@@ -1,6 +1,8 @@
 """The gateway's supervisor: ends, through the terminal guard, the requests that no other stage can end.
 
 - queued past their deadline (no decode replica claimed them): `failed`, code `timeout`, stage gateway;
+- not ended within the end-to-end deadline (`request_timeout_s` after the gateway admitted them), whatever a stage
+  did or failed to do: cancelled in every stage and `failed`, code `timeout`, stage gateway;
 - MaxDeliver exhausted on REQUESTS (seen through the JetStream advisory): `failed`, code `poison`, stage decode;
 - the vocoder owning the request's partition lost its lease and nobody re-claimed the partition within a grace
   period: `failed`, code `replica_lost`, stage vocoder;
@@ -48,11 +50,13 @@ class SupervisorPolicy:
         check_interval_s: how often deadlines, vocoder leases and resume windows are checked.
         vocoder_grace_s: how long a partition may be without a live vocoder before its requests fail.
         resume_window_s: how long a disconnected client's request lives on before it is cancelled.
+        request_timeout_s: how long a request may live in all, from its admission to its terminal event.
     """
 
     check_interval_s: float = 0.5
     vocoder_grace_s: float = 5.0
     resume_window_s: float = 30.0
+    request_timeout_s: float = 300.0
 
 
 @dataclass(slots=True)
@@ -177,6 +181,7 @@ class Supervisor:
                 if entry.partition not in partitions:
                     partitions[entry.partition] = await partition_owner_alive(self._kv, entry.partition, now)
                 await self._check_queue_deadline(entry, now)
+                await self._check_request_timeout(entry, now)
                 await self._check_vocoder(entry, *partitions[entry.partition], now)
                 await self._check_resume_window(entry, now)
 
@@ -191,6 +196,17 @@ class Supervisor:
         await self.fail(entry, ErrorCode.TIMEOUT, Stage.GATEWAY,
                         f"the request waited {waited:.1f}s in the queue and no decode replica took it: the mesh is "
                         "overloaded or no decode replica is running; retry later or add decode capacity")
+
+    async def _check_request_timeout(self, entry: Supervised, now: float) -> None:
+        """The end-to-end deadline: the backstop for any path on which no stage ends the request."""
+        timeout_s = self.policy.request_timeout_s
+        if now - entry.request.created_at < timeout_s or not self.is_watching(entry.request.id):
+            return
+        entry.started = entry.started or await read_owner(self._kv, entry.request.id) is not None
+        await self.fail(entry, ErrorCode.TIMEOUT, Stage.GATEWAY,
+                        f"the request did not end within {timeout_s:.1f}s (--request-timeout-s) and was cancelled "
+                        "in every stage; the audio so far is valid: retry it, and check the decode and vocoder "
+                        "logs for this request id")
 
     async def _check_vocoder(self, entry: Supervised, owner: str | None, alive: bool, now: float) -> None:
         if alive or not self.is_watching(entry.request.id):
