@@ -104,7 +104,10 @@ schema = schemathesis.openapi.from_dict(create_app(None).openapi())
           phases=[Phase.explicit, Phase.generate, Phase.shrink],
           suppress_health_check=list(HealthCheck))
 def test_every_answer_is_documented_and_no_input_causes_a_5xx(case, fuzzed_gateway):
-    case.call_and_validate(base_url=f"http://127.0.0.1:{fuzzed_gateway.port}", checks=CHECKS, timeout=30)
+    # /ready's 503 is its documented verdict about the mesh (a stand-in lease that lapsed on a loaded machine), not
+    # an error caused by input; every other check still holds for it.
+    checks = [check for check in CHECKS if case.operation.path != "/ready" or check is not not_a_server_error]
+    case.call_and_validate(base_url=f"http://127.0.0.1:{fuzzed_gateway.port}", checks=checks, timeout=30)
 
 
 def test_the_fuzzed_document_is_the_one_the_gateway_serves(fuzzed_gateway):
