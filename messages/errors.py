@@ -47,6 +47,7 @@ class ErrorCode(StrEnum):
     TIMEOUT = "timeout"  # queued past its deadline, or not ended within the request timeout
     POISON = "poison"  # MaxDeliver exhausted on REQUESTS (seen through the JetStream advisory)
     BAD_MESSAGE = "bad_message"  # an undecodable message; termed, never retried
+    UNSUPPORTED_VERSION = "unsupported_version"  # a message of a schema version this reader does not speak; termed
     CAPACITY = "capacity"  # cannot fit the KV pool even alone
     PREEMPTED = "preempted"  # capacity preemption under `recompute_preemption: fail`; audio is truncated
     DRAINED = "drained"  # operator drain of a `fail` request
@@ -82,9 +83,19 @@ class MessageError(ValueError):
 
 
 class DecodeError(MessageError):
-    """Bytes that are not a valid message of the expected type (malformed, wrong tag, bad field, other schema)."""
+    """Bytes that are not a valid message of the expected type (malformed, wrong tag, bad field: `bad_message`;
+    another schema version: `unsupported_version`).
+
+    Attributes:
+        request_id: the request the message names, when its envelope is readable (so the request can be ended
+            with one terminal event instead of waiting out its deadline); None otherwise.
+    """
 
     code = ErrorCode.BAD_MESSAGE
+
+    def __init__(self, message: str, code: ErrorCode | None = None, *, request_id: str | None = None) -> None:
+        super().__init__(message, code)
+        self.request_id = request_id
 
 
 class InvalidToken(MessageError):

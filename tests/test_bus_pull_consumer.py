@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import msgspec
+
 from messages import SynthesisRequest, decode, subjects
 from messages.streams import REQUESTS_STREAM, BusConfig
 from services.bus import Capacity, Delivery, PullConsumer, submit_request, watch_max_deliveries
@@ -22,11 +24,11 @@ def request(n: int) -> SynthesisRequest:
 class Serving:
     """A PullConsumer on the tiny model's requests, run as a task, with its handler's deliveries in a queue."""
 
-    def __init__(self, nc, handler, capacity: Capacity, retry_delay_s: float = 1.0) -> None:
+    def __init__(self, nc, handler, capacity: Capacity, retry_delay_s: float = 1.0, on_refused=None) -> None:
         self.stop = asyncio.Event()
         self.consumer = PullConsumer(nc.jetstream(), nc, stream=REQUESTS_STREAM, durable="decode-tiny",
                                      message_type=SynthesisRequest, handler=handler, capacity=capacity,
-                                     fetch_timeout_s=0.2, retry_delay_s=retry_delay_s)
+                                     fetch_timeout_s=0.2, retry_delay_s=retry_delay_s, on_refused=on_refused)
 
     async def __aenter__(self) -> Serving:
         self.task = asyncio.create_task(self.consumer.run(self.stop))
@@ -131,3 +133,31 @@ async def test_stop_event_ends_an_idle_loop(nats_client) -> None:
     stop.set()
     await asyncio.wait_for(task, TIMEOUT_S)
     assert task.done() and task.exception() is None
+
+
+async def test_a_refused_message_naming_a_request_is_handed_to_its_owner(nats_client) -> None:
+    js = nats_client.jetstream()
+    await fresh_bus(js, CONFIG)
+    refused: asyncio.Queue = asyncio.Queue()
+    received: asyncio.Queue = asyncio.Queue()
+
+    async def handler(message: SynthesisRequest, delivery: Delivery) -> None:
+        await delivery.ack(confirmed=True)
+        await received.put(message.id)
+
+    async def on_refused(error) -> None:
+        await refused.put((error.request_id, error.code.value))
+
+    await js.publish(subjects.request("tiny"), msgspec.msgpack.encode(
+        {"type": "synthesis_request", "schema": 9, "id": "req-v9", "model": "tiny", "text": "Hi."}))
+    await js.publish(subjects.request("tiny"), msgspec.msgpack.encode(
+        {"type": "synthesis_request", "schema": 1, "id": "req-empty", "model": "tiny", "text": ""}))
+    await js.publish(subjects.request("tiny"), b"\x93not a request")  # no readable id: termed and counted only
+    await submit_request(js, request(1))
+    async with Serving(nats_client, handler, Capacity(4), on_refused=on_refused) as serving:
+        assert await asyncio.wait_for(received.get(), TIMEOUT_S) == "req-1"
+    assert [refused.get_nowait() for _ in range(refused.qsize())] == [("req-v9", "unsupported_version"),
+                                                                      ("req-empty", "bad_message")]
+    assert serving.consumer.num_termed == 3
+    assert serving.consumer.num_termed_by_code == {"unsupported_version": 1, "bad_message": 2}
+    assert (await js.stream_info(REQUESTS_STREAM)).state.messages == 0

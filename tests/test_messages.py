@@ -95,7 +95,6 @@ MALFORMED = [
     msgspec.msgpack.encode(["codes", 1, "r", -1, 0, 1, "int16", bytes(32)]),  # negative seq
     msgspec.msgpack.encode(["codes", 1, "r", 0, 0, 1, "int16", bytes(31)]),  # not whole frames
     msgspec.msgpack.encode(["codes", 1, "r", 0, 0, 1, "int8", bytes(32)]),  # unknown dtype
-    msgspec.msgpack.encode(["codes", 2, "r", 0, 0, 1, "int16", bytes(32)]),  # another schema version
     msgspec.msgpack.encode(["codes_end", 1, "r", 0, 1, "failed", 0]),  # failed without error
     msgspec.msgpack.encode({"type": "synthesis_request", "schema": 1, "id": "r", "model": "x", "text": ""}),
     msgspec.msgpack.encode({"type": "synthesis_request", "id": "r", "model": "x", "text": "a", "seed": -1}),
@@ -107,6 +106,28 @@ def test_malformed_bytes_raise_decode_error(data: bytes) -> None:
     with pytest.raises(m.DecodeError) as caught:
         m.decode(data, m.SynthesisRequest if b"synthesis_request" in data else m.CodesMessage)
     assert caught.value.code == m.ErrorCode.BAD_MESSAGE
+
+
+@pytest.mark.parametrize("data, expected, code, request_id", [
+    # Another schema version is named as such, whether or not the rest would decode.
+    (msgspec.msgpack.encode(["codes", 2, "req_1", 0, 0, 1, "int16", bytes(32)]), m.CodesMessage,
+     m.ErrorCode.UNSUPPORTED_VERSION, "req_1"),
+    (msgspec.msgpack.encode({"type": "synthesis_request", "schema": 9, "id": "req_2", "voice_v9": {}}),
+     m.SynthesisRequest, m.ErrorCode.UNSUPPORTED_VERSION, "req_2"),
+    # A readable envelope with a bad body: bad_message, and the request it names.
+    (msgspec.msgpack.encode({"type": "synthesis_request", "schema": 1, "id": "req_3", "model": "x", "text": ""}),
+     m.SynthesisRequest, m.ErrorCode.BAD_MESSAGE, "req_3"),
+    (msgspec.msgpack.encode(["codes", 1, "req_4", 0, 0, 1, "int16", bytes(31)]), m.CodesMessage,
+     m.ErrorCode.BAD_MESSAGE, "req_4"),
+    # No readable id: an id that cannot be one, or no envelope at all.
+    (msgspec.msgpack.encode(["codes", 1, "r.x", 0, 0, 1, "int16", bytes(32)]), m.CodesMessage,
+     m.ErrorCode.BAD_MESSAGE, None),
+    (b"\x93\xa5codes", m.CodesMessage, m.ErrorCode.BAD_MESSAGE, None),
+])
+def test_a_refusal_says_what_the_envelope_still_tells(data, expected, code, request_id) -> None:
+    with pytest.raises(m.DecodeError) as caught:
+        m.decode(data, expected)
+    assert (caught.value.code, caught.value.request_id) == (code, request_id)
 
 
 def test_text_over_the_limit_is_refused() -> None:

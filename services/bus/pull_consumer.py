@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -123,7 +124,8 @@ class PullConsumer(Generic[M]):
     def __init__(self, js: JetStreamContext, nc: Client, *, stream: str, durable: str, message_type: Any,
                  handler: Handler, capacity: Capacity, max_batch: int = 16, fetch_timeout_s: float = 1.0,
                  retry_delay_s: float = 1.0, request_id_of: Callable[[Any], str | None] | None = None,
-                 concurrent: bool = False) -> None:
+                 concurrent: bool = False,
+                 on_refused: Callable[[DecodeError], Awaitable[None]] | None = None) -> None:
         self._js, self._nc = js, nc
         self.stream, self.durable = stream, durable
         self._type, self._handler, self.capacity = message_type, handler, capacity
@@ -131,6 +133,11 @@ class PullConsumer(Generic[M]):
         self._request_id_of = request_id_of or (lambda m: getattr(m, "id", None) or getattr(m, "request_id", None))
         self._sub: JetStreamContext.PullSubscription | None = None
         self.num_termed = 0
+        self.num_termed_by_code: Counter[str] = Counter()
+        """Termed messages by the DecodeError's code (bad_message, unsupported_version), for the metrics."""
+        self._on_refused = on_refused
+        """Called with each termed message's DecodeError that names a readable request, so the owner can end
+        that request with one terminal event (a message without a readable id is only termed and counted)."""
         self._concurrent = concurrent
         self._handling: set[asyncio.Task] = set()
         """The running handler tasks (concurrent mode), kept until they end and awaited when the loop stops."""
@@ -189,9 +196,15 @@ class PullConsumer(Generic[M]):
             return decode(delivery.data, self._type)
         except DecodeError as exc:
             self.num_termed += 1
-            log.error("terminating undecodable message %d on %s (%s): %s", delivery.stream_sequence,
-                      delivery.msg.subject, exc.code, exc)
+            self.num_termed_by_code[exc.code.value] += 1
+            log.error("terminating undecodable message %d on %s (%s, request %s): %s", delivery.stream_sequence,
+                      delivery.msg.subject, exc.code, exc.request_id, exc)
             await delivery.term(f"{exc.code}: {exc}")
+            if exc.request_id is not None and self._on_refused is not None:
+                try:
+                    await self._on_refused(exc)
+                except Exception:  # noqa: BLE001 - one bad message never stops the loop
+                    log.exception("could not end request %s after its message was refused", exc.request_id)
             return None
 
     async def _handle(self, message: M, delivery: Delivery) -> None:

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from services.gateway.deps import GatewayDep
+from services.gateway.http.openapi import READY_RESPONSES
 from services.gateway.http.readiness import check_readiness
 
 router = APIRouter()
@@ -17,7 +18,7 @@ async def health(gateway: GatewayDep) -> dict:
     return {"status": "ok", "replica": gateway.replica, "nats_connected": gateway.synthesizer.nc.is_connected}
 
 
-@router.get("/ready")
+@router.get("/ready", responses=READY_RESPONSES)
 async def ready(gateway: GatewayDep) -> JSONResponse:
     """200 when NATS is connected, the streams exist, a decode replica and a vocoder partition owner are live;
     503 with the reasons otherwise."""

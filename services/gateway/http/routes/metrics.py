@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from messages.streams import REQUESTS_STREAM
 from services.gateway.deps import GatewayDep
+from services.gateway.http.openapi import METRICS_RESPONSES
 from services.metrics.listener import render
 
 log = logging.getLogger(__name__)
@@ -18,7 +19,7 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses=METRICS_RESPONSES)
 async def metrics(gateway: GatewayDep) -> Response:
     """Prometheus text format; the queue depth is read from the REQUESTS stream at scrape time."""
     synthesizer = gateway.synthesizer

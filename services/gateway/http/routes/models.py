@@ -9,6 +9,7 @@ from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from services.gateway.deps import Authorized, GatewayDep
 from services.gateway.errors import GatewayError
+from services.gateway.http.openapi import error_responses
 from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.requests.response_formats import available_formats
 
@@ -23,13 +24,13 @@ def model_object(catalog: VoiceCatalog) -> dict:
             "response_formats": list(available_formats())}
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses=error_responses(401))
 async def list_models(gateway: GatewayDep, _: Authorized) -> dict:
     """The model this gateway serves (one per gateway)."""
     return {"object": "list", "data": [model_object(gateway.catalog)]}
 
 
-@router.get("/v1/models/{model}")
+@router.get("/v1/models/{model}", responses=error_responses(401, 404))
 async def retrieve_model(model: str, gateway: GatewayDep, _: Authorized) -> dict:
     """The served model by name; 404 `unknown_model` for any other."""
     if not gateway.catalog.serves(model):
@@ -38,7 +39,7 @@ async def retrieve_model(model: str, gateway: GatewayDep, _: Authorized) -> dict
     return model_object(gateway.catalog)
 
 
-@router.get("/v1/audio/voices")
+@router.get("/v1/audio/voices", responses=error_responses(401))
 async def list_voices(gateway: GatewayDep, _: Authorized) -> dict:
     """The voices (speakers) and languages of the served model, and `default`: the voice of a request that names
     none (the first speaker). A model without named voices (voice_design) lists none and has no default: describe

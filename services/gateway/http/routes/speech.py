@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 from services.gateway.deps import Authorized, GatewayDep
 from services.gateway.errors import GatewayError
+from services.gateway.http.openapi import SPEECH_BODY, SPEECH_RESPONSES
 from services.gateway.http.request_id import request_id_of
 from services.gateway.http.speech_response import SpeechResponse
 from services.gateway.requests.body import SpeechBody, parse_body
@@ -19,7 +20,7 @@ from services.gateway.requests.body import SpeechBody, parse_body
 router = APIRouter()
 
 
-@router.post("/v1/audio/speech")
+@router.post("/v1/audio/speech", response_class=Response, openapi_extra=SPEECH_BODY, responses=SPEECH_RESPONSES)
 async def create_speech(request: Request, gateway: GatewayDep, _: Authorized) -> Response:
     """Synthesize `input`; the request runs under the HTTP request's id."""
     try:
