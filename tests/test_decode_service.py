@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import numpy as np
 
+from messages import decode as decode_message
 from messages import subjects
+from messages.events import Failed
 from messages.errors import ErrorCode, Stage
 from messages.frames import CodesEnd
 from messages.records import CancelRecord
@@ -67,6 +70,26 @@ async def test_an_undecodable_request_is_termed_and_the_next_is_served(nats_serv
     assert end.reason == "finished"
     assert stats["messages_termed"] == 1
     assert consumer.num_pending == 0 and consumer.num_ack_pending == 0  # termed: gone, never redelivered
+
+
+async def test_a_request_decode_cannot_read_but_can_name_ends_with_one_terminal_saying_why(nats_server,
+                                                                                          tiny_checkpoint):
+    good = synthesis("after-refused", "hello the voice", frames=6)
+    other_version = {"type": "synthesis_request", "schema": 9, "id": "req-from-the-future", "model": "tiny",
+                     "text": "Hi."}
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+        await decode.js.publish(subjects.request("tiny"), msgspec.msgpack.encode(other_version))
+        await decode.submit(good)  # served after the refused one: the intake went on
+        end = await decode.log.end(good.id)
+        terminals = await decode.js.subscribe(subjects.terminal("req-from-the-future"), stream="EVENTS",
+                                              ordered_consumer=True)
+        refused = decode_message((await terminals.next_msg(timeout=30)).data, Failed)
+        stats = await decode.stats()
+        info = await decode.js.stream_info("EVENTS", subjects_filter=subjects.terminal("req-from-the-future"))
+    assert end.reason == "finished"
+    assert (refused.code, refused.stage) == (ErrorCode.UNSUPPORTED_VERSION, Stage.DECODE)
+    assert info.state.subjects == {subjects.terminal("req-from-the-future"): 1}
+    assert stats["messages_termed"] == 1 and stats["failures_by_code"] == {"unsupported_version": 1}
 
 
 async def test_an_unknown_speaker_ends_with_invalid_request(nats_server, tiny_checkpoint):

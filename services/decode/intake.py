@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from messages import subjects
+from messages import DecodeError, subjects
 from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
-from messages.events import Started
+from messages.events import Failed, Started
 from messages.requests import SynthesisRequest
 from messages.streams import CODES_STREAM, REQUESTS_STREAM, requests_consumer
 from services.bus.claims import ClaimKind, OwnerClaim, RequestClaim, resolve_request_claim
@@ -26,6 +26,7 @@ from services.bus.errors import OwnershipConflict
 from services.bus.fencing import last_subject_sequence
 from services.bus.kvstore import read_cancel
 from services.bus.pull_consumer import Delivery, PullConsumer
+from services.bus.terminal_guard import publish_terminal
 from services.decode.active import ActiveRequest
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.core import DecodeCore, Ending
@@ -48,7 +49,8 @@ class Intake:
         self.consumer = PullConsumer(
             core.js, core.nc, stream=REQUESTS_STREAM, durable=requests_consumer(core.served.name),
             message_type=SynthesisRequest, handler=self.handle, capacity=core.capacity,
-            max_batch=core.settings.max_num_seqs, fetch_timeout_s=fetch_timeout_s, concurrent=True)
+            max_batch=core.settings.max_num_seqs, fetch_timeout_s=fetch_timeout_s, concurrent=True,
+            on_refused=self._refused)
         self.admission = EngineWorker("decode-admission")
         """Builds prompts and queues requests in the engine, beside the engine thread's steps."""
 
@@ -91,6 +93,17 @@ class Intake:
         await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
                                 queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
         await self._start(active, admission)
+
+    async def _refused(self, error: DecodeError) -> None:
+        """A request whose message could not be decoded (a bad body, another schema version) but whose id could: it
+        ends here with one `failed` terminal naming why (the message itself is already termed, never redelivered)."""
+        core = self.core
+        event = Failed(request_id=error.request_id, at=core.now(), stage=Stage.DECODE, code=error.code,
+                       reason=f"decode could not read this request's message ({error}); send it again as this "
+                              "version of the gateway builds it")
+        if await publish_terminal(core.js, error.request_id, event):
+            core.stats.record_failure(error.code.value)
+            log.warning("request %s refused: %s", error.request_id, error)
 
     async def _while_paused(self, delivery: Delivery) -> None:
         """A drain began while this message's fetch was in flight: keep it (unclaimed, unacked) until the drain
