@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import numpy as np
 
 from messages import decode, encode, subjects
@@ -128,3 +129,23 @@ async def test_concurrent_requests_are_decoded_in_shared_codec_batches(bus, code
         assert isinstance(terminal, Finished) and terminal.chunk_count == 3
         full = full_decode_pcm(codec_decoder, codes[rid]).astype(np.int32)
         assert np.abs(pcm_of(listener.audio).astype(np.int32) - full).max() <= 1, rid
+
+
+async def test_a_codes_message_the_vocoder_cannot_read_ends_its_request_with_one_failed_terminal(
+        bus, codec_model_dir, codec_decoder):
+    codes = random_codes(2, codec_decoder.config.codebook_size, seed=5)
+    async with running_vocoder(bus, codec_model_dir):
+        decode_replica = StandInDecode(bus, "req-unreadable")
+        listener = await Listener.open(bus.nc, "req-unreadable")
+        await decode_replica.start()
+        await decode_replica.chunks(codes, [2])
+        # A chunk from a decode of another schema version: its envelope still names the request.
+        await bus.js.publish(subjects.codes(decode_replica.partition, "req-unreadable"),
+                             msgspec.msgpack.encode(["codes", 9, "req-unreadable", 1, 1, b"\x00"]))
+        terminal = await listener.terminal()
+        reply = await bus.nc.request(status_subject("vocoder-test"), b"", timeout=WAIT_S)
+    assert isinstance(terminal, Failed)
+    assert (terminal.stage, terminal.code, terminal.chunk_count) == (Stage.VOCODER, ErrorCode.UNSUPPORTED_VERSION, 1)
+    assert [c.seq for c in listener.audio] == [0], "the audio made before the unreadable message arrived first"
+    assert len(await stored_terminals(bus.js, "req-unreadable")) == 1
+    assert json.loads(reply.data)["active_streams"] == 0, "the request's codec state is released"

@@ -16,6 +16,7 @@ import logging
 
 from nats.js import JetStreamContext
 
+from messages import DecodeError
 from messages.errors import ErrorCode
 from messages.frames import CodesChunk, CodesEnd, CodesMessage, TakeoverMarker
 from services.bus.pull_consumer import Delivery
@@ -66,6 +67,18 @@ class CodesHandler:
             if stream.codec_state is None:
                 stream.codec_state = await self._codec.new_stream()
             await self._handle_locked(stream, message, delivery)
+
+    async def refuse(self, partition: int, error: DecodeError) -> None:
+        """A codes message of a request that could not be decoded (already termed): without it the request's audio
+        cannot be completed, so the request ends here with one `failed` terminal naming why, and its state goes."""
+        request_id = error.request_id
+        if request_id is None or self.table.has_ended(request_id):
+            return
+        stream = self.table.get(request_id) or self.table.add(RequestStream(request_id, partition, codec_state=None))
+        async with stream.lock:
+            if self.table.get(request_id) is stream:
+                await self._fail(stream, error.code, f"the vocoder could not read a codes message of this request "
+                                                     f"({error}); the audio cannot be completed. Retry the request.")
 
     async def _handle_locked(self, stream: RequestStream, message: CodesMessage, delivery: Delivery) -> None:
         try:

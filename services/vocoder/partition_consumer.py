@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from messages import DecodeError
 from messages.frames import CodesMessage
 from messages.streams import CODES_STREAM, codes_consumer
 from services.bus.pull_consumer import Capacity, Delivery, PullConsumer
@@ -75,7 +76,13 @@ class PartitionConsumer:
         self.capacity = Capacity(max_in_flight)
         self.pull: PullConsumer[CodesMessage] = PullConsumer(
             js, nc, stream=CODES_STREAM, durable=codes_consumer(partition), message_type=CodesMessage,
-            handler=self._on_message, capacity=self.capacity, max_batch=fetch_batch, retry_delay_s=retry_delay_s)
+            handler=self._on_message, capacity=self.capacity, max_batch=fetch_batch, retry_delay_s=retry_delay_s,
+            on_refused=self._on_refused)
+
+    async def _on_refused(self, error: DecodeError) -> None:
+        """A termed message that names its request: end that request, in its lane (after its earlier messages)."""
+        request_id = error.request_id
+        self._lanes.submit(request_id, lambda: self._handler.refuse(self.partition, error))
 
     async def bind(self) -> None:
         """Bind to the provisioned durable consumer (NotProvisioned if missing)."""
