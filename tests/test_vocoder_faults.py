@@ -18,7 +18,6 @@ from services.bus.codes_publisher import CodesPublisher
 from services.bus.fencing import last_subject_sequence
 from services.bus.leases import LeaseKeeper
 from services.bus.terminal_guard import publish_terminal
-from services.vocoder.service import status_subject
 from tests.test_vocoder_support import (
     NUM_PARTITIONS,
     WAIT_S,
@@ -32,12 +31,10 @@ from tests.test_vocoder_support import (
     pcm_of,
     random_codes,
     running_vocoder,
+    settled_status,
+    status,
     stored_terminals,
 )
-
-
-async def status(bus, replica: str) -> dict:
-    return json.loads((await bus.nc.request(status_subject(replica), b"", timeout=WAIT_S)).data)
 
 
 async def serve_one(bus, request_id: str, codes: np.ndarray) -> tuple[Listener, object]:
@@ -67,7 +64,7 @@ async def test_undecodable_messages_are_termed_and_the_next_request_is_served(bu
         bad_terminal = await bad_listener.terminal()
 
         listener, terminal = await serve_one(bus, good_id, random_codes(10, size, seed=4))
-        stats = await status(bus, "vocoder-test")
+        stats = await settled_status(bus, "vocoder-test", lambda s: s["active_streams"] == 0)
 
     assert advisory["stream_seq"] == ack.seq, "the undecodable message itself was termed"
     assert isinstance(bad_terminal, Failed)
@@ -90,7 +87,7 @@ async def test_dead_decode_owner_ends_the_request_with_replica_lost(bus, codec_m
         await LeaseKeeper(bus.kv, "decode-doomed", "decode", interval_s=0.1, ttl_s=0.5).renew()
         lapsed_after = time.time()
         terminal = await listener.terminal()
-        stats = await status(bus, "vocoder-test")
+        stats = await settled_status(bus, "vocoder-test", lambda s: s["decode_owners_lost"] == 1)
 
     assert first.seq == 0
     assert isinstance(terminal, Failed)

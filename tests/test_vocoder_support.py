@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,7 @@ from services.bus.claims import claim_request, read_partition
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.connection import connect
 from services.bus.leases import LeaseKeeper
-from services.vocoder.service import CODEC_SUBDIR, VocoderSettings, serve
+from services.vocoder.service import CODEC_SUBDIR, VocoderSettings, serve, status_subject
 from tests.fixtures.nats_server import fresh_bus
 
 NUM_PARTITIONS = 2
@@ -240,3 +242,18 @@ def full_decode_pcm(decoder, codes: np.ndarray) -> np.ndarray:
     with torch.inference_mode():
         samples = decoder.decode(torch.from_numpy(codes)).numpy()
     return np.round(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+async def status(bus: Bus, replica: str) -> dict:
+    """The vocoder replica's answer on its `status` endpoint."""
+    return json.loads((await bus.nc.request(status_subject(replica), b"", timeout=WAIT_S)).data)
+
+
+async def settled_status(bus: Bus, replica: str, settled) -> dict:
+    """The replica's status once `settled(status)` holds (bounded by WAIT_S). A terminal event is stored before the
+    replica's own bookkeeping of it (release, counters) runs, so a status read right after it can be one step old."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        stats = await status(bus, replica)
+        if settled(stats) or time.monotonic() > deadline:
+            return stats
