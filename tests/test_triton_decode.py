@@ -7,12 +7,12 @@ device the compiled kernel is checked in this process, in float32 and bfloat16.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import pytest
 import torch
 
+from services.model import paged_attention
 from services.model.attention_batch import AttentionBatch
 from services.model.paged_decode import DecodeLayout, decode_kernel
 from tests.triton_interpreter import interpreted
@@ -76,11 +76,16 @@ def test_fused_kernel_equals_the_torch_kernel_under_the_interpreter():
     assert interpreted("tests.test_triton_decode.compare('cpu')") < 1e-5
 
 
-def test_the_interpreter_is_what_makes_the_kernel_available_on_the_cpu():
+def test_the_kernel_serves_cuda_tensors_only_and_the_torch_kernels_the_rest():
     from services.model import triton_decode
+    from services.model.triton_support import compiles_for
 
     assert triton_decode.triton is not None, "Triton is a test dependency (pyproject's test extra)"
-    assert triton_decode.is_available(torch.device("cpu")) == (os.environ.get("TRITON_INTERPRET") == "1")
+    assert not compiles_for(torch.device("cpu")) and compiles_for(torch.device("cuda"))
+    lens = torch.tensor([3, 5])
+    decode_only = AttentionBatch(positions=lens - 1, slot_mapping=lens, query_start=torch.arange(3), seq_lens=lens,
+                                 block_tables=torch.zeros((2, 2), dtype=torch.int64))
+    assert paged_attention.select_kernel(decode_only) is paged_attention.DECODE  # on the CPU: the torch kernel
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel needs a CUDA device")

@@ -21,6 +21,7 @@ from torch.nn import functional as F
 from services.model.attention_batch import AttentionBatch
 from services.model import triton_decode
 from services.model.paged_decode import DecodeLayout, decode_kernel, is_decode_only
+from services.model.triton_support import compiles_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ DECODE = AttentionKernel("decode", DecodeLayout.of, decode_kernel)
 
 
 def _token_plan(batch: AttentionBatch, block_size: int, dtype: torch.dtype) -> AttentionBatch | DecodeLayout:
-    if triton_decode.is_available(batch.token_limits.device):
+    if compiles_for(batch.token_limits.device):
         return batch  # the fused kernel reads the table rows and limits as they are
     # The torch form: each token is a one-token "sequence" with its own copy of its row's table.
     per_token = replace(batch, block_tables=batch.block_tables[batch.token_rows], seq_lens=batch.token_limits,
@@ -137,7 +138,7 @@ def select_kernel(batch: AttentionBatch) -> AttentionKernel:
         return TOKEN
     if not is_decode_only(batch):
         return REFERENCE
-    return FUSED_DECODE if triton_decode.is_available(batch.seq_lens.device) else DECODE
+    return FUSED_DECODE if compiles_for(batch.seq_lens.device) else DECODE
 
 
 class PagedAttention:

@@ -20,20 +20,9 @@ torch kernel stays the CPU path.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from services.model.triton_support import tl, triton
-
-
-def is_available(device: torch.device) -> bool:
-    """Whether this kernel can run on `device` (CUDA with Triton, or the CPU under TRITON_INTERPRET=1)."""
-    if triton is None:
-        return False
-    if device.type == "cuda":
-        return True
-    return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
 
 
 if triton is not None:
