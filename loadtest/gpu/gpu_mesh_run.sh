@@ -9,8 +9,8 @@
 # Steps: install the carried wheels (what the GPU image lacks) into a folder on PYTHONPATH; write a random
 # checkpoint (`voxmesh model init`); `voxmesh up --model DIR --device D --dtype T $UP_ARGS` in the background (by
 # default issue 12's settings: --max-num-seqs 64 --kv-cache-blocks 4096); wait for its "voxmesh is serving" line;
-# one `voxmesh bench` per level, fixed-length requests: closed loop at each of --closed (2 requests a stream, at
-# least 8), then open loop at each of --rates with --open-seconds of Poisson arrivals (rate x seconds requests), so a
+# one `voxmesh bench` per level, fixed-length requests: closed loop at each of --closed (--closed-per-stream
+# requests a stream, 2 by default, at least 8), then open loop at each of --rates with --open-seconds of Poisson arrivals (rate x seconds requests), so a
 # rate is sustained, not survived; meanwhile sample the GPU and the mesh's CPU time, and with --profile-s S record a
 # py-spy profile of every service for S seconds during the largest closed level; read decode's STATS
 # (loadtest/gpu/gpu_mesh_stats.py); stop the mesh (SIGTERM: it drains); print the table
@@ -20,13 +20,13 @@ set -uo pipefail
 
 PRESET=0.6b DEVICE=cuda DTYPE=bfloat16 WHEELS=.whl_mesh PROMPTS=.gpumesh_data/prompts_en.tsv
 FRAMES=48 RATES="2 5 10 20" CLOSED="1 8 64" OPEN_S=60 LEVEL_TIMEOUT=120 REQUEST_TIMEOUT=60 READY_S=240
-UP_ARGS="--max-num-seqs 64 --kv-cache-blocks 4096" PROFILE_S=0
+UP_ARGS="--max-num-seqs 64 --kv-cache-blocks 4096" PROFILE_S=0 PER_STREAM=2
 DEADLINE_S=560  # the whole script, so that one device call (limit 600 s) always ends with its files
 while [ $# -gt 0 ]; do
   case $1 in
     --preset) PRESET=$2;; --device) DEVICE=$2;; --dtype) DTYPE=$2;; --wheels) WHEELS=$2;; --prompts) PROMPTS=$2;;
     --frames) FRAMES=$2;; --rates) RATES=$2;; --closed) CLOSED=$2;; --open-seconds) OPEN_S=$2;;
-    --up-args) UP_ARGS=$2;; --profile-s) PROFILE_S=$2;;
+    --up-args) UP_ARGS=$2;; --profile-s) PROFILE_S=$2;; --closed-per-stream) PER_STREAM=$2;;
     --level-timeout) LEVEL_TIMEOUT=$2;; --deadline) DEADLINE_S=$2;;
     *) echo "gpu_mesh_run.sh: unknown flag $1" >&2; exit 2;;
   esac
@@ -128,8 +128,8 @@ profile() {  # py-spy of every mesh process for PROFILE_S seconds, in the backgr
       -o "$WORK/profile_$name.txt" >"$WORK/pyspy_$name.log" 2>&1 &
   done
 }
-for c in $CLOSED; do  # closed loop: at least 8 requests, 2 per stream
-  requests=$((2 * c > 8 ? 2 * c : 8))
+for c in $CLOSED; do  # closed loop: at least 8 requests, --closed-per-stream (2) per stream
+  requests=$((PER_STREAM * c > 8 ? PER_STREAM * c : 8))
   [ "$PROFILE_S" -gt 0 ] && [ "$c" = "${CLOSED##* }" ] && command -v py-spy >/dev/null && profile
   say "bench: closed loop x$c, $requests requests"
   timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency "$c" \
