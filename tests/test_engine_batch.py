@@ -20,7 +20,7 @@ def test_mixed_batch_positions_slots_and_tables() -> None:
     decoding.append_frame(decoding.frames.new_zeros(16))  # 6 tokens: the sixth is new
     prefill = _seq("p", 3, [4])
     chunked = _seq("c", 10, [1, 5, 6])  # first chunk of 6 of its 10 prompt tokens
-    scheduled = [ScheduledSequence(decoding, 5, 1), ScheduledSequence(prefill, 0, 3), ScheduledSequence(chunked, 0, 6)]
+    scheduled = [ScheduledSequence.of(decoding, 5, 1), ScheduledSequence.of(prefill, 0, 3), ScheduledSequence.of(chunked, 0, 6)]
     batch = build_attention_batch(scheduled, block_size=4)
     assert batch.positions.tolist() == [5, 0, 1, 2, 0, 1, 2, 3, 4, 5]
     assert batch.slot_mapping.tolist() == [2 * 4 + 1, 16, 17, 18, 4, 5, 6, 7, 20, 21]

@@ -38,8 +38,9 @@ def shift_text_by_one(model: TTSModel, prompt: Prompt, frames: torch.Tensor) -> 
     return torch.cat((prompt.embeds, model.talker.embed_codes(frames) + prompt.trailing_rows(positions)))
 
 
-def _start(tiny, layout: str, mode: str, roomy: bool = False, replay=replay_rows):
-    """Two streaming-text requests in an engine whose pool is exhausted right after their prefills."""
+def _start(tiny, layout: str, mode: str, roomy: bool = False, replay=replay_rows, overlap: bool = False):
+    """Two streaming-text requests in an engine whose pool is exhausted right after their prefills.
+    `overlap`: the engine prepares each step while the one before it runs (test_engine_overlap.py)."""
     model, tokenizer = tiny
     requests = {"a": make_request(tokenizer, TEXTS[0], "ryan"), "b": make_request(tokenizer, TEXTS[3], "vivian")}
     lengths = {make_prompt(model, r).embeds.shape[0] for r in requests.values()}
@@ -52,7 +53,7 @@ def _start(tiny, layout: str, mode: str, roomy: bool = False, replay=replay_rows
         block_size = length + FRAMES_AT_PREEMPTION["slack"] - 1
         num_frames = length + 4
     pool = 256 if roomy else 2 * length // block_size if layout == "tight" else 2
-    engine = new_engine(model, blocks=pool, block_size=block_size, mode=mode, replay=replay)
+    engine = new_engine(model, blocks=pool, block_size=block_size, mode=mode, replay=replay, overlap_steps=overlap)
     for seed, (request_id, request) in enumerate(requests.items()):
         assert engine.add_request(request_id, request, 100 + seed, SamplingParams(), num_frames) is None
     return engine

@@ -32,6 +32,7 @@ def _run(scheduler: Scheduler, eos: set[str] = frozenset()) -> tuple[SchedulerOu
     sampling = [item.seq for item in out.scheduled if item.will_sample]
     codes = torch.tensor([[s.num_frames] * 16 for s in sampling], dtype=torch.int64).reshape(-1, 16)
     runner = ModelRunnerOutput([s.request_id for s in sampling], codes, [s.request_id in eos for s in sampling])
+    scheduler.launched(out.scheduled)
     frames, outcomes = scheduler.update_from_output(out, runner)
     return out, frames, out.outcomes + outcomes
 

@@ -1,6 +1,6 @@
 """A step that raises because of one request fails that request alone; the others go on as if undisturbed.
 
-The fault is injected around the real runner's `execute`, after the step has run (its KV writes, its
+The fault is injected around the real runner's `launch`, after the step has run (its KV writes, its
 repetition-penalty marks, its sampled frames): the re-runs must be safe against all of them.
 """
 
@@ -35,27 +35,28 @@ def _engine_with_requests(tiny):
     return engine
 
 
-class PoisonedExecute:
-    """Wraps the runner's execute: runs the whole step, then raises if the poison request is in it past a frame."""
+class PoisonedLaunch:
+    """Wraps the runner's launch: runs the whole step, then raises if the poison request is in it past a frame."""
 
-    def __init__(self, execute) -> None:
-        self.execute = execute
+    def __init__(self, launch) -> None:
+        self.launch = launch
         self.batches: list[list[str]] = []
 
     def __call__(self, scheduled):
-        output = self.execute(scheduled)  # every side effect of the step happens before the fault
+        launched = self.launch(scheduled)
+        launched.result()  # every side effect of the step happens before the fault
         ids = [item.seq.request_id for item in scheduled]
         self.batches.append(ids)
         if any(item.seq.request_id == POISON and item.seq.num_frames >= FAILS_FROM_FRAME for item in scheduled):
             raise RuntimeError("poisoned request")
-        return output
+        return launched
 
 
 def test_the_request_that_fails_a_step_fails_alone_and_the_others_equal_an_undisturbed_run(tiny) -> None:
     undisturbed = run_to_end(_engine_with_requests(tiny))
     engine = _engine_with_requests(tiny)
-    poisoned = PoisonedExecute(engine.runner.execute)
-    engine.runner.execute = poisoned
+    poisoned = PoisonedLaunch(engine.runner.launch)
+    engine.runner.launch = poisoned
     run = run_to_end(engine)
     [failed] = [outcome for outcome in run.outcomes if outcome.is_failed]
     assert failed.request_id == POISON and failed.code == FailureCode.STEP_FAILED
@@ -87,7 +88,7 @@ def test_a_step_that_fails_whatever_runs_fails_its_requests_after_a_bounded_numb
         calls.append(len(scheduled))
         raise RuntimeError("device lost")
 
-    engine.runner.execute = lost_device
+    engine.runner.launch = lost_device
     out = engine.step()
     assert sorted(o.request_id for o in out.outcomes) == sorted(IDS) and not out.frames
     assert all(o.code == FailureCode.STEP_FAILED and "device lost" in o.reason for o in out.outcomes)

@@ -36,9 +36,14 @@ def vocoder_settings(decode: DecodeSettings) -> VocoderSettings:
 
 
 async def serve(settings: DecodeSettings, stop: asyncio.Event) -> None:
-    """Run both halves until `stop` is set (or one of them fails, which sets it for both), then drain both."""
+    """Run both halves until `stop` is set (or one of them fails, which sets it for both), then drain both.
+
+    The codec is loaded and its graphs captured before decode loads its engine: no CUDA work of one half runs while
+    the other captures (a capture synchronises the device, which another thread's capture in flight forbids)."""
+    codec_settings = vocoder_settings(settings)
+    codec = await vocoder_service.load_codec(codec_settings, codec_settings.max_decode_batch)
     halves = [asyncio.create_task(decode_service.serve(settings, stop), name="decode"),
-              asyncio.create_task(vocoder_service.serve(vocoder_settings(settings), stop), name="vocoder")]
+              asyncio.create_task(vocoder_service.serve(codec_settings, stop, codec), name="vocoder")]
     results = await asyncio.gather(*halves, return_exceptions=True)
     failures = [result for result in results if isinstance(result, BaseException)]
     if not failures:

@@ -51,8 +51,11 @@ class EngineConfig:
     max_model_len: int = 4096
     """Most tokens (prompt + frames) one request may reach; its frame budget is capped to fit."""
     cuda_graphs: bool = True
-    """On CUDA: replay decode-only talker steps as CUDA graphs (bucketed batch sizes and table widths,
-    captured on first use; one extra KV block is reserved as the padding rows' scratch). Ignored on CPU."""
+    """On CUDA: replay talker steps and frame sampling as CUDA graphs (bucketed token and row counts, all captured
+    at start-up; one extra KV block is reserved as the padding tokens' scratch). Ignored on CPU."""
+    overlap_steps: bool | None = None
+    """Prepare step N+1 on the host while the device runs step N (`Engine.step` then returns step N's frames when
+    it launches step N+1). None: on for CUDA, off elsewhere (on the CPU the work is done when it is launched)."""
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -64,6 +67,8 @@ class EngineConfig:
             )
         if not isinstance(self.cuda_graphs, bool):
             raise ConfigError(f"EngineConfig.cuda_graphs must be True or False, got {self.cuda_graphs!r}")
+        if self.overlap_steps is not None and not isinstance(self.overlap_steps, bool):
+            raise ConfigError(f"EngineConfig.overlap_steps must be True, False or None, got {self.overlap_steps!r}")
         if self.kv_cache_blocks is not None:
             _positive_int("kv_cache_blocks", self.kv_cache_blocks)
         if self.gpu_memory_fraction is not None:

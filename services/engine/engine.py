@@ -20,11 +20,12 @@ from services.engine.config import EngineConfig, StageConfig, StageKind
 from services.engine.engine_stats import EngineStats
 from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.errors import ConfigError, EngineError
+from services.engine.launched_step import LaunchedStep
 from services.engine.outputs import SchedulerOutput, StepOutput
 from services.engine.request_inbox import RequestInbox
 from services.engine.runner import ModelRunner
 from services.engine.scheduler import Scheduler
-from services.engine.sequence import RequestOutcome, Sequence
+from services.engine.sequence import RequestOutcome, Sequence, SequenceStatus
 from services.engine.step_isolation import isolate_failure
 from services.model.loader import TTSModel
 from services.model.prompt import PromptRequest
@@ -89,6 +90,12 @@ class Engine:
         self.scheduler = Scheduler(config, self.num_blocks, stage.preemption_mode)
         self.inbox = RequestInbox()
         """Admitted requests on their way to the scheduler (filled from any thread, emptied by the step thread)."""
+        self._prompt_stream = torch.cuda.Stream(model.device) if model.device.type == "cuda" else None
+        """Prompts are built on a side stream (CUDA), so admission does not wait behind the queued steps."""
+        self._overlap = config.overlap_steps if config.overlap_steps is not None else model.device.type == "cuda"
+        """Whether `step()` prepares the next step while the device runs this one (CUDA by default)."""
+        self._in_flight: tuple[SchedulerOutput, LaunchedStep] | None = None
+        """The launched step whose codes are not applied yet."""
         self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay,
                                   TalkerGraphSpec.for_engine(config, model.device), config.max_num_seqs)
         started = time.perf_counter()
@@ -135,7 +142,7 @@ class Engine:
         if min_new_frames is not None and (isinstance(min_new_frames, bool) or not isinstance(min_new_frames, int)
                                            or min_new_frames < 0):
             raise InvalidRequestError(f"min_new_frames must be an integer >= 0, got {min_new_frames!r}")
-        prompt = model_ops.make_prompt(self.model, request)
+        prompt = model_ops.make_prompt(self.model, request, self._prompt_stream)
         min_frames = max_new_frames if ignore_eos else min(max(MIN_NEW_TOKENS, min_new_frames or 0), max_new_frames)
         seq = Sequence(request_id, model_ops.num_prompt_rows(prompt), seed, params, max_new_frames, prompt,
                        predictor_params, min_new_frames=min_frames)
@@ -154,6 +161,10 @@ class Engine:
     def step(self) -> StepOutput:
         """Schedule, run the model once, apply the results. Every ended request appears in exactly one output.
 
+        With `overlap_steps`, the step is queued on the device and the previous one's codes are applied (and
+        returned) after that: the host prepares step N+1 while the device runs step N, and a call returns the
+        frames of the step before the one it launched. Otherwise a call returns the frames of its own step.
+
         If the model run raises, the request that makes it raise is found by re-running the step in halves
         (`step_isolation`) and ends with code `step_failed` (blocks freed); the others' frames are those of the
         re-run, and the engine keeps serving.
@@ -161,22 +172,40 @@ class Engine:
         self.inbox.hand_over(self.scheduler)
         scheduled = self.scheduler.schedule()
         self._forget(scheduled.outcomes, scheduled.preempted_ids)
+        output = StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
         if scheduled.is_empty:
-            return StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
+            return self._collect(output)
         try:
-            runner_output = self.runner.execute(scheduled.scheduled)
+            launched = self.runner.launch(scheduled.scheduled)
         except Exception as error:  # noqa: BLE001 - a failed step ends the request that failed it, not the replica
-            return self._isolate(scheduled, error)
-        frames, outcomes = self.scheduler.update_from_output(scheduled, runner_output)
+            output = self._collect(output)  # the step before it first: its frames are the inputs of this one
+            still_running = [item for item in scheduled.scheduled if item.seq.status is SequenceStatus.RUNNING]
+            return _merged(output, self._isolate(SchedulerOutput(still_running), error))
+        self.scheduler.launched(scheduled.scheduled)
+        previous, self._in_flight = self._in_flight, (scheduled, launched)
+        output = self._apply(previous, output)
+        return output if self._overlap else self._collect(output)
+
+    def _collect(self, output: StepOutput) -> StepOutput:
+        """Apply the step in flight (if any) into `output`; nothing is in flight after this."""
+        in_flight, self._in_flight = self._in_flight, None
+        return self._apply(in_flight, output)
+
+    def _apply(self, launched: tuple[SchedulerOutput, LaunchedStep] | None, output: StepOutput) -> StepOutput:
+        """Wait for a launched step's codes and apply them (frames, ends) on top of `output`."""
+        if launched is None:
+            return output
+        scheduled, step = launched
+        frames, outcomes = self.scheduler.update_from_output(scheduled, step.result())
         self._forget(outcomes, [])
-        return StepOutput(frames, scheduled.outcomes + outcomes, scheduled.preempted_ids,
-                          scheduled.num_batched_tokens)
+        return StepOutput(output.frames + frames, output.outcomes + outcomes, output.preempted_ids,
+                          output.num_batched_tokens + scheduled.num_batched_tokens)
 
     def _isolate(self, scheduled: SchedulerOutput, error: Exception) -> StepOutput:
         """After a raising step: fail the request(s) that make it raise, apply the others' re-run (once)."""
         _log.error("decode step of %d requests failed (%s: %s); isolating the request that fails it",
                    len(scheduled.scheduled), type(error).__name__, error)
-        isolated = isolate_failure(self.runner.execute, scheduled.scheduled, error)
+        isolated = isolate_failure(lambda items: self.runner.launch(items).result(), scheduled.scheduled, error)
         cause = isolated.error
         _log.error("decode step failed for %s after %d re-runs", [item.seq.request_id for item in isolated.failed],
                    isolated.num_reruns, exc_info=cause)
@@ -185,6 +214,7 @@ class Engine:
         failed = self.scheduler.fail_scheduled(isolated.failed, reason)
         frames, outcomes = [], []
         if isolated.output is not None:
+            self.scheduler.launched(isolated.survivors)
             frames, outcomes = self.scheduler.update_from_output(SchedulerOutput(isolated.survivors),
                                                                  isolated.output)
         self._forget(failed + outcomes, [])
@@ -218,7 +248,8 @@ class Engine:
         return self.scheduler.num_unfinished + len(self.inbox)
 
     def has_unfinished(self) -> bool:
-        return self.num_unfinished > 0
+        """Requests held, or a step in flight whose codes are not applied yet (the next `step()` applies them)."""
+        return self.num_unfinished > 0 or self._in_flight is not None
 
     def has_room(self) -> bool:
         """Whether the service should pull another request now: fewer than max_num_seqs requests held, a free
@@ -247,3 +278,9 @@ class Engine:
     def running_ids(self) -> list[str]:
         """The ids of the running batch, oldest first."""
         return [seq.request_id for seq in self.scheduler.running]
+
+
+def _merged(first: StepOutput, second: StepOutput) -> StepOutput:
+    """Two outputs of one `step()` call in order (a collected step, then a re-run after a failure)."""
+    return StepOutput(first.frames + second.frames, first.outcomes + second.outcomes,
+                      first.preempted_ids + second.preempted_ids, first.num_batched_tokens + second.num_batched_tokens)

@@ -19,10 +19,23 @@ ReplayBuilder = Callable[[TTSModel, Prompt, torch.Tensor], torch.Tensor]
 """(model, prompt, frames [n, 16]) -> the exact input rows [L + n, H] of the prompt and n emitted frames."""
 
 
-def make_prompt(model: TTSModel, request: PromptRequest) -> Prompt:
-    """The request's prefill rows and trailing text, on the model's device."""
+def make_prompt(model: TTSModel, request: PromptRequest, stream: torch.cuda.Stream | None = None) -> Prompt:
+    """The request's prefill rows and trailing text, on the model's device.
+
+    `stream` (CUDA): build on this side stream and wait for it alone, so admission never queues behind the steps
+    running on the default stream (a host-to-device copy on the default stream waits for every step queued
+    there). The result is complete on return and safe to read from the default stream: its memory is recorded
+    as used there, so the allocator does not hand it to the side stream again while a step still reads it."""
     with torch.inference_mode():
-        return build_prompt(model.talker, model.config, request)
+        if stream is None:
+            return build_prompt(model.talker, model.config, request)
+        with torch.cuda.stream(stream):
+            prompt = build_prompt(model.talker, model.config, request)
+        stream.synchronize()
+        used_by = torch.cuda.default_stream(stream.device)
+        for tensor in (prompt.embeds, prompt.trailing, prompt.tts_pad):
+            tensor.record_stream(used_by)
+        return prompt
 
 
 def num_prompt_rows(prompt: Prompt) -> int:

@@ -11,17 +11,23 @@ from services.engine.sequence import RequestOutcome, Sequence
 
 @dataclass(frozen=True, slots=True)
 class ScheduledSequence:
-    """One request's share of a step: `num_new_tokens` tokens starting at position `start`."""
+    """One request's share of a step: `num_new_tokens` tokens starting at position `start`.
+
+    `will_sample` and `epoch` are fixed when the step is scheduled: with steps overlapped, the request's counts
+    move on (the next step is scheduled) before this step's codes are applied."""
 
     seq: Sequence
     start: int
     """Tokens already in the cache (the position of the first new token)."""
     num_new_tokens: int
+    will_sample: bool = False
+    """Whether this step completes the request's tokens, so its last hidden state yields a frame."""
+    epoch: int = 0
+    """The request's preemption count when scheduled: a frame sampled before a later preemption is dropped."""
 
-    @property
-    def will_sample(self) -> bool:
-        """Whether this step completes the request's tokens, so its last hidden state yields a frame."""
-        return self.start + self.num_new_tokens == self.seq.num_tokens
+    @classmethod
+    def of(cls, seq: Sequence, start: int, num_new_tokens: int) -> ScheduledSequence:
+        return cls(seq, start, num_new_tokens, start + num_new_tokens == seq.num_tokens, seq.num_preemptions)
 
 
 @dataclass(slots=True)

@@ -7,7 +7,10 @@ earlier), or, for a decoding request, the input of its last frame (all 16 codes 
 With graphs enabled, the whole talker step, decoding rows and prefill chunks together, replays the CUDA graph
 of its token bucket (`PaddedTalkerStep`), and the frames are sampled by `PaddedFrameSampler`, graphed per rows
 bucket; otherwise both run eagerly. No value is read back from the device before the step's codes, which
-are its one host synchronisation.
+are its one host synchronisation, and `launch` returns before that: the codes are copied to the host
+asynchronously and read by `LaunchedStep.result`, so the next step can be prepared while this one runs. A decoding
+row's input is built on the device from the codes its request drew last (`SeenTable.last_frames`), so it does not
+wait for them to reach the host either.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 
 from services.engine import model_ops
 from services.engine.batch_builder import build_attention_batch, on_device, sampling_rows
+from services.engine.launched_step import LaunchedStep
 from services.engine.outputs import ModelRunnerOutput, ScheduledSequence
 from services.engine.predictor_graphs import PaddedFrameSampler
 from services.engine.seen_table import SeenTable
@@ -75,26 +79,28 @@ class ModelRunner:
         """The request left the running set (ended or preempted): free its penalty row."""
         self.seen.release(request_id)
 
-    @torch.inference_mode()
     def execute(self, scheduled: list[ScheduledSequence]) -> ModelRunnerOutput:
         """Compute every scheduled token's K/V and sample a frame for each sequence whose tokens are complete."""
+        return self.launch(scheduled).result()
+
+    @torch.inference_mode()
+    def launch(self, scheduled: list[ScheduledSequence]) -> LaunchedStep:
+        """`execute` without waiting: the step is queued on the device; its output is `result()` of the return."""
         device = self.model.device
         batch = build_attention_batch(scheduled, self.block_size)  # on the host: no reads back from the device
         query_start = batch.query_start.tolist()
-        hidden = self._talker(self._input_rows(scheduled, query_start), batch)
         rows = sampling_rows(scheduled)
+        seqs = [scheduled[row].seq for row in rows]
+        slots = self.seen.slots_of(seqs)  # before the inputs: a decoding row's input reads its last frame's row
+        slot_of = dict(zip(rows, slots))
+        hidden = self._talker(self._input_rows(scheduled, query_start, slot_of), batch)
         if not rows:
-            return ModelRunnerOutput([], torch.zeros((0, NUM_CODEBOOKS), dtype=torch.int64), [])
+            return LaunchedStep.empty()
         last_token = torch.tensor([query_start[row + 1] - 1 for row in rows], dtype=torch.int64)
         last_hidden = hidden[upload(last_token, device)]
-        seqs = [scheduled[row].seq for row in rows]
-        codes = self._sample(last_hidden, seqs).cpu()
-        return ModelRunnerOutput(
-            request_ids=[seq.request_id for seq in seqs],
-            codes=codes,
-            is_eos=(codes[:, 0] == self.eos_id).tolist(),
-            hidden=last_hidden.float().cpu() if self.capture_hidden else None,
-        )
+        codes = self._sample(last_hidden, seqs, upload(torch.tensor(slots, dtype=torch.int64), device))
+        return LaunchedStep.start([seq.request_id for seq in seqs], codes, self.eos_id,
+                                  last_hidden if self.capture_hidden else None)
 
     def _talker(self, embeds: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
         """The talker's hidden states [T, H]: the graph of the step's token bucket when one fits, else eager."""
@@ -102,8 +108,10 @@ class ModelRunner:
             return self.talker_step.run(embeds, batch)
         return self.model.talker(embeds, on_device(batch, self.model.device), self.kv_pool)
 
-    def _input_rows(self, scheduled: list[ScheduledSequence], query_start: list[int]) -> torch.Tensor:
-        """The flattened input rows [T, H]: prefill slices copied in place, decode rows built in one batch."""
+    def _input_rows(self, scheduled: list[ScheduledSequence], query_start: list[int],
+                    slot_of: dict[int, int]) -> torch.Tensor:
+        """The flattened input rows [T, H]: prefill slices copied in place, decode rows built in one batch from
+        each request's last frame on the device (`slot_of`: scheduled index -> its `SeenTable` row)."""
         model = self.model
         rows = torch.empty((query_start[-1], model.talker.hidden_size), dtype=model.dtype, device=model.device)
         decode: list[int] = []
@@ -115,7 +123,8 @@ class ModelRunner:
             rows[query_start[index] : query_start[index + 1]] = source[item.start : item.start + item.num_new_tokens]
         if decode:
             seqs = [scheduled[index].seq for index in decode]
-            codes = upload(torch.stack([seq.last_frame for seq in seqs]), model.device)
+            slots = upload(torch.tensor([slot_of[index] for index in decode], dtype=torch.int64), model.device)
+            codes = self.seen.last_frames.index_select(0, slots)
             built = model_ops.frame_input_rows(model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs])
             where = torch.tensor([query_start[index] for index in decode], dtype=torch.int64)
             rows[upload(where, model.device)] = built.to(rows.dtype)
@@ -130,13 +139,12 @@ class ModelRunner:
                 seq.prefill_embeds = self.replay(self.model, seq.prompt, seq.frames)
         return seq.prefill_embeds
 
-    def _sample(self, hidden: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    def _sample(self, hidden: torch.Tensor, seqs: list[Sequence], slots: torch.Tensor) -> torch.Tensor:
         device = self.model.device
-        seeds, frames = [s.seed for s in seqs], [s.num_frames for s in seqs]
+        seeds, frames = [s.seed for s in seqs], [s.num_sampled_frames for s in seqs]
         talker_rows = RowSampling.build([s.params for s in seqs], seeds, frames, device)
         predictor_rows = RowSampling.build([s.predictor_params for s in seqs], seeds, frames, device,
                                            keys=talker_rows.keys)
-        slots = self.seen.slots_of(seqs)
         seen = self.seen.rows(slots)
         host = upload(torch.tensor([[s.params.repetition_penalty for s in seqs], frames,
                                     [s.min_new_frames for s in seqs]], dtype=torch.float64), device)
@@ -147,12 +155,12 @@ class ModelRunner:
         else:
             codes = model_ops.sample_frames(self.model, hidden, seen, counts, penalty, talker_rows, predictor_rows,
                                             min_frames)
-        self.seen.mark(slots, codes[:, 0])
+        self.seen.mark(slots, codes)
         return codes
 
 
 def _is_decode(item: ScheduledSequence) -> bool:
     """One token that is the input of the last emitted frame, with no prefill rows pending."""
     seq = item.seq
-    return (seq.prefill_embeds is None and item.num_new_tokens == 1 and seq.num_frames > 0
+    return (seq.prefill_embeds is None and item.num_new_tokens == 1 and seq.num_sampled_frames > 0
             and item.start == seq.num_tokens - 1)

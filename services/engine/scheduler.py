@@ -5,6 +5,11 @@ request, a chunk for a prefilling one) in arrival order, preempting from the new
 pool runs dry; then, if nothing was preempted, it admits waiting requests while the token budget,
 `max_num_seqs` and the pool allow. A preempted request either goes back to the front of the queue
 to be replayed from its stored frames (`allow`) or ends with one failed outcome (`fail`).
+
+A step is applied in two parts, so that the next step can be scheduled while this one runs on the device:
+`launched` (its tokens are in the cache, its sampled frames pending) when it is handed to the device, and
+`update_from_output` (the codes: frames, EOS, budgets) when its codes are back. A request whose pending frame is
+its last is not scheduled again; one whose pending frame turns out to be EOS ran one token for nothing, dropped.
 """
 
 from __future__ import annotations
@@ -114,10 +119,13 @@ class Scheduler:
         index = 0
         while index < len(self.running) and budget > 0:
             seq = self.running[index]
+            if seq.num_sampled_frames >= seq.max_new_frames:
+                index += 1  # its last frame is on the device: it ends when the codes are back
+                continue
             num_new = min(seq.num_uncomputed_tokens, budget)
             if not self._reserve(seq, num_new, out):
                 break  # `seq` was the newest running request and is gone; nothing follows it.
-            out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new))
+            out.scheduled.append(ScheduledSequence.of(seq, seq.num_computed_tokens, num_new))
             budget -= num_new
             index += 1
         return budget
@@ -155,23 +163,32 @@ class Scheduler:
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            out.scheduled.append(ScheduledSequence(seq, 0, num_new))
+            out.scheduled.append(ScheduledSequence.of(seq, 0, num_new))
             budget -= num_new
+
+    def launched(self, scheduled: list[ScheduledSequence]) -> None:
+        """A step was handed to the device: its tokens count as cached, its sampled frames as pending."""
+        for item in scheduled:
+            seq = item.seq
+            if seq.status != SequenceStatus.RUNNING or seq.num_preemptions != item.epoch:
+                continue
+            seq.mark_computed(item.num_new_tokens)
+            if item.will_sample:
+                seq.num_pending_frames += 1
 
     def update_from_output(
         self, scheduled: SchedulerOutput, runner_output: ModelRunnerOutput
     ) -> tuple[list[FrameOutput], list[RequestOutcome]]:
-        """Apply a step's results: advance the caches, record frames, end requests at EOS or their budget."""
+        """Apply a launched step's codes: record frames, end requests at EOS or their budget. A frame of a request
+        that ended or was preempted since the launch is dropped (a replay draws it again)."""
         rows = {request_id: row for row, request_id in enumerate(runner_output.request_ids)}
         frames: list[FrameOutput] = []
         outcomes: list[RequestOutcome] = []
         for item in scheduled.scheduled:
             seq = item.seq
-            if seq.status != SequenceStatus.RUNNING:
+            if not item.will_sample or seq.status != SequenceStatus.RUNNING or seq.num_preemptions != item.epoch:
                 continue
-            seq.mark_computed(item.num_new_tokens)
-            if not item.will_sample:
-                continue
+            seq.num_pending_frames -= 1
             row = rows[seq.request_id]
             if runner_output.is_eos[row]:
                 self.running.remove(seq)

@@ -1,8 +1,10 @@
-"""The repetition penalty's memory: which codebook-0 ids each running request already drew, kept on the device.
+"""What each running request drew, kept on the device: the codebook-0 ids it already drew (the repetition
+penalty's memory) and its last frame's 16 codes (the input of its next decode step).
 
-One bool row per running request, updated in place from each step's sampled codes, so a step's host work
-stays O(batch) however long the requests run. A request's row is (re)built from its stored frames only when
-it first samples after admission or a replay; rows are freed when the request leaves the running set.
+One row per running request, updated in place from each step's sampled codes, so a step's host work stays
+O(batch) however long the requests run, and the next step's inputs never wait for codes to reach the host. A
+request's row is (re)built from its stored frames only when it first samples after admission or a replay (or
+after a step whose codes were not applied); rows are freed when the request leaves the running set.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from services.engine.errors import EngineError
-from services.engine.sequence import Sequence
+from services.engine.sequence import NUM_CODEBOOKS, Sequence
 from services.model.uploads import upload
 
 
@@ -21,10 +23,12 @@ class SeenTableFull(EngineError, RuntimeError):
 
 
 class SeenTable:
-    """Bool rows [num_rows, vocab] on the device, one per running request, keyed by request id."""
+    """Rows on the device, one per running request, keyed by request id: `table` [num_rows, vocab] bool (ids drawn)
+    and `last_frames` [num_rows, 16] int64 (the codes of the request's newest frame)."""
 
     def __init__(self, num_rows: int, vocab_size: int, device: torch.device) -> None:
         self.table = torch.zeros((num_rows, vocab_size), dtype=torch.bool, device=device)
+        self.last_frames = torch.zeros((num_rows, NUM_CODEBOOKS), dtype=torch.int64, device=device)
         self._slots: dict[str, int] = {}
         self._folded: dict[str, int] = {}
         """Frames already marked in each request's row; a mismatch with its frames means the row is stale."""
@@ -32,8 +36,9 @@ class SeenTable:
         self._true = torch.ones((), dtype=torch.bool, device=device)
         """The value `mark` writes, made once: a Python True would be copied from the host, a sync each step."""
 
-    def slots_of(self, seqs: list[Sequence]) -> torch.Tensor:
-        """The rows of `seqs` as an index tensor on the device, each row up to date with its request's frames."""
+    def slots_of(self, seqs: list[Sequence]) -> list[int]:
+        """The rows of `seqs`, each up to date with its request's frames (those still on the device included),
+        for a step that samples a frame of each and `mark`s it."""
         slots = []
         for seq in seqs:
             slot = self._slots.get(seq.request_id)
@@ -42,18 +47,19 @@ class SeenTable:
                     raise SeenTableFull(f"{len(self._slots)} requests hold every repetition-penalty row")
                 slot = self._slots[seq.request_id] = self._free.pop()
                 self._refill(slot, seq)
-            elif self._folded[seq.request_id] != seq.num_frames:
+            elif self._folded[seq.request_id] != seq.num_sampled_frames:
                 self._refill(slot, seq)
-            self._folded[seq.request_id] = seq.num_frames + 1  # after `mark`, this step's frame is in
+            self._folded[seq.request_id] = seq.num_sampled_frames + 1  # after `mark`, this step's frame is in
             slots.append(slot)
-        return upload(torch.tensor(slots, dtype=torch.int64), self.table.device)
+        return slots
 
     def rows(self, slots: torch.Tensor) -> torch.Tensor:
         return self.table.index_select(0, slots)
 
-    def mark(self, slots: torch.Tensor, first_codes: torch.Tensor) -> None:
-        """Record each row's newly drawn codebook-0 id (on the device, no host read)."""
-        self.table.index_put_((slots, first_codes), self._true)
+    def mark(self, slots: torch.Tensor, codes: torch.Tensor) -> None:
+        """Record each row's newly drawn frame [B, 16] (on the device, no host read)."""
+        self.table.index_put_((slots, codes[:, 0]), self._true)
+        self.last_frames.index_copy_(0, slots, codes)
 
     def release(self, request_id: str) -> None:
         slot = self._slots.pop(request_id, None)
@@ -66,7 +72,14 @@ class SeenTable:
             self.release(request_id)
 
     def _refill(self, slot: int, seq: Sequence) -> None:
+        if seq.num_pending_frames:
+            # Only the frames on the host can be folded in; a row is rebuilt only where none is pending.
+            raise EngineError(f"request {seq.request_id}: its penalty row is rebuilt while "
+                              f"{seq.num_pending_frames} frame(s) are still on the device")
         row = self.table[slot]
         row.zero_()
+        self.last_frames[slot] = 0
         if seq.num_frames:
-            row.index_fill_(0, upload(seq.frames[:, 0].clone(), row.device), True)
+            frames = upload(seq.frames.clone(), row.device)
+            row.index_fill_(0, frames[:, 0], True)
+            self.last_frames[slot] = frames[-1]

@@ -59,7 +59,7 @@ class Sequence:
         "request_id", "prompt", "num_prompt_tokens", "seed", "params", "predictor_params", "max_new_frames", "min_new_frames",
         "status",
         "num_computed_tokens", "text_position", "block_table", "prefill_embeds", "num_preemptions",
-        "_frames", "_num_frames",
+        "num_pending_frames", "_frames", "_num_frames",
     )
 
     def __init__(
@@ -94,6 +94,9 @@ class Sequence:
         self.prefill_embeds: torch.Tensor | None = None
         """The rows a (possibly chunked) prefill reads: the prompt's, or a replay's; dropped when prefill ends."""
         self.num_preemptions = 0
+        self.num_pending_frames = 0
+        """Frames sampled by a step still running on the device (0 or 1): counted in `num_tokens` so the next
+        step can be scheduled before their codes are back; applied by `append_frame` or dropped at a preemption."""
         self._frames = torch.zeros((8, NUM_CODEBOOKS), dtype=torch.int64)
         self._num_frames = 0
 
@@ -103,9 +106,14 @@ class Sequence:
         return self._num_frames
 
     @property
+    def num_sampled_frames(self) -> int:
+        """Frames sampled so far, those still on the device included; the index of the frame the next sample draws."""
+        return self._num_frames + self.num_pending_frames
+
+    @property
     def num_tokens(self) -> int:
-        """Tokens that must be in the cache before the next frame can be sampled."""
-        return self.num_prompt_tokens + self._num_frames
+        """Tokens that must be in the cache before the next frame can be sampled (a pending frame's input included)."""
+        return self.num_prompt_tokens + self._num_frames + self.num_pending_frames
 
     @property
     def num_uncomputed_tokens(self) -> int:
@@ -148,6 +156,7 @@ class Sequence:
         self.num_computed_tokens = 0
         self.text_position = 0
         self.prefill_embeds = None
+        self.num_pending_frames = 0  # a frame still on the device is dropped: the replay draws it again, the same
         self.num_preemptions += 1
         self.status = SequenceStatus.PREEMPTED
 

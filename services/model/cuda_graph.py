@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import torch
+
+_CAPTURE_LOCK = threading.Lock()
+"""One capture at a time in the process. Two threads capturing at once (the colocated topology's talker and codec
+at start-up) break each other: the caching allocator records into one graph pool at a time, and a capture that
+fails leaves the other's pool state inconsistent, so every later capture fails too (seen on the H200)."""
 
 
 def capture(forward: Callable[[], torch.Tensor], device: torch.device, pool) -> Callable[[], torch.Tensor]:
     """Warm `forward` up on a side stream, capture it into a graph drawing on `pool`, return a replay function.
 
     The warm-up keeps lazy set-up (library handles, device tables) out of the capture. `thread_local` capture lets
-    CUDA work of other threads in the process (another model, say) go on meanwhile. The replay returns the same
+    CUDA work of other threads in the process (another model, say) go on meanwhile; captures themselves run one at a time. The replay returns the same
     output tensor every time: copy out of it before the next replay.
     """
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        forward()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-        output = forward()
+    with _CAPTURE_LOCK:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            forward()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            output = forward()
 
     def replay() -> torch.Tensor:
         graph.replay()

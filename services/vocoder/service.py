@@ -97,9 +97,10 @@ async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
                                   batch_across_requests=settings.codec_batching)
 
 
-async def serve(settings: VocoderSettings, stop: asyncio.Event) -> None:
-    """Run one vocoder replica until `stop` is set, then drain."""
-    codec = await load_codec(settings, settings.max_decode_batch)
+async def serve(settings: VocoderSettings, stop: asyncio.Event, codec: CodecWorker | None = None) -> None:
+    """Run one vocoder replica until `stop` is set, then drain. `codec`: one loaded already (it is closed here)."""
+    if codec is None:
+        codec = await load_codec(settings, settings.max_decode_batch)
     try:
         await run_service(settings, "vocoder", functools.partial(build_vocoder, settings, codec), stop)
     finally:
