@@ -1,4 +1,4 @@
-"""The fused RMSNorm, norm + RoPE and keyed-Gumbel kernels against the torch expressions they replace on CUDA.
+"""The fused RMSNorm, norm + RoPE, silu-multiply and keyed-Gumbel kernels against the torch expressions they replace on CUDA.
 
 The kernels are chosen by device (CUDA with Triton); on the CPU they run under Triton's interpreter, which is
 chosen when Triton is imported, so that check runs in a fresh process with TRITON_INTERPRET=1.
@@ -42,7 +42,23 @@ def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]
         lanes = keys.T.contiguous().to(device).T
         got = keyed_gumbel(lanes, salts, ids.to(device), block=128).cpu()
         gumbel_worst = max(gumbel_worst, float((got - expected).abs().max()))
-    return {"rms_norm": worst_norm, "gumbel": gumbel_worst, "norm_rope": _norm_rope_error(device, dtype, generator)}
+    return {"rms_norm": worst_norm, "gumbel": gumbel_worst, "norm_rope": _norm_rope_error(device, dtype, generator),
+            "silu_mul": _silu_mul_error(device, dtype, generator)}
+
+
+def _silu_mul_error(device: str, dtype: torch.dtype, generator: torch.Generator) -> float:
+    """Largest relative difference of the fused `silu(gate) * up` from the torch form, rows of a fused gate/up
+    output (a width over one block, and one that is no power of two)."""
+    from services.model.fused_silu_mul import silu_mul
+
+    worst = 0.0
+    for shape in ((3, 2 * 1500), (2, 2, 2 * 40)):
+        gate_up = (3 * torch.randn(shape, generator=generator)).to(device, dtype)
+        gate, up = gate_up.chunk(2, dim=-1)
+        expected = (torch.nn.functional.silu(gate) * up).float()
+        got = silu_mul(gate_up).float()
+        worst = max(worst, float((got - expected).abs().max() / expected.abs().max()))
+    return worst
 
 
 def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator) -> float:
@@ -53,12 +69,17 @@ def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator
     from services.model.layers import RMSNorm, Rope, apply_rope
 
     worst = 0.0
-    for shape, positions in (((6, 4, 32), torch.tensor([0, 1, 7, 300, 2048, 4000])), ((3, 2, 2, 16), torch.arange(2))):
+    cases = (((6, 4, 32), torch.tensor([0, 1, 7, 300, 2048, 4000])), ((3, 2, 2, 16), torch.arange(2)))
+    for (shape, positions), sliced in ((case, sliced) for case in cases for sliced in (False, True)):
         head_dim = shape[-1]
         norm = RMSNorm(head_dim, 1e-6)
         norm.weight.copy_(torch.randn(head_dim, generator=generator))
         norm = norm.to(device, dtype)
         x = torch.randn(shape, generator=generator).to(device, dtype)
+        if sliced:  # heads in the first columns of a wider row, as q is in the fused q/k/v output
+            wide = torch.randn((*shape[:-2], 3 * shape[-2] * head_dim), generator=generator).to(device, dtype)
+            wide[..., : shape[-2] * head_dim] = x.flatten(-2)
+            x = wide[..., : shape[-2] * head_dim].view(shape)
         rope = Rope(head_dim, 1_000_000.0)
         positions = torch.stack([positions, -positions], dim=1).to(device)[:, 0]  # a column of a [P, 2] tensor
         cos, sin = Rope.tables_of(positions, rope.inv_freq(positions.device), dtype)
@@ -71,11 +92,13 @@ def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator
 def test_fused_kernels_equal_the_torch_expressions_under_the_interpreter():
     worst = interpreted("tests.test_fused_kernels.compare('cpu')")
     assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12 and worst["norm_rope"] < 1e-5, worst
+    assert worst["silu_mul"] < 1e-6, worst
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels need a CUDA device")
 def test_fused_kernels_equal_the_torch_expressions_on_cuda():
     worst = compare("cuda")
     assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12 and worst["norm_rope"] < 1e-5, worst
+    assert worst["silu_mul"] < 1e-6, worst
     in_bf16 = compare("cuda", torch.bfloat16)
-    assert in_bf16["rms_norm"] < 1e-2 and in_bf16["norm_rope"] < 2e-2, in_bf16
+    assert in_bf16["rms_norm"] < 1e-2 and in_bf16["norm_rope"] < 2e-2 and in_bf16["silu_mul"] < 1e-2, in_bf16

@@ -18,10 +18,11 @@ from torch import nn
 from services.model.code_predictor import CodePredictor
 from services.model.codec import CodecConfig, CodecDecoder
 from services.model.config import load_config
-from services.model.layers import RMSNorm
+from services.model.layers import RMSNorm, fuse_projections
 from services.model.loader import TTSModel
 from services.model.talker import Talker
 from services.model.text_tokenizer import TextTokenizer
+from services.model.triton_support import compiles_for
 from services.random_checkpoint.codec_presets import codec_preset
 from services.random_checkpoint.codec_weights import init_decoder
 from services.random_checkpoint.model_presets import generation_config, num_regular_text_tokens, preset_config
@@ -73,6 +74,8 @@ def build_model(directory: Path, device: torch.device, dtype: torch.dtype, seed:
     for module in (talker, predictor):
         module.requires_grad_(False)
         module.eval()
+        if compiles_for(device):  # as `load_model` does
+            fuse_projections(module)
     return TTSModel(directory, config, generation, talker, predictor, None)
 
 

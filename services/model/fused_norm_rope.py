@@ -19,7 +19,8 @@ if triton is not None:
 
     @triton.jit
     def _norm_rope_kernel(x_ptr, weight_ptr, positions_ptr, inv_freq_ptr, out_ptr, stride_token, stride_head,
-                          stride_position, num_positions, eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
+                          stride_out, stride_position, num_positions, eps, HEAD_DIM: tl.constexpr,
+                          HALF: tl.constexpr):
         token = tl.program_id(0)
         head = tl.program_id(1)
         dims = tl.arange(0, HEAD_DIM)
@@ -38,13 +39,14 @@ if triton is not None:
         cos = tl.cos(angle).to(dtype).to(tl.float32)
         sin = tl.sin(angle).to(dtype).to(tl.float32)
         out = (normed.to(tl.float32) * cos).to(dtype).to(tl.float32) + (rotated * sin).to(dtype).to(tl.float32)
-        tl.store(out_ptr + token * stride_token + head * stride_head + dims, out.to(dtype))  # out is laid out as x
+        tl.store(out_ptr + token * stride_out + head * HEAD_DIM + dims, out.to(dtype))
 
 
 def norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torch.Tensor,
               inv_freq: torch.Tensor) -> torch.Tensor:
     """RMSNorm over the head dimension then RoPE, for x [..., P, heads, D] whose position along P is `positions`
-    [P] (leading dimensions repeat them, as the code predictor's rows do). Returns a new contiguous tensor."""
+    [P] (leading dimensions repeat them, as the code predictor's rows do). Returns a new contiguous tensor. x may
+    be a column slice of a wider tensor (the fused q/k/v projection's output): only its heads must be dense."""
     *lead, heads, head_dim = x.shape
     if positions.dim() != 1 or not lead or lead[-1] != positions.shape[0]:
         raise ValueError(f"norm_rope needs positions [P] for x [..., P, heads, D], got {tuple(positions.shape)} and "
@@ -52,11 +54,11 @@ def norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torc
     if weight.dtype != x.dtype:
         raise ValueError(f"norm_rope needs the weight in the input's dtype, got {weight.dtype} and {x.dtype}")
     flat = x.reshape(-1, heads, head_dim)
-    if flat.stride(2) != 1 or flat.stride(1) != head_dim or flat.stride(0) != heads * head_dim:
+    if flat.stride(2) != 1 or flat.stride(1) != head_dim:
         flat = flat.contiguous()
-    out = torch.empty_like(flat)
+    out = torch.empty(flat.shape, dtype=x.dtype, device=x.device)
     _norm_rope_kernel[(flat.shape[0], heads)](
-        flat, weight, positions, inv_freq, out, flat.stride(0), flat.stride(1), positions.stride(0), positions.shape[0],
-        eps,
+        flat, weight, positions, inv_freq, out, flat.stride(0), flat.stride(1), out.stride(0), positions.stride(0),
+        positions.shape[0], eps,
         HEAD_DIM=head_dim, HALF=head_dim // 2)
     return out.view(x.shape)

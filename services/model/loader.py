@@ -17,7 +17,9 @@ from torch import nn
 from services.model import checkpoint
 from services.model.code_predictor import CodePredictor
 from services.model.config import GenerationDefaults, TTSConfig, load_config
+from services.model.layers import fuse_projections
 from services.model.talker import Talker
+from services.model.triton_support import compiles_for
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -76,5 +78,8 @@ def load_model(directory: str | Path, dtype: torch.dtype = torch.float32, device
     tensors = checkpoint.load_tensors(stored, list(expected), dtype, device)
     _fill(talker, talker_names, tensors)
     _fill(predictor, predictor_names, tensors)
+    if compiles_for(device):  # fewer launches where they cost the most; the CPU keeps the reference's exact form
+        fuse_projections(talker)
+        fuse_projections(predictor)
     encoder = {n: t for n, t in tensors.items() if n.startswith("speaker_encoder.")} if config.speaker_encoder else None
     return TTSModel(directory, config, generation, talker, predictor, encoder)
