@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.model import fused_gumbel
+from services.model import fused_draw, fused_gumbel
 from services.model.triton_support import compiles_for
 from services.model.uploads import upload
 
@@ -217,17 +217,23 @@ def keyed_uniform(seed: torch.Tensor, frame: torch.Tensor, codebook: int, vocab_
     return keyed_uniform_at(seed, frame, codebook, index.expand(seed.shape[0], vocab_size))
 
 
+def _top(scaled: torch.Tensor, rows: RowSampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's K most likely tokens of each row, most likely first: values [B, K] and vocab ids [B, K].
+
+    K is the largest top_k of the batch (the vocabulary when a row has none): only these tokens need noise."""
+    vocab_size = scaled.shape[1]
+    if rows.max_top_k is None or rows.max_top_k >= vocab_size:
+        return scaled.sort(dim=1, descending=True, stable=True)
+    return scaled.topk(rows.max_top_k, dim=1)
+
+
 def _candidates(scaled: torch.Tensor, rows: RowSampling) -> tuple[torch.Tensor, torch.Tensor]:
     """The tokens a row may draw, most likely first: values [B, K] (-inf where cut) and vocab ids [B, K].
 
-    K is the largest top_k of the batch (the vocabulary when a row has none): only these tokens need
-    noise. Rows with a smaller top_k mask their tail; top-p then cuts each row's low-probability tail.
+    Rows with a smaller top_k than K mask their tail; top-p then cuts each row's low-probability tail.
     """
     vocab_size = scaled.shape[1]
-    if rows.max_top_k is None or rows.max_top_k >= vocab_size:
-        values, ids = scaled.sort(dim=1, descending=True, stable=True)
-    else:
-        values, ids = scaled.topk(rows.max_top_k, dim=1)
+    values, ids = _top(scaled, rows)
     rank = torch.arange(values.shape[1], device=scaled.device)[None, :]
     top_k = torch.where(rows.top_k > 0, rows.top_k, torch.full_like(rows.top_k, vocab_size))
     drop = rank >= top_k[:, None]
@@ -257,12 +263,14 @@ def sample(logits: torch.Tensor, rows: RowSampling, codebook: int) -> torch.Tens
     if rows.is_all_greedy:
         return greedy
     safe_temperature = torch.where(rows.temperature > 0, rows.temperature, torch.ones_like(rows.temperature))
-    values, ids = _candidates(logits.float() / safe_temperature[:, None], rows)
+    scaled = logits.float() / safe_temperature[:, None]
     keys = rows.keys if rows.keys is not None else row_keys(rows.seed, rows.frame)
-    if compiles_for(ids.device):
-        gumbel = fused_gumbel.keyed_gumbel(keys, _codebook_salts(codebook), ids)
-    else:
-        gumbel = -torch.log(-torch.log(_uniform(keys, codebook, ids)))
+    if compiles_for(logits.device):  # the cuts, the noise and the draw in one launch
+        values, ids = _top(scaled, rows)
+        return fused_draw.draw(values, ids, rows.top_k, rows.top_p, keys, _codebook_salts(codebook),
+                               rows.temperature, greedy, logits.shape[1], rows.uses_top_p)
+    values, ids = _candidates(scaled, rows)
+    gumbel = -torch.log(-torch.log(_uniform(keys, codebook, ids)))
     choice = (values.double() + gumbel).argmax(dim=1, keepdim=True)
     drawn = ids.gather(1, choice)[:, 0]
     return torch.where(rows.temperature > 0, drawn, greedy)
