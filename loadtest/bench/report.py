@@ -74,7 +74,11 @@ def _run_quietly(command: list[str]) -> str | None:
 
 
 def git_commit() -> dict:
-    """HEAD and whether the working tree differs from it (figures from a dirty tree say so)."""
+    """HEAD and whether the working tree differs from it (figures from a dirty tree say so). `VOXMESH_COMMIT`, where
+    set, names the commit instead: a copied tree (the GPU machine's) can carry a stale .git."""
+    named = os.environ.get("VOXMESH_COMMIT")
+    if named:
+        return {"commit": named, "dirty": None}
     head = _run_quietly(["git", "rev-parse", "HEAD"])
     status = _run_quietly(["git", "status", "--porcelain", "--untracked-files=no"])
     return {"commit": head, "dirty": None if status is None else bool(status)}
