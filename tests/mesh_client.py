@@ -58,6 +58,63 @@ async def stream_speech(gateway_url: str, body: dict, first_audio: asyncio.Event
         return result
 
 
+@dataclass
+class LiveStream:
+    """One WebSocket request followed as it streams: its audio frames so far (one per chunk), its `audio.start` and
+    end event (`audio.done` or `error`), and whether the socket closed before any end event came."""
+
+    start: dict = field(default_factory=dict)
+    frames: list[bytes] = field(default_factory=list)
+    end: dict = field(default_factory=dict)
+    closed: bool = False
+    first_audio: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def request_id(self) -> str:
+        return self.start["request_id"]
+
+    @property
+    def pcm(self) -> bytes:
+        return b"".join(self.frames)
+
+
+async def follow(gateway_url: str, message: dict, live: LiveStream) -> LiveStream:
+    """Send `message` (a one-shot request body, or a `resume`) on a new socket and fill `live` until the end event
+    or until the socket dies."""
+    url = gateway_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    try:
+        async with websockets.connect(url, max_size=None) as socket:
+            await socket.send(json.dumps(message))
+            while True:
+                received = await asyncio.wait_for(socket.recv(), WAIT_S)
+                if isinstance(received, bytes):
+                    live.frames.append(received)
+                    live.first_audio.set()
+                    continue
+                event = json.loads(received)
+                if event.get("type") == "audio.start":
+                    live.start = event
+                elif event.get("type") in ("audio.done", "error"):
+                    live.end = event
+                    return live
+    except websockets.ConnectionClosed:
+        live.closed = True
+        return live
+
+
+async def start_streams(gateway_url: str, bodies) -> tuple[list[LiveStream], list[asyncio.Task]]:
+    """Start one request per body at once; return once every one of them is playing (has audio)."""
+    lives = [LiveStream() for _ in bodies]
+    tasks = [asyncio.create_task(follow(gateway_url, body, live)) for body, live in zip(bodies, lives)]
+    for live, task in zip(lives, tasks):
+        first = asyncio.ensure_future(live.first_audio.wait())
+        await asyncio.wait([first, task], timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+        first.cancel()
+        if not live.first_audio.is_set():
+            raise AssertionError(f"a request never played: {task.result() if task.done() else 'no audio in time'}")
+    return lives, tasks
+
+
 async def codes_on_bus(nats_url: str, request_id: str) -> tuple[np.ndarray, CodesEnd]:
     """The request's frames as recorded in CODES (newest epoch wins), and its CodesEnd."""
     nc = await nats.connect(nats_url)

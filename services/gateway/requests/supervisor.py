@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
 from messages import DecodeError, decode
@@ -33,6 +33,7 @@ from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM, requests_consumer
 from services.bus.advisories import MaxDeliveriesAdvisory, load_exhausted_message, watch_max_deliveries
 from services.bus.claims import read_owner
+from services.bus.errors import MESSAGE_GONE_CODES
 from services.bus.kvstore import cancel_request
 from services.bus.logs import request_context
 from services.bus.terminal_guard import publish_terminal
@@ -278,6 +279,10 @@ class Supervisor:
             await self._js.delete_msg(REQUESTS_STREAM, seq)
         except NotFoundError:
             pass  # already taken (acked) or removed
+        except APIError as exc:
+            if exc.err_code not in MESSAGE_GONE_CODES:
+                raise
+            # Already taken (acked) or removed, said as a server or request error: it must not abort the pass.
 
     def _on_terminal(self, event: TerminalEvent) -> None:
         self.forget(event.request_id)
