@@ -27,15 +27,9 @@ import pytest
 from messages import Failed, Finished, subjects
 from messages.events import Migrated
 from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import LiveStream, events_of, follow, start_streams, stream_speech, terminal_count
+from tests.mesh_client import (FAULT_BODIES as BODIES, WAIT_S, LiveStream, assert_as_undisturbed, events_of, follow,
+                               start_streams, stream_speech, terminal_count, undisturbed_run)
 
-BODIES = (
-    {"input": "A long sentence that keeps the stages busy for a while.", "voice": "vivian", "max_new_tokens": 200,
-     "ignore_eos": True, "seed": 3},
-    {"input": "Another voice speaks beside it, just as long.", "voice": "ryan", "max_new_tokens": 160,
-     "ignore_eos": True, "seed": 4},
-)
-WAIT_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -48,22 +42,8 @@ def mesh(tiny_checkpoint, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def undisturbed(mesh) -> list[LiveStream]:
-    """The requests streamed together with nothing killed: what every disturbed run must reproduce."""
-    async def run() -> list[LiveStream]:
-        lives, tasks = await start_streams(mesh.gateway_url, BODIES)
-        return list(await asyncio.gather(*tasks))
-
-    reference = asyncio.run(run())
-    assert all(live.end.get("type") == "audio.done" for live in reference), [live.end for live in reference]
-    return reference
-
-
-async def assert_as_undisturbed(mesh, results: list[LiveStream], undisturbed: list[LiveStream]) -> None:
-    for live, reference in zip(results, undisturbed):
-        assert live.end.get("type") == "audio.done", live.end
-        assert len(live.frames) == live.end["chunk_count"] == reference.end["chunk_count"], "one frame per chunk"
-        assert live.pcm == reference.pcm, f"{live.request_id}: the audio differs from the undisturbed run"
-        assert await terminal_count(mesh.nats_url, live.request_id) == 1
+    """The same requests streamed together first, with nothing killed."""
+    return undisturbed_run(mesh.gateway_url)
 
 
 async def test_killed_decode_s_restarted_self_migrates_its_requests(mesh, undisturbed):
@@ -71,7 +51,7 @@ async def test_killed_decode_s_restarted_self_migrates_its_requests(mesh, undist
     restarted = mesh.expect_restart("decode")
     os.kill(mesh.pids["decode"], signal.SIGKILL)
     results = list(await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S))
-    await assert_as_undisturbed(mesh, results, undisturbed)
+    await assert_as_undisturbed(mesh.nats_url, results, undisturbed)
     for live in results:
         events = await events_of(mesh.nats_url, live.request_id)
         assert any(isinstance(event, Migrated) for event in events), "killed mid-stream, so it migrated"
@@ -83,7 +63,7 @@ async def test_killed_vocoder_s_restarted_self_completes_its_streams(mesh, undis
     restarted = mesh.expect_restart("vocoder")
     os.kill(mesh.pids["vocoder"], signal.SIGKILL)
     results = list(await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S))
-    await assert_as_undisturbed(mesh, results, undisturbed)
+    await assert_as_undisturbed(mesh.nats_url, results, undisturbed)
     assert await asyncio.to_thread(restarted.wait, 60)
 
 
@@ -100,7 +80,7 @@ async def test_killed_decode_then_vocoder_one_after_the_other(mesh, undisturbed)
         results = list(await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S))
     finally:
         await nc.close()
-    await assert_as_undisturbed(mesh, results, undisturbed)
+    await assert_as_undisturbed(mesh.nats_url, results, undisturbed)
     assert await asyncio.to_thread(decode_back.wait, 60) and await asyncio.to_thread(vocoder_back.wait, 60)
 
 
@@ -120,7 +100,7 @@ async def test_killed_gateway_ends_its_streams_once_and_a_resume_on_its_restarte
                                                "last_seq": len(live.frames) - 1}, LiveStream())
         assert rest.start["first_seq"] == len(live.frames) and rest.start["resumed"], rest.start
         resumed.append(LiveStream(start=live.start, frames=live.frames + rest.frames, end=rest.end))
-    await assert_as_undisturbed(mesh, resumed, undisturbed)
+    await assert_as_undisturbed(mesh.nats_url, resumed, undisturbed)
     for live in resumed:
         assert isinstance((await events_of(mesh.nats_url, live.request_id))[-1], Finished)
 
