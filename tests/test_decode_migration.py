@@ -103,7 +103,7 @@ async def test_past_the_migration_limit_the_request_ends_replica_lost_after_its_
     assert owner.record.epoch == 3 and end.epoch == 3, "the takeover itself went through, so no other replica tries"
     assert end.reason == "failed" and (end.error.code, end.error.stage) == (ErrorCode.REPLICA_LOST, Stage.DECODE)
     assert (end.seq, end.total_frames) == (2, 4), "the chunks already sent count, so the client gets their audio"
-    assert "decode-dead-2" in end.error.message and "--max-migrations 1" in end.error.message
+    assert "died 2 times" in end.error.message and "--max-migrations 1" in end.error.message
     assert not any(isinstance(e, (Started, Migrated)) for e in decode.log.events[request.id])
     assert stats["requests_migrated"] == 0 and stats["failures_by_code"] == {"replica_lost": 1}
     assert stats["kv_blocks_in_use"] == 0 and stats["active_requests"] == 0
@@ -122,3 +122,20 @@ async def test_a_dead_owners_request_whose_codes_ended_is_not_taken_over(nats_se
         owner = await read_owner(decode.kv, request.id)
     assert owner.revision == claim.revision, "its end is in CODES: the vocoder ends it, nobody takes it over"
     assert [type(m) for m in decode.log.codes[request.id]] == [TakeoverMarker, CodesChunk, CodesChunk, CodesEnd]
+
+
+async def test_its_own_claim_left_unserved_after_a_bus_error_resumes_from_its_codes(nats_server, tiny_checkpoint,
+                                                                                   oracle):
+    # This replica claimed the request and sent two chunks, then lost it without an end (a bus error before the
+    # ack: the message was nak'ed). Its redelivery continues from this replica's own claim and codes.
+    request = synthesis("own-resumed", TEXT, frames=FRAMES)
+    frames = oracle.codes(request)
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+        await dead_owner_emitted(decode, request.id, frames, num_chunks=2, owners=(REPLICA,))
+        await decode.submit(request)
+        end = await decode.log.end(request.id)
+        owner = await read_owner(decode.kv, request.id)
+    assert (owner.record.replica, owner.record.epoch) == (REPLICA, 1) and end.epoch == 1
+    assert end.reason == "finished" and decode.log.chunk_sizes(request.id) == UNDISTURBED_CHUNKS
+    np.testing.assert_array_equal(decode.log.frames(request.id), frames)
+    assert not any(isinstance(e, Migrated) for e in decode.log.events[request.id])

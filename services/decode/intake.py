@@ -3,8 +3,8 @@
 Per request: check it against the checkpoint (no weights needed); claim `owner.<id>` by compare-and-set (epoch 1),
 or resolve the claim already there by its owner's lease (ours from an earlier delivery: continue unless it is being
 served or was ended here; a live other owner's: ack and skip; a dead owner's: take it over, epoch + 1, unless the
-request already ended); ack; publish the TakeoverMarker (so the vocoder learns the owner at once) and Started; queue
-it in the engine. A request taken over from a dead owner is migrated (migration.py): it continues from the frames
+request already ended); publish the TakeoverMarker (so the vocoder learns the owner at once); ack; publish Started;
+queue it in the engine. A request taken over from a dead owner is migrated (migration.py): it continues from the frames
 its dead owner left in CODES, or past `--max-migrations` ends `replica_lost`. A request the checkpoint cannot serve
 ends with CodesEnd failed `invalid_request`. Undecodable messages are termed by the bus's PullConsumer, which keeps
 serving.
@@ -24,11 +24,10 @@ from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
 from messages.events import Failed, Migrated, Started
 from messages.requests import SynthesisRequest
-from messages.streams import CODES_STREAM, REQUESTS_STREAM, requests_consumer
+from messages.streams import REQUESTS_STREAM, requests_consumer
 from services.bus.claims import ClaimKind, OwnerClaim, RequestClaim, resolve_request_claim
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.errors import OwnershipConflict
-from services.bus.fencing import last_subject_sequence
 from services.bus.kvstore import read_cancel
 from services.bus.pull_consumer import Delivery, PullConsumer
 from services.bus.terminal_guard import publish_terminal
@@ -46,6 +45,7 @@ log = logging.getLogger(__name__)
 
 IN_PROGRESS_EVERY_S = 5.0  # well inside REQUESTS' ack wait (30 s)
 TAKEOVER_ATTEMPTS = 3  # each lost race means a stale owner appended just now; the next read shows it
+TAKEOVER_RETRY_S = 1.0  # after TAKEOVER_ATTEMPTS lost races: a stale owner appends at once but is fenced soon
 
 
 class Intake:
@@ -83,22 +83,24 @@ class Intake:
             await delivery.ack()
             core.capacity.release()
             return
-        admission = self._admit(request, is_takeover=resolved.previous is not None)
         epoch = resolved.claim.record.epoch
-        await delivery.ack()
+        admission = self._admit(request, is_takeover=epoch > 1)
+        # Acked once the marker is out: a bus error before that naks the message, and its redelivery resumes the
+        # request from this replica's own claim.
         taken = await self._take_over(request, admission, epoch)
-        if taken is None:
+        if taken is None:  # its codes kept moving: try again on a redelivery, from this replica's own claim
+            await delivery.nak(TAKEOVER_RETRY_S)
             return
+        await delivery.ack()
         active, resume = taken
+        lost = past_limit_error(epoch, core.settings.max_migrations, resume)
+        if lost is not None:
+            log.warning("request %s: %s", request.id, lost.message)
+            await core.end(active, Ending(error=lost))
+            return
         if resolved.previous is not None:
-            previous = resolved.previous.record.replica
-            lost = past_limit_error(previous, epoch, core.settings.max_migrations, resume)
-            if lost is not None:
-                log.warning("request %s: %s", request.id, lost.message)
-                await core.end(active, Ending(error=lost))
-                return
             core.stats.requests_migrated += 1
-            await core.emit(Migrated(request_id=request.id, at=core.now(), from_replica=previous,
+            await core.emit(Migrated(request_id=request.id, at=core.now(), from_replica=resolved.previous.record.replica,
                                      to_replica=core.replica, epoch=epoch, frames_done=resume.num_frames))
         if isinstance(admission, AdmissionError):
             log.warning("request %s refused: %s", request.id, admission.message)
@@ -155,9 +157,8 @@ class Intake:
         if resolved.kind is ClaimKind.DEAD_OWNER_KEPT:
             log.info("request %s: its owner %s is dead but the request already ended; acking", request.id, owner)
             return None
-        codes = subjects.codes(partition, request.id)
         if resolved.kind is ClaimKind.OURS and (request.id in core.active
-                                                or await last_subject_sequence(core.js, CODES_STREAM, codes)):
+                                                or await has_ended(core.js, partition, request.id)):
             log.info("request %s redelivered while this replica serves it, or after it ended here; acking",
                      request.id)
             return None

@@ -96,13 +96,14 @@ async def has_ended(js: JetStreamContext, partition: int, request_id: str) -> bo
         return False
 
 
-def past_limit_error(previous_owner: str, epoch: int, max_migrations: int, resume: Resume) -> ErrorInfo | None:
-    """The `replica_lost` failure of a takeover at `epoch` past the migration limit, or None within it."""
+def past_limit_error(epoch: int, max_migrations: int, resume: Resume) -> ErrorInfo | None:
+    """The `replica_lost` failure of a request owned at `epoch` past the migration limit (each epoch after the first
+    is a takeover from a dead replica), or None within it."""
     migrations = epoch - 1
     if migrations <= max_migrations:
         return None
-    message = (f"decode replica {previous_owner} died while serving this request, which had already been taken "
-               f"over {migrations - 1} time(s) from a dead replica (--max-migrations {max_migrations}): a request that "
-               f"keeps taking its replica down is not passed on again. The {resume.next_seq} audio chunks already sent "
-               "are valid; retry the request, and check the decode logs for this request id")
+    message = (f"the decode replica serving this request died {migrations} times (--max-migrations "
+               f"{max_migrations}): a request that keeps taking its replica down is not passed on again. The "
+               f"{resume.next_seq} audio chunks already sent are valid; retry the request, and check the decode logs "
+               "for this request id")
     return ErrorInfo(code=ErrorCode.REPLICA_LOST, stage=Stage.DECODE, message=message)
