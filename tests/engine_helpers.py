@@ -14,7 +14,7 @@ from services.engine.outputs import StepOutput
 from services.engine.sequence import RequestOutcome
 from services.model.generate import generate
 from services.model.loader import TTSModel, load_model
-from services.model.prompt import Prompt, PromptRequest, assistant_text
+from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
 from services.model.text_tokenizer import TextTokenizer
 
@@ -86,17 +86,3 @@ def run_to_end(engine: Engine, run: EngineRun | None = None, max_steps: int = 50
         record(run, engine)
         assert run.steps < max_steps, "the engine did not finish"
     return run
-
-
-def drop_codebooks_1_to_15(model: TTSModel, prompt: Prompt, frames: torch.Tensor) -> torch.Tensor:
-    """A wrong replay (preemption and migration tests must catch it): each frame's input keeps codebook 0 and the
-    text, but loses codebooks 1-15."""
-    positions = torch.arange(frames.shape[0])
-    return torch.cat((prompt.embeds, model.talker.codec_embedding(frames[:, 0]) + prompt.trailing_rows(positions)))
-
-
-def shift_text_by_one(model: TTSModel, prompt: Prompt, frames: torch.Tensor) -> torch.Tensor:
-    """A wrong replay (preemption and migration tests must catch it): full frames, but each frame's text row is the
-    next one."""
-    positions = torch.arange(frames.shape[0]) + 1
-    return torch.cat((prompt.embeds, model.talker.embed_codes(frames) + prompt.trailing_rows(positions)))

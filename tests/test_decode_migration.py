@@ -23,7 +23,7 @@ from services.decode import service as decode_service
 from services.decode.codes_stream import ChunkRule
 from services.engine.engine import Engine
 from services.engine.model_ops import replay_rows
-from tests.engine_helpers import drop_codebooks_1_to_15, shift_text_by_one
+from tests.test_engine_preemption import drop_codebooks_1_to_15, shift_text_by_one  # the same wrong replays
 from tests.test_decode_support import NUM_PARTITIONS, REPLICA, Oracle, running_decode, synthesis
 
 TEXT = "speak and the voice"

@@ -12,9 +12,10 @@ import torch
 
 from services.engine.model_ops import make_prompt, replay_rows
 from services.engine.sequence import FailureCode, SequenceStatus
+from services.model.loader import TTSModel
+from services.model.prompt import Prompt
 from services.model.sampling import SamplingParams
-from tests.engine_helpers import (TEXTS, EngineRun, drop_codebooks_1_to_15, load_tiny, make_request, new_engine, record,
-                                  run_to_end, shift_text_by_one)
+from tests.engine_helpers import TEXTS, EngineRun, load_tiny, make_request, new_engine, record, run_to_end
 
 HIDDEN_TOLERANCE = 1e-4
 FRAMES_AT_PREEMPTION = {"tight": 1, "slack": 7}
@@ -23,6 +24,18 @@ FRAMES_AT_PREEMPTION = {"tight": 1, "slack": 7}
 @pytest.fixture(scope="module")
 def tiny(tiny_checkpoint):
     return load_tiny(tiny_checkpoint)
+
+
+def drop_codebooks_1_to_15(model: TTSModel, prompt: Prompt, frames: torch.Tensor) -> torch.Tensor:
+    """A wrong replay: each frame's input keeps codebook 0 and the text, but loses codebooks 1-15."""
+    positions = torch.arange(frames.shape[0])
+    return torch.cat((prompt.embeds, model.talker.codec_embedding(frames[:, 0]) + prompt.trailing_rows(positions)))
+
+
+def shift_text_by_one(model: TTSModel, prompt: Prompt, frames: torch.Tensor) -> torch.Tensor:
+    """A wrong replay: full frames, but each frame's text row is the next one."""
+    positions = torch.arange(frames.shape[0]) + 1
+    return torch.cat((prompt.embeds, model.talker.embed_codes(frames) + prompt.trailing_rows(positions)))
 
 
 def _start(tiny, layout: str, mode: str, roomy: bool = False, replay=replay_rows):

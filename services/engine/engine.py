@@ -24,7 +24,7 @@ from services.engine.outputs import SchedulerOutput, StepOutput
 from services.engine.request_inbox import RequestInbox
 from services.engine.runner import ModelRunner
 from services.engine.scheduler import Scheduler
-from services.engine.sequence import NUM_CODEBOOKS, RequestOutcome, Sequence, SequenceStatus
+from services.engine.sequence import RequestOutcome, Sequence, SequenceStatus
 from services.engine.step_isolation import isolate_failure
 from services.model.loader import TTSModel
 from services.model.prompt import PromptRequest
@@ -148,7 +148,7 @@ class Engine:
         if refused is not None:
             return refused
         if frames is not None:
-            for codes in torch.as_tensor(frames, dtype=torch.int64).reshape(-1, NUM_CODEBOOKS):
+            for codes in torch.as_tensor(frames, dtype=torch.int64):
                 seq.append_frame(codes)
             if seq.num_frames >= seq.max_new_frames:
                 return RequestOutcome(request_id, SequenceStatus.FINISHED_LENGTH, seq.num_frames)
