@@ -27,7 +27,8 @@ def tiny(tiny_checkpoint):
 
 
 def _requests(tokenizer):
-    return {"migrated": make_request(tokenizer, TEXTS[0], "ryan"), "resident": make_request(tokenizer, TEXTS[1], "vivian")}
+    return {"migrated": make_request(tokenizer, TEXTS[0], "ryan"),
+            "resident": make_request(tokenizer, TEXTS[1], "vivian")}
 
 
 def _undisturbed(tiny) -> EngineRun:

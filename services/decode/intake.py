@@ -100,7 +100,8 @@ class Intake:
             return
         if resolved.previous is not None:
             core.stats.requests_migrated += 1
-            await core.emit(Migrated(request_id=request.id, at=core.now(), from_replica=resolved.previous.record.replica,
+            previous = resolved.previous.record.replica
+            await core.emit(Migrated(request_id=request.id, at=core.now(), from_replica=previous,
                                      to_replica=core.replica, epoch=epoch, frames_done=resume.num_frames))
         if isinstance(admission, AdmissionError):
             log.warning("request %s refused: %s", request.id, admission.message)

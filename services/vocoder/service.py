@@ -3,7 +3,8 @@
 It claims vocoder partitions (`part.<n>`), consumes `tts.codes.<n>.*` with a durable pull consumer per partition,
 keeps one streaming codec state per request, publishes one AudioChunk per CodesChunk on `tts.audio.<id>`, publishes
 the terminal event after the last chunk, answers re-decode requests on `tts.redecode.<n>`, and fails requests whose
-decode replica died and that no other decode replica took over. Codec work runs on one worker thread, batched across requests.
+decode replica died and that no other decode replica took over. Codec work runs on one worker thread, batched across
+requests.
 """
 
 from __future__ import annotations
