@@ -58,6 +58,72 @@ async def stream_speech(gateway_url: str, body: dict, first_audio: asyncio.Event
         return result
 
 
+FAULT_BODIES = (
+    {"input": "A long sentence that keeps the stages busy for a while.", "voice": "vivian", "max_new_tokens": 200,
+     "ignore_eos": True, "seed": 3},
+    {"input": "Another voice speaks beside it, just as long.", "voice": "ryan", "max_new_tokens": 160,
+     "ignore_eos": True, "seed": 4},
+)
+"""Two long requests with fixed seeds that fault tests stream at once and kill a stage under."""
+
+
+@dataclass
+class LiveStream:
+    """One WebSocket request followed as it streams: its audio frames so far (one per chunk), its `audio.start` and
+    end event (`audio.done` or `error`), and whether the socket closed before any end event came."""
+
+    start: dict = field(default_factory=dict)
+    frames: list[bytes] = field(default_factory=list)
+    end: dict = field(default_factory=dict)
+    closed: bool = False
+    first_audio: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def request_id(self) -> str:
+        return self.start["request_id"]
+
+    @property
+    def pcm(self) -> bytes:
+        return b"".join(self.frames)
+
+
+async def follow(gateway_url: str, message: dict, live: LiveStream) -> LiveStream:
+    """Send `message` (a one-shot request body, or a `resume`) on a new socket and fill `live` until the end event
+    or until the socket dies."""
+    url = gateway_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    try:
+        async with websockets.connect(url, max_size=None) as socket:
+            await socket.send(json.dumps(message))
+            while True:
+                received = await asyncio.wait_for(socket.recv(), WAIT_S)
+                if isinstance(received, bytes):
+                    live.frames.append(received)
+                    live.first_audio.set()
+                    continue
+                event = json.loads(received)
+                if event.get("type") == "audio.start":
+                    live.start = event
+                elif event.get("type") in ("audio.done", "error"):
+                    live.end = event
+                    return live
+    except websockets.ConnectionClosed:
+        live.closed = True
+        return live
+
+
+async def start_streams(gateway_url: str, bodies) -> tuple[list[LiveStream], list[asyncio.Task]]:
+    """Start one request per body at once; return once every one of them is playing (has audio)."""
+    lives = [LiveStream() for _ in bodies]
+    tasks = [asyncio.create_task(follow(gateway_url, body, live)) for body, live in zip(bodies, lives)]
+    for live, task in zip(lives, tasks):
+        first = asyncio.ensure_future(live.first_audio.wait())
+        await asyncio.wait([first, task], timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+        first.cancel()
+        if not live.first_audio.is_set():
+            raise AssertionError(f"a request never played: {task.result() if task.done() else 'no audio in time'}")
+    return lives, tasks
+
+
 async def codes_on_bus(nats_url: str, request_id: str) -> tuple[np.ndarray, CodesEnd]:
     """The request's frames as recorded in CODES (newest epoch wins), and its CodesEnd."""
     nc = await nats.connect(nats_url)
@@ -115,3 +181,40 @@ async def service_stats(nats_url: str, service: str) -> list[dict]:
         return [endpoint.get("data") or {} for endpoint in reply.get("endpoints", [])]
     finally:
         await nc.close()
+
+
+async def replica_stats(nats_url: str, service: str, count: int) -> dict[str, dict]:
+    """The STATS `data` of each of the `count` replicas of `service` (micro name), by replica name."""
+    nc = await nats.connect(nats_url)
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish(subjects.micro_stats(service), b"", reply=inbox)
+        found = {}
+        for _ in range(count):
+            reply = json.loads((await sub.next_msg(timeout=10)).data)
+            found[reply["metadata"]["replica"]] = (reply.get("endpoints") or [{}])[0].get("data") or {}
+        return found
+    finally:
+        await nc.close()
+
+
+async def assert_as_undisturbed(nats_url: str, results: list[LiveStream], undisturbed: list[LiveStream]) -> None:
+    """Each disturbed request completed with the undisturbed run's audio, byte for byte, one frame per chunk (no
+    duplicate, no gap), and exactly one terminal event."""
+    for live, reference in zip(results, undisturbed, strict=True):
+        assert reference.end.get("type") == "audio.done", reference.end
+        assert live.end.get("type") == "audio.done", live.end
+        assert len(live.frames) == live.end["chunk_count"] == reference.end["chunk_count"], "one frame per chunk"
+        assert live.pcm == reference.pcm, f"{live.request_id}: the audio differs from the undisturbed run"
+        assert await terminal_count(nats_url, live.request_id) == 1
+
+
+def undisturbed_run(gateway_url: str, bodies=FAULT_BODIES) -> list[LiveStream]:
+    """(From synchronous code: a module fixture.) `bodies` streamed together with nothing disturbed: what every
+    disturbed run of them must reproduce."""
+    async def run() -> list[LiveStream]:
+        _, tasks = await start_streams(gateway_url, bodies)
+        return list(await asyncio.gather(*tasks))
+
+    return asyncio.run(run())

@@ -20,6 +20,13 @@ def test_single_topology_plan_matches_the_compose_file():
     assert decode.environment["VOXMESH_MODEL_NAME"] == "tiny"
 
 
+def test_replicas_topology_runs_two_decode_and_two_vocoder_replicas_of_the_single_services():
+    single, replicas = load_plan("single"), load_plan("replicas")
+    assert {s.name: s.replicas for s in replicas.services} == {"gateway": 1, "decode": 2, "vocoder": 2}
+    for ours, theirs in zip(replicas.services, single.services, strict=True):  # the same services, only more
+        assert (ours.name, ours.command, ours.environment) == (theirs.name, theirs.command, theirs.environment)
+
+
 def test_root_compose_file_is_the_single_topology():
     document = yaml.safe_load(open(compose_plan.COMPOSE_DIR.parent / "docker-compose.yml"))
     assert document["include"] == ["compose/single.yml"]

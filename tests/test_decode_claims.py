@@ -1,20 +1,17 @@
 """Decode resolves a delivered request whose `owner.<id>` already exists by the owner's lease, on a real nats-server
 with the real decode service: its own earlier claim is served at that epoch, a dead owner's is taken over (epoch 2),
-a live other owner's is acked and skipped, and a dead owner that had emitted codes is left to the vocoder.
+a live other owner's is acked and skipped (a dead owner that had emitted codes: test_decode_migration.py).
 
 With one sequence slot, decode pulls the next request only once the one before has been handled, so a plain request
 queued after a skipped one is the sentinel that the skip happened."""
 
 from __future__ import annotations
 
-from messages import subjects
 from messages.events import Started
-from messages.frames import TakeoverMarker
-from messages.streams import CODES_STREAM, REQUESTS_STREAM
+from messages.streams import REQUESTS_STREAM
 from services.bus.claims import claim_request, read_owner
-from services.bus.codes_publisher import CodesPublisher
 from services.bus.leases import LeaseKeeper
-from tests.test_decode_support import NUM_PARTITIONS, REPLICA, running_decode, synthesis, takeover_then
+from tests.test_decode_support import REPLICA, running_decode, synthesis, takeover_then
 
 TEXT = "hello the voice"
 
@@ -60,20 +57,3 @@ async def test_a_live_other_owners_request_is_acked_and_left_alone(nats_server, 
     assert owner.revision == claim.revision  # untouched
     assert theirs.id not in decode.log.codes and not started_epochs(decode, theirs.id)
     assert queued == 0  # acked, not left for redelivery
-
-
-async def test_a_dead_owner_that_had_emitted_codes_is_left_to_the_vocoder(nats_server, tiny_checkpoint):
-    emitted, sentinel = synthesis("dead-emitted", TEXT, frames=6), synthesis("after-dead", TEXT, frames=4)
-    partition = subjects.partition_for(emitted.id, NUM_PARTITIONS)
-    async with running_decode(nats_server.url, tiny_checkpoint, max_num_seqs=1) as decode:
-        claim = await claim_request(decode.kv, emitted.id, "decode-dead")
-        await CodesPublisher.take_over(decode.js, partition=partition, request_id=emitted.id, epoch=1,
-                                       replica="decode-dead", last_sequence=0, resume_frame=0, next_seq=0)
-        await decode.submit(emitted)
-        await decode.submit(sentinel)
-        assert (await decode.log.end(sentinel.id)).reason == "finished"
-        owner = await read_owner(decode.kv, emitted.id)
-        last = await decode.js.get_last_msg(CODES_STREAM, subjects.codes(partition, emitted.id))
-    assert owner.revision == claim.revision  # not taken over: restarting it would repeat its audio
-    assert [type(m) for m in decode.log.codes[emitted.id]] == [TakeoverMarker] and last.seq > 0
-    assert not started_epochs(decode, emitted.id)

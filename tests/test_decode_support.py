@@ -53,7 +53,8 @@ class Oracle:
             self._model = load_model(self.checkpoint)
             self._tokenizer = TextTokenizer.from_dir(self.checkpoint)
         prompt = PromptRequest(text_ids=tuple(self._tokenizer.encode(assistant_text(request.text))),
-                               speaker=request.speaker, language=request.language)
+                               speaker=request.speaker, language=request.language,
+                               non_streaming=request.text_mode == "non-streaming")
         talker, predictor = default_sampling(self._model.generation, greedy=True)
         with torch.inference_mode():
             return generate(self._model, prompt, request.max_new_tokens, talker, predictor, request.seed).numpy()

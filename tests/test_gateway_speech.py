@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import wave
 
@@ -10,8 +11,12 @@ import pytest
 from messages import decode, subjects
 from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode, Stage
-from messages.events import Accepted
+from messages.events import Accepted, Failed
+from messages.frames import AudioChunk
 from messages.streams import EVENTS_STREAM
+from services.gateway.errors import RequestFailed
+from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.repair import RepairPolicy
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, gateway_factory...)
 from tests.fixtures.gateway_standin import Plan, expected_pcm
 
@@ -148,3 +153,32 @@ async def test_failed_request_with_a_lost_chunk_reports_its_own_failure(standin,
     assert response.status_code == 503
     assert (response.json()["error"]["code"], response.json()["error"]["stage"]) == ("capacity", "decode")
     assert [r.from_seq for r in standin.redecodes] == [1]
+
+
+async def test_a_refused_repair_that_overtakes_the_failed_terminal_still_reports_the_terminals_error():
+    # The refusal comes straight back, the terminal through EVENTS: here the stream has handled the refusal before the
+    # terminal arrives at all (the order a loaded gateway sees), and the client still gets the terminal's cause.
+    stream = AudioStream(None, None, "req-overtaken", 0, RepairPolicy(arrival_timeout_s=30.0))
+    refused = asyncio.Event()
+
+    async def refusing_repair(from_seq: int) -> None:
+        refused.set()
+        raise RequestFailed(ErrorCode.INTERNAL, f"the vocoder refused to re-decode chunk {from_seq}",
+                            stage=Stage.VOCODER, chunk_count=from_seq)
+
+    stream._repair.ensure = refusing_repair
+    for seq in (0, 2):  # chunk 1 lost
+        stream._pending[seq] = AudioChunk(request_id="req-overtaken", seq=seq, first_sample=seq * 1920,
+                                          sample_rate=SAMPLE_RATE, pcm=b"\0\0" * 1920)
+
+    async def consume() -> list[int]:
+        return [chunk.seq async for chunk in stream.chunks()]
+
+    reading = asyncio.create_task(consume())
+    await asyncio.wait_for(refused.wait(), 10)
+    assert not reading.done(), "a refusal with no terminal seen yet is not the end"
+    stream.note_terminal(Failed(request_id="req-overtaken", at=0.0, stage=Stage.DECODE, code=ErrorCode.CAPACITY,
+                                reason="the pool was full", frames=6, chunk_count=3))
+    with pytest.raises(RequestFailed) as failed:
+        await asyncio.wait_for(reading, 10)
+    assert (failed.value.code, failed.value.stage) == (ErrorCode.CAPACITY, Stage.DECODE)

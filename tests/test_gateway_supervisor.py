@@ -1,5 +1,6 @@
 """The gateway's supervisor on a real nats-server: queue deadline (timeout), end-to-end deadline (timeout), poison (MaxDeliver advisory), a lost
-vocoder (replica_lost), the resume window (cancel), and standing down when another stage ended the request."""
+vocoder (replica_lost), the resume window (cancel), standing down when another stage ended the request, and a dead
+decode owner's request requeued for a takeover (migration)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ import json
 import time
 
 import httpx
+import msgspec
 import pytest
 import websockets
 
 from messages import decode, subjects
 from messages.events import Failed, Finished, TerminalEvent
 from messages.requests import SynthesisRequest
-from messages.streams import EVENTS_STREAM, REQUESTS_STREAM
+from messages.streams import EVENTS_STREAM, REQUESTS_STREAM, requests_consumer
+from services.bus.claims import claim_request, read_owner
+from services.bus.leases import LeaseKeeper
 from services.bus.terminal_guard import publish_terminal
 from services.gateway.requests.supervisor import Supervisor, SupervisorPolicy
 from services.gateway.requests.terminal_feed import TerminalFeed
@@ -74,13 +78,16 @@ async def test_request_that_exhausts_max_deliver_fails_as_poison(standin, gatewa
 async def test_lost_vocoder_fails_the_request_after_the_audio_so_far(standin, served_gateway, gateway_bus):
     standin.plan = Plan(num_chunks=5, hang_after=2)  # two chunks, then the vocoder goes silent
     standin.start_consumer()
-    async with served_gateway(vocoder_grace_s=0.3) as port, \
+    async with served_gateway(vocoder_grace_s=0.3, request_deadline_s=55.0) as port, \
             websockets.connect(f"ws://127.0.0.1:{port}{PATH}") as socket:
         await socket.send(json.dumps({"input": "Vocoder dies.", "voice": "ryan"}))
         start = json.loads(await socket.recv())
         first_two = [await socket.recv(), await socket.recv()]
         standin.kill_vocoder()  # its lease lapses (ttl 0.5s); nobody re-claims the partition
+        killed_at = time.monotonic()
         pcm, error = await receive_until_event(socket, "audio.done", "error")
+    # Failing it must not wait for its queue deadline (its queue slot is long gone: freeing it again is no error).
+    assert time.monotonic() - killed_at < 30.0
     assert b"".join(first_two) + pcm == expected_pcm(2)
     assert (error["code"], error["stage"]) == ("replica_lost", "vocoder")
     assert "vocoder-standin" in error["message"] and "lost its lease" in error["message"]
@@ -149,3 +156,38 @@ async def test_http_client_hanging_up_cancels_the_request_after_the_window(stand
                 await post
         cancel = await asyncio.wait_for(next_cancel(gateway_bus.kv, standin.requests[0].id), 10)
     assert cancel.code == "cancelled" and "did not resume within 0.2s" in cancel.reason
+
+
+async def test_a_request_whose_decode_owner_died_is_requeued_once_for_a_takeover(standin, served_gateway,
+                                                                                gateway_bus):
+    # The test plays decode: a replica claims the request, sends two chunks and dies (it never held a lease).
+    pull = await gateway_bus.js.pull_subscribe_bind(durable=requests_consumer(MODEL), stream=REQUESTS_STREAM)
+    async with served_gateway() as port, websockets.connect(f"ws://127.0.0.1:{port}{PATH}") as socket:
+        await socket.send(json.dumps({"input": "My decode replica dies.", "voice": "ryan", "seed": 9}))
+        start = json.loads(await socket.recv())
+        [first] = await pull.fetch(1, timeout=10)
+        request = decode(first.data, SynthesisRequest)
+        await claim_request(gateway_bus.kv, request.id, "decode-dying")
+        await first.ack_sync()
+        for seq in (0, 1):
+            await standin.publish_chunk(request.id, seq, Plan())
+        [again] = await pull.fetch(1, timeout=10)  # the supervisor saw the dead owner and requeued the request
+        requeued = decode(again.data, SynthesisRequest)
+        # The heir (a live replica) takes the claim over and finishes the request.
+        await LeaseKeeper(gateway_bus.kv, "decode-heir", "decode", ttl_s=30.0).renew()
+        await claim_request(gateway_bus.kv, request.id, "decode-heir",
+                            current=await read_owner(gateway_bus.kv, request.id))
+        await again.ack_sync()
+        for seq in (2, 3, 4):
+            await standin.publish_chunk(request.id, seq, Plan())
+        await publish_terminal(gateway_bus.js, request.id, Finished(request_id=request.id, at=time.time(), frames=10,
+                                                                    chunk_count=5, audio_seconds=0.8))
+        pcm, done = await receive_until_event(socket, "audio.done", "error")
+        queued_after = (await gateway_bus.js.stream_info(REQUESTS_STREAM)).state.messages
+    assert start["request_id"] == request.id and done["type"] == "audio.done", done
+    assert pcm == expected_pcm(5), "every chunk once, in order, across the takeover"
+    assert again.headers["Nats-Msg-Id"] == f"{request.id}:requeue:e1"
+    assert msgspec.structs.replace(request, deadline=None) == requeued, "the same request, without its deadline"
+    assert queued_after == 0, "requeued once: the live heir is left alone"
+    count, terminal = await terminals_of(gateway_bus, request.id)
+    assert count == 1 and isinstance(terminal, Finished)

@@ -1,5 +1,7 @@
-"""The README tells the truth: its first lines are the two commands, and its settings tables match the code."""
+"""The README tells the truth: its first lines are the two commands, its settings tables match the code, and the
+tests its faults table names exist."""
 
+import re
 from pathlib import Path
 
 from services.runtime.settings_table import settings_markdown
@@ -19,3 +21,13 @@ def test_first_lines_are_the_run_and_test_commands():
 def test_settings_section_matches_the_settings_classes():
     section = README.split("<!-- settings:begin -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
     assert section == settings_markdown(), "regenerate with: python -m services.runtime.settings_table"
+
+
+def test_every_test_the_faults_table_names_exists():
+    table = README.split("## Faults survived", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", table)
+    assert len(named) >= 15, "the table names the test that proves each fault"
+    root = Path(__file__).resolve().parents[1]
+    for path, test in named:
+        source = (root / path).read_text()
+        assert not test or re.search(rf"^(async )?def {test}\(", source, re.MULTILINE), f"{path}::{test} is gone"

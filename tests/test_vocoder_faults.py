@@ -75,9 +75,13 @@ async def test_undecodable_messages_are_termed_and_the_next_request_is_served(bu
     assert stats["messages_termed"] == 1 and stats["active_streams"] == 0
 
 
-async def test_dead_decode_owner_ends_the_request_with_replica_lost(bus, codec_model_dir, codec_decoder):
+MIGRATION_GRACE_S = 1.0
+
+
+async def test_dead_decode_owner_nobody_takes_over_ends_the_request_with_replica_lost(bus, codec_model_dir,
+                                                                                    codec_decoder):
     codes = random_codes(2, codec_decoder.config.codebook_size, seed=5)
-    async with running_vocoder(bus, codec_model_dir):
+    async with running_vocoder(bus, codec_model_dir, decode_migration_grace_s=MIGRATION_GRACE_S):
         stand_in = StandInDecode(bus, "req-orphan", replica="decode-doomed", lease_ttl_s=30.0)
         listener = await Listener.open(bus.nc, "req-orphan")
         await stand_in.start()
@@ -94,9 +98,43 @@ async def test_dead_decode_owner_ends_the_request_with_replica_lost(bus, codec_m
     assert (terminal.stage, terminal.code) == (Stage.DECODE, ErrorCode.REPLICA_LOST)
     assert (terminal.frames, terminal.chunk_count) == (2, 1), "the audio already sent is accounted for"
     assert "decode-doomed" in terminal.reason and "Retry" in terminal.reason
-    assert terminal.at >= lapsed_after + 0.5 - 0.05, "not before the lease lapsed"
+    assert terminal.at >= lapsed_after + 0.5 + MIGRATION_GRACE_S - 0.05, "not before the migration grace ran out"
     assert stats["decode_owners_lost"] == 1 and stats["active_streams"] == 0
     assert len(await stored_terminals(bus.js, "req-orphan")) == 1
+
+
+async def test_a_dead_decode_owners_request_taken_over_within_the_grace_continues_to_one_finished(
+        bus, codec_model_dir, codec_decoder):
+    codes = random_codes(12, codec_decoder.config.codebook_size, seed=8)
+    async with running_vocoder(bus, codec_model_dir):  # the default grace: far longer than this test
+        dead = StandInDecode(bus, "req-migrated", replica="decode-died", lease_ttl_s=30.0)
+        listener = await Listener.open(bus.nc, "req-migrated")
+        await dead.start()
+        await dead.chunks(codes[:4], [2, 2])
+        await listener.audio_chunks(2)
+        await LeaseKeeper(bus.kv, "decode-died", "decode", interval_s=0.1, ttl_s=0.5).renew()  # its last renewal
+        await settled_status(bus, "vocoder-test", lambda s: s["requests_awaiting_migration"] == 1)
+        # Another decode replica takes it over (epoch 2, fenced on the subject's last sequence) and continues.
+        heir = StandInDecode(bus, "req-migrated", replica="decode-heir")
+        await heir.lease.renew()
+        claim = await claim_request(bus.kv, "req-migrated", heir.replica, current=await read_owner(bus.kv,
+                                                                                                  "req-migrated"))
+        last = await last_subject_sequence(bus.js, CODES_STREAM, subjects.codes(heir.partition, "req-migrated"))
+        heir.publisher = await CodesPublisher.take_over(bus.js, partition=heir.partition, request_id="req-migrated",
+                                                        epoch=claim.record.epoch, replica=heir.replica,
+                                                        last_sequence=last, resume_frame=4, next_seq=2)
+        heir.next_seq, heir.frames = 2, 4
+        await heir.chunks(codes[4:], [4, 4])
+        await heir.finish()
+        terminal = await listener.terminal()
+        stats = await settled_status(bus, "vocoder-test", lambda s: s["active_streams"] == 0)
+
+    assert isinstance(terminal, Finished) and (terminal.chunk_count, terminal.frames) == (4, 12)
+    assert [chunk.seq for chunk in listener.audio] == [0, 1, 2, 3], "every chunk once, in order"
+    streamed, full = pcm_of(listener.audio).astype(np.int32), full_decode_pcm(codec_decoder, codes).astype(np.int32)
+    assert streamed.shape == full.shape and np.abs(streamed - full).max() <= 1, "the audio neither splices nor restarts"
+    assert stats["decode_owners_lost"] == 0 and stats["requests_awaiting_migration"] == 0
+    assert len(await stored_terminals(bus.js, "req-migrated")) == 1
 
 
 async def test_a_racing_terminal_publisher_loses_to_the_first(bus, codec_model_dir, codec_decoder):

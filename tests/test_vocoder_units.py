@@ -9,7 +9,7 @@ from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
 from messages.frames import CodesChunk, CodesEnd, TakeoverMarker
 from services.runtime.settings_schema import SettingsError, resolve
-from services.vocoder.codes_reader import StoredCodes, effective_codes
+from services.bus.codes_record import StoredCodes, effective_codes
 from services.vocoder.partitions import parse_partitions
 from services.vocoder.request_streams import RequestStream, StreamTable
 from services.vocoder.service import VocoderSettings

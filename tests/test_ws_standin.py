@@ -171,6 +171,30 @@ async def test_resume_within_the_window_gets_exactly_the_missing_chunks(standin,
     assert [r.from_seq for r in standin.redecodes] == [2]
 
 
+async def test_a_resume_on_another_gateway_after_its_own_died_gets_exactly_the_missing_chunks(
+        standin, served_gateway, gateway_bus):
+    standin.plan = Plan(num_chunks=6, hang_after=3)
+    standin.start_consumer()
+    async with served_gateway(resume_window_s=30.0) as port:  # the gateway that streamed it, gone after this block
+        async with ws_connect(url(port)) as client:
+            await client.send("session.update", voice="ryan")
+            await client.send("input.text", text="My gateway dies.\n")
+            request_id = (await client.until("audio.start")).event["request_id"]
+            seen = await client.until(frames=3)
+    await finish(gateway_bus, request_id, chunk_count=6)  # the mesh finishes it meanwhile
+    async with served_gateway(resume_window_s=30.0, replica="gateway-heir") as port:
+        async with ws_connect(url(port)) as client:
+            await client.send("resume", request_id=request_id, last_seq=2)
+            resumed = await client.until("audio.done", "error")
+            await client.send("resume", request_id=request_id, last_seq=6)
+            beyond = (await client.until("error", "audio.start")).event
+    again = next(e for e in resumed.events if e["type"] == "audio.start")
+    assert (again["request_id"], again["first_seq"], again["resumed"]) == (request_id, 3, True)
+    assert seen.pcm + resumed.pcm == expected_pcm(6)
+    assert resumed.event["type"] == "audio.done" and resumed.event["chunk_count"] == 6
+    assert (beyond["code"], beyond["param"]) == ("invalid_request", "last_seq")
+
+
 async def test_resume_after_the_window_is_refused_with_a_clear_error(standin, served_gateway, gateway_bus):
     standin.plan = Plan(num_chunks=6, hang_after=2)
     standin.start_consumer()

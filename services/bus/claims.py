@@ -51,7 +51,7 @@ class ClaimKind(enum.Enum):
     OURS = "ours"  # this replica had claimed it already (a redelivery): ours, at the recorded epoch
     TAKEN_OVER = "taken_over"  # its owner's lease is dead: ours now, epoch + 1 over the recorded revision
     LIVE_OWNER = "live_owner"  # another replica owns it and is alive: leave it alone
-    DEAD_OWNER_KEPT = "dead_owner_kept"  # its owner is dead, and the caller declined to take it over
+    DEAD_OWNER_KEPT = "dead_owner_kept"  # its owner is dead, and the caller declined to take it over (it ended)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,4 +65,6 @@ def _msg_id(message: CodesChunk | CodesEnd | TakeoverMarker) -> str:
         return f"{message.request_id}:codes:{message.seq}:e{message.epoch}"
     if isinstance(message, CodesEnd):
         return f"{message.request_id}:end:e{message.epoch}"
-    return f"{message.request_id}:takeover:e{message.epoch}"
+    # The position too: an owner that resumes its own epoch further on (its claim's message was redelivered) writes a
+    # new marker there, which the duplicate window must not take for the first one.
+    return f"{message.request_id}:takeover:e{message.epoch}:s{message.next_seq}"

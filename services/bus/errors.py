@@ -8,6 +8,10 @@ from messages.errors import ErrorCode, FaultCode
 JS_WRONG_LAST_SEQUENCE = 10071
 JS_WRONG_LAST_SEQUENCE_CONSTANT = 10164  # the same refusal when the expectation was 0
 JS_MAX_MESSAGES_EXCEEDED = 10077  # "maximum messages exceeded" on a discard-new stream
+# Deleting a message that is gone (e.g. acked off a work queue) is refused with these, not with a NotFoundError:
+JS_NO_MESSAGE_FOUND = 10057  # file storage (code 500)
+JS_SEQUENCE_NOT_FOUND = 10043  # memory storage (code 400)
+MESSAGE_GONE_CODES = (JS_NO_MESSAGE_FOUND, JS_SEQUENCE_NOT_FOUND)
 WRONG_LAST_SEQUENCE_CODES = (JS_WRONG_LAST_SEQUENCE, JS_WRONG_LAST_SEQUENCE_CONSTANT)
 
 

@@ -12,14 +12,15 @@ from services.bus.errors import JS_MAX_MESSAGES_EXCEEDED, NotProvisioned, QueueF
 
 
 async def submit_request(js: JetStreamContext, request: SynthesisRequest, *, headers: dict[str, str] | None = None,
-                         timeout_s: float = 5.0) -> int:
+                         timeout_s: float = 5.0, msg_id: str | None = None) -> int:
     """Publish `request` on `tts.req.<model>`; returns its REQUESTS sequence.
 
-    The request id is the Msg-Id, so a retried submit within the duplicate window is stored once.
-    Raises QueueFull when REQUESTS is at its bound, NotProvisioned when the stream does not exist.
+    The Msg-Id (the request id unless `msg_id` names another, as a requeue for migration does) makes a retried submit
+    within the duplicate window stored once. Raises QueueFull when REQUESTS is at its bound, NotProvisioned when the
+    stream does not exist.
     """
     all_headers = dict(headers or {})
-    all_headers[api.Header.MSG_ID.value] = request.id
+    all_headers[api.Header.MSG_ID.value] = msg_id or request.id
     try:
         ack = await js.publish(subjects.request(request.model), encode(request), timeout=timeout_s,
                                stream=REQUESTS_STREAM, headers=all_headers)

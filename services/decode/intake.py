@@ -2,11 +2,12 @@
 
 Per request: check it against the checkpoint (no weights needed); claim `owner.<id>` by compare-and-set (epoch 1),
 or resolve the claim already there by its owner's lease (ours from an earlier delivery: continue unless it is being
-served or was ended here; a dead owner's with no codes emitted yet: take it over, epoch + 1; a live other owner's:
-ack and skip); ack; publish the TakeoverMarker (so the vocoder learns the owner at once) and Started; queue it in the
-engine. A dead owner that had emitted codes is left to the vocoder, which ends the request `replica_lost` after the
-audio so far (migrating it, replaying the emitted frames, is not implemented yet). A request the checkpoint cannot serve ends with CodesEnd
-failed `invalid_request`. Undecodable messages are termed by the bus's PullConsumer, which keeps serving.
+served or was ended here; a live other owner's: ack and skip; a dead owner's: take it over, epoch + 1, unless the
+request already ended); publish the TakeoverMarker (so the vocoder learns the owner at once); ack; publish Started;
+queue it in the engine. A request taken over from a dead owner is migrated (migration.py): it continues from the frames
+its dead owner left in CODES, or past `--max-migrations` ends `replica_lost`. A request the checkpoint cannot serve
+ends with CodesEnd failed `invalid_request`. Undecodable messages are termed by the bus's PullConsumer, which keeps
+serving.
 """
 
 from __future__ import annotations
@@ -14,22 +15,26 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import msgspec
+import numpy as np
+import torch
+
 from messages import DecodeError, subjects
 from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
-from messages.events import Failed, Started
+from messages.events import Failed, Migrated, Started
 from messages.requests import SynthesisRequest
-from messages.streams import CODES_STREAM, REQUESTS_STREAM, requests_consumer
+from messages.streams import REQUESTS_STREAM, requests_consumer
 from services.bus.claims import ClaimKind, OwnerClaim, RequestClaim, resolve_request_claim
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.errors import OwnershipConflict
-from services.bus.fencing import last_subject_sequence
 from services.bus.kvstore import read_cancel
 from services.bus.pull_consumer import Delivery, PullConsumer
 from services.bus.terminal_guard import publish_terminal
 from services.decode.active import ActiveRequest
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.core import DecodeCore, Ending
+from services.decode.migration import Resume, has_ended, past_limit_error, read_resume
 from services.decode.worker import EngineWorker
 from services.decode.request_check import Admission, AdmissionError, admit
 from services.engine.engine import Engine
@@ -39,6 +44,8 @@ from services.model.errors import ModelError
 log = logging.getLogger(__name__)
 
 IN_PROGRESS_EVERY_S = 5.0  # well inside REQUESTS' ack wait (30 s)
+TAKEOVER_ATTEMPTS = 3  # each lost race means a stale owner appended just now; the next read shows it
+TAKEOVER_RETRY_S = 1.0  # after TAKEOVER_ATTEMPTS lost races: a stale owner appends at once but is fenced soon
 
 
 class Intake:
@@ -71,20 +78,31 @@ class Intake:
         """One delivered request (this call holds one capacity slot; it is released when the request ends)."""
         core = self.core
         await self._while_paused(delivery)
-        try:
-            admission: Admission | AdmissionError = admit(request, core.served, core.settings)
-        except AdmissionError as exc:
-            admission = exc
-        claim = await self._claim(request)
-        if claim is None:  # not ours to serve: this delivery is done with
+        resolved = await self._claim(request)
+        if resolved is None:  # not ours to serve: this delivery is done with
             await delivery.ack()
             core.capacity.release()
             return
-        epoch = claim.record.epoch
-        await delivery.ack()
-        active = await self._take_over(request, admission, epoch)
-        if active is None:
+        epoch = resolved.claim.record.epoch
+        admission = self._admit(request, is_takeover=epoch > 1)
+        # Acked once the marker is out: a bus error before that naks the message, and its redelivery resumes the
+        # request from this replica's own claim.
+        taken = await self._take_over(request, admission, epoch)
+        if taken is None:  # its codes kept moving: try again on a redelivery, from this replica's own claim
+            await delivery.nak(TAKEOVER_RETRY_S)
             return
+        await delivery.ack()
+        active, resume = taken
+        lost = past_limit_error(epoch, core.settings.max_migrations, resume)
+        if lost is not None:
+            log.warning("request %s: %s", request.id, lost.message)
+            await core.end(active, Ending(error=lost))
+            return
+        if resolved.previous is not None:
+            core.stats.requests_migrated += 1
+            previous = resolved.previous.record.replica
+            await core.emit(Migrated(request_id=request.id, at=core.now(), from_replica=previous,
+                                     to_replica=core.replica, epoch=epoch, frames_done=resume.num_frames))
         if isinstance(admission, AdmissionError):
             log.warning("request %s refused: %s", request.id, admission.message)
             error = ErrorInfo(code=admission.code, stage=Stage.DECODE, message=admission.message)
@@ -92,7 +110,16 @@ class Intake:
             return
         await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
                                 queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
-        await self._start(active, admission)
+        await self._start(active, admission, resume.frames)
+
+    def _admit(self, request: SynthesisRequest, *, is_takeover: bool) -> Admission | AdmissionError:
+        """The request checked against the checkpoint, or why it cannot be served. A request taken over from a dead
+        owner left the queue long ago: its queue deadline no longer applies."""
+        checked = msgspec.structs.replace(request, deadline=None) if is_takeover else request
+        try:
+            return admit(checked, self.core.served, self.core.settings)
+        except AdmissionError as exc:
+            return exc
 
     async def _refused(self, error: DecodeError) -> None:
         """A request whose message could not be decoded (a bad body, another schema version) but whose id could: it
@@ -114,57 +141,65 @@ class Intake:
             except asyncio.TimeoutError:
                 await delivery.in_progress()
 
-    async def _claim(self, request: SynthesisRequest) -> OwnerClaim | None:
+    async def _claim(self, request: SynthesisRequest) -> RequestClaim | None:
         """This replica's claim on a delivered request, or None when it is not ours to serve (it says why)."""
         core = self.core
+        partition = subjects.partition_for(request.id, core.settings.num_partitions)
 
-        async def nothing_emitted(_claim: OwnerClaim | None = None) -> bool:
-            codes = subjects.codes(subjects.partition_for(request.id, core.settings.num_partitions), request.id)
-            return await last_subject_sequence(core.js, CODES_STREAM, codes) == 0
+        async def still_open(_claim: OwnerClaim) -> bool:
+            return not await has_ended(core.js, partition, request.id)
 
-        resolved: RequestClaim = await resolve_request_claim(core.kv, request.id, core.replica,
-                                                             may_take_over=nothing_emitted)
+        resolved = await resolve_request_claim(core.kv, request.id, core.replica, may_take_over=still_open)
         owner, epoch = resolved.claim.record.replica, resolved.claim.record.epoch
         if resolved.kind is ClaimKind.LIVE_OWNER:
             log.info("request %s is owned by live replica %s (epoch %d); acking and skipping", request.id, owner,
                      epoch)
             return None
         if resolved.kind is ClaimKind.DEAD_OWNER_KEPT:
-            log.warning("request %s: its owner %s died after emitting codes; the vocoder ends it (replica_lost)",
-                        request.id, owner)
+            log.info("request %s: its owner %s is dead but the request already ended; acking", request.id, owner)
             return None
-        if resolved.kind is ClaimKind.OURS and (request.id in core.active or not await nothing_emitted()):
+        if resolved.kind is ClaimKind.OURS and (request.id in core.active
+                                                or await has_ended(core.js, partition, request.id)):
             log.info("request %s redelivered while this replica serves it, or after it ended here; acking",
                      request.id)
             return None
         if resolved.previous is not None:
             log.warning("request %s: took it over (epoch %d) from %s, whose lease is dead", request.id, epoch,
                         resolved.previous.record.replica)
-        return resolved.claim
+        return resolved
 
     async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError, epoch: int
-                         ) -> ActiveRequest | None:
-        """Publish the TakeoverMarker and register the request as owned here."""
+                         ) -> tuple[ActiveRequest, Resume] | None:
+        """Read where the request stands in CODES, publish the TakeoverMarker fenced on it, register the request as
+        owned here. A stale owner that appended between the read and the marker makes the marker fail: read again.
+        None when this replica had to stand down (it says why)."""
         core = self.core
         partition = subjects.partition_for(request.id, core.settings.num_partitions)
-        try:
-            publisher = await CodesPublisher.take_over(
-                core.js, partition=partition, request_id=request.id, epoch=epoch, replica=core.replica,
-                last_sequence=0, resume_frame=0, next_seq=0)
-        except OwnershipConflict as exc:
-            log.warning("request %s: %s; standing down", request.id, exc)
+        for attempt in range(1, TAKEOVER_ATTEMPTS + 1):
+            resume = await read_resume(core.js, partition, request.id)
+            try:
+                publisher = await CodesPublisher.take_over(
+                    core.js, partition=partition, request_id=request.id, epoch=epoch, replica=core.replica,
+                    last_sequence=resume.last_sequence, resume_frame=resume.num_frames, next_seq=resume.next_seq)
+                break
+            except OwnershipConflict as exc:
+                log.warning("request %s: %s (attempt %d of %d)", request.id, exc, attempt, TAKEOVER_ATTEMPTS)
+        else:
+            log.error("request %s: its codes kept moving under epoch %d's takeover; standing down", request.id, epoch)
             core.capacity.release()
             return None
         initial = request.initial_chunk_frames or core.settings.initial_chunk_frames
-        stream = CodesStream(request.id, epoch, publisher, ChunkRule(initial, core.settings.chunk_frames))
+        stream = CodesStream(request.id, epoch, publisher, ChunkRule(initial, core.settings.chunk_frames),
+                             next_seq=resume.next_seq, num_published_frames=resume.num_frames)
         input_tokens = admission.input_tokens if isinstance(admission, Admission) else 0
         active = ActiveRequest(request, stream, input_tokens=input_tokens)
         core.active.add(active)
         core.stats.requests_started += 1
-        return active
+        return active, resume
 
-    async def _start(self, active: ActiveRequest, admission: Admission) -> None:
-        """Queue the request in the engine, unless it was cancelled while it waited on REQUESTS."""
+    async def _start(self, active: ActiveRequest, admission: Admission, frames: np.ndarray) -> None:
+        """Queue the request in the engine (continuing from `frames` its earlier owner emitted, if any), unless it
+        was cancelled while it waited on REQUESTS."""
         core = self.core
         try:
             cancel = await read_cancel(core.kv, admission.request_id)
@@ -177,7 +212,8 @@ class Intake:
             return
         try:
             # On the admission thread: the prompt is built while the engine thread steps.
-            outcome, active.num_prompt_tokens = await self.admission.run(_add_to_engine, core.engine, admission)
+            outcome, active.num_prompt_tokens = await self.admission.run(_add_to_engine, core.engine, admission,
+                                                                         frames)
         except ModelError as exc:
             code = ErrorCode.INVALID_REQUEST if exc.code.startswith(("unknown", "empty")) else ErrorCode.MODEL_ERROR
             await core.end(active, Ending(error=ErrorInfo(code=code, stage=Stage.DECODE, message=exc.message)))
@@ -188,7 +224,7 @@ class Intake:
             await core.end(active, Ending(error=ErrorInfo(code=ErrorCode.MODEL_ERROR, stage=Stage.DECODE,
                                                           message=message)))
             return
-        if outcome is not None:  # cannot fit the KV pool even alone: capacity, at once
+        if outcome is not None:  # cannot fit the KV pool even alone (capacity), or migrated with every frame made
             await core.end_outcome(outcome)
             return
         if active.is_closed:  # cancelled while it was being queued: the abort came before the add
@@ -197,11 +233,12 @@ class Intake:
         core.wake()
 
 
-def _add_to_engine(engine: Engine, admission: Admission) -> tuple[RequestOutcome | None, int]:
-    """(On the engine thread.) Queue the request; its immediate outcome (capacity) if any, and its prompt length."""
+def _add_to_engine(engine: Engine, admission: Admission, frames: np.ndarray) -> tuple[RequestOutcome | None, int]:
+    """(On the engine thread.) Queue the request, continuing from `frames` (a migration) when there are any; its
+    immediate outcome if any, and its prompt length."""
     outcome = engine.add_request(admission.request_id, admission.prompt, admission.request.seed, admission.params,
                                  admission.max_new_frames, predictor_params=admission.predictor_params,
                                  ignore_eos=admission.request.ignore_eos,
-                                 min_new_frames=admission.request.min_new_tokens)
+                                 min_new_frames=admission.request.min_new_tokens,
+                                 frames=torch.from_numpy(frames) if len(frames) else None)
     return outcome, engine.num_prompt_tokens(admission.request_id) or 0
-

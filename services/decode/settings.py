@@ -32,6 +32,9 @@ class DecodeSettings(CommonSettings):
         4.0, "runaway guard: extra frames per character of text (4.0 = 0.32 s of audio per character)")
     max_new_frames: int = setting(2048, "hard cap on frames per request, whatever the text or the request asks")
     cuda_graphs: bool = setting(True, "on CUDA, replay decode-only steps as CUDA graphs (one per batch bucket)")
+    max_migrations: int = setting(
+        1, "times a request may be taken over from a dead decode replica and continued from its frames in CODES; "
+           "past this it fails with code replica_lost (a request that crashes its replica must not crash them all)")
     shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
     metrics_port: int = setting(0, "port of the Prometheus /metrics listener on 127.0.0.1 (0: off)",
                                 env="VOXMESH_DECODE_METRICS_PORT")
@@ -42,6 +45,8 @@ class DecodeSettings(CommonSettings):
                      "num_partitions", "torch_threads"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
+        if self.max_migrations < 0:
+            raise SettingsError(f"--max-migrations: must be >= 0 (0: never migrate), got {self.max_migrations}")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError(f"--metrics-port / VOXMESH_DECODE_METRICS_PORT: {self.metrics_port} is not a TCP "
                                 "port (0..65535; 0: off)")

@@ -19,6 +19,8 @@ class DecodeStats:
     requests_invalid: int = 0
     requests_stood_down: int = 0
     """Fenced out by a newer owner: stopped locally, no CodesEnd (the new owner ends the request)."""
+    requests_migrated: int = 0
+    """Taken over from a dead decode replica and continued here from the frames it left in CODES."""
     preemptions: int = 0
     steps: int = 0
     frames: int = 0

@@ -118,6 +118,7 @@ class Engine:
         predictor_params: SamplingParams | None = None,
         ignore_eos: bool = False,
         min_new_frames: int | None = None,
+        frames: torch.Tensor | None = None,
     ) -> RequestOutcome | None:
         """Queue a request. Returns its failed outcome at once (code `capacity`) if it can never fit the pool.
 
@@ -129,6 +130,10 @@ class Engine:
         by default the same. `ignore_eos` keeps EOS from being drawn before max_new_frames (fixed-length
         benchmarks). `min_new_frames` keeps EOS away for that many frames (at least the model's minimum, at most
         max_new_frames). Draws are keyed by (seed, frame, codebook), so any replay repeats them.
+
+        `frames` (int [n, 16]): frames this request already emitted on another replica (a migration). It continues
+        from frame n, its first prefill replaying them exactly as after a preemption; one whose n frames already
+        reach its budget ends at once, finished (length).
 
         Raises the model's `RequestError` for an unusable prompt (unknown speaker, empty text) and
         `InvalidRequestError` for bad engine fields; nothing is queued then.
@@ -149,6 +154,11 @@ class Engine:
         refused = self.scheduler.refusal(seq)
         if refused is not None:
             return refused
+        if frames is not None:
+            for codes in torch.as_tensor(frames, dtype=torch.int64):
+                seq.append_frame(codes)
+            if seq.num_frames >= seq.max_new_frames:
+                return RequestOutcome(request_id, SequenceStatus.FINISHED_LENGTH, seq.num_frames)
         self.inbox.put(seq, self.scheduler)
         return None
 

@@ -63,6 +63,8 @@ def decode_families(stats: Stats) -> list:
     return [
         requests_family(ended),
         CounterMetricFamily(names.PREEMPTIONS, "Capacity preemptions of running requests", stats["preemptions"]),
+        CounterMetricFamily("voxmesh_migrations", "Requests taken over from a dead decode replica and continued here",
+                            stats["requests_migrated"]),
         GaugeMetricFamily(names.KV_BLOCKS_IN_USE, "KV blocks held by requests", stats["kv_blocks_in_use"]),
         GaugeMetricFamily(names.KV_BLOCKS_CAPACITY, "KV blocks in the pool", stats["kv_blocks_total"]),
         GaugeMetricFamily(names.QUEUE_DEPTH, "Requests in the engine's waiting queue", stats["waiting_sequences"]),

@@ -22,7 +22,7 @@ from messages.frames import CodesChunk, CodesEnd, CodesMessage, TakeoverMarker
 from services.bus.pull_consumer import Delivery
 from services.vocoder.audio import AudioPublisher
 from services.vocoder.codec_worker import CodecWorker
-from services.vocoder.codes_reader import ack_floor, effective_codes, read_codes
+from services.bus.codes_record import ack_floor, effective_codes, read_codes
 from services.vocoder.errors import CodecFailure, MissingCodes, UndecodableCodes
 from services.vocoder.request_end import TerminalPublisher
 from services.vocoder.request_streams import RequestStream, StreamTable

@@ -20,7 +20,7 @@ from messages.requests import RedecodeReply, RedecodeRequest
 from services.bus.logs import request_context
 from services.vocoder.audio import AudioPublisher
 from services.vocoder.codec_worker import CodecWorker
-from services.vocoder.codes_reader import StoredCodes, effective_codes, read_codes
+from services.bus.codes_record import StoredCodes, effective_codes, read_codes
 
 log = logging.getLogger(__name__)
 

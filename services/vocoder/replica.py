@@ -46,6 +46,7 @@ class ReplicaConfig:
     tick_s: float = 1.0
     lease_ttl_s: float = 3.0
     max_redecodes: int = 4
+    decode_migration_grace_s: float = 30.0
 
 
 @dataclass(slots=True)
@@ -71,7 +72,8 @@ class VocoderReplica:
         self.handler = CodesHandler(js, self.table, codec, self.audio, self.terminal)
         self.redecoder = Redecoder(nc, js, codec, self.audio, num_partitions=config.num_partitions,
                                    max_concurrent=config.max_redecodes)
-        self.owner_watch = OwnerWatch(js, kv, self.table, self.terminal)
+        self.owner_watch = OwnerWatch(js, kv, self.table, self.terminal,
+                                      migration_grace_s=config.decode_migration_grace_s)
         self.partitions = PartitionManager(kv, config.replica, config.partitions, on_gained=self._serve_partition,
                                            on_lost=self._lose_partition)
         self._served: dict[int, _Served] = {}
@@ -90,6 +92,7 @@ class VocoderReplica:
             "terminals_stood_down": self.terminal.num_lost,
             "terminals_by_code": dict(self.terminal.num_won_by_code),
             "decode_owners_lost": self.owner_watch.num_lost,
+            "requests_awaiting_migration": self.owner_watch.num_awaiting_migration(),
             "redecodes": self.redecoder.num_served,
             "messages_termed": sum(s.consumer.pull.num_termed for s in self._served.values()),
             **self.codec.graph_status(),

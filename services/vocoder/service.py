@@ -3,7 +3,8 @@
 It claims vocoder partitions (`part.<n>`), consumes `tts.codes.<n>.*` with a durable pull consumer per partition,
 keeps one streaming codec state per request, publishes one AudioChunk per CodesChunk on `tts.audio.<id>`, publishes
 the terminal event after the last chunk, answers re-decode requests on `tts.redecode.<n>`, and fails requests whose
-decode replica died. Codec work runs on one worker thread, batched across requests.
+decode replica died and that no other decode replica took over. Codec work runs on one worker thread, batched across
+requests.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class VocoderSettings(CommonSettings):
     lease_ttl_s: float = setting(3.0, "seconds after which others consider this replica dead")
     tick_s: float = setting(1.0, "lease renewal, partition and decode-owner check period (seconds)")
     max_redecodes: int = setting(4, "re-decodes replayed at once")
+    decode_migration_grace_s: float = setting(
+        30.0, "seconds a request whose decode replica died may wait for another decode replica to take it over "
+              "(migration) before the vocoder ends it with code replica_lost")
     codec_batching: bool = setting(True, "decode chunks of several requests in one codec call (faster on a GPU); "
                                          "off: each chunk alone, so re-decoded bytes match the first time's exactly "
                                          "even under load (a conv's result can differ by batch size in the last bit)")
@@ -61,6 +65,8 @@ class VocoderSettings(CommonSettings):
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
         if not 0 < self.tick_s < self.lease_ttl_s:
             raise SettingsError(f"--tick-s ({self.tick_s}) must be > 0 and below --lease-ttl-s ({self.lease_ttl_s})")
+        if not self.decode_migration_grace_s >= 0:
+            raise SettingsError(f"--decode-migration-grace-s: must be >= 0, got {self.decode_migration_grace_s}")
         parse_partitions(self.partitions, self.num_partitions)
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError(f"--metrics-port / VOXMESH_VOCODER_METRICS_PORT: {self.metrics_port} is not a TCP "
@@ -71,7 +77,7 @@ class VocoderSettings(CommonSettings):
             replica=self.replica or default_replica("vocoder"), num_partitions=self.num_partitions,
             partitions=parse_partitions(self.partitions, self.num_partitions), max_streams=self.max_streams,
             max_in_flight=self.max_in_flight, tick_s=self.tick_s, lease_ttl_s=self.lease_ttl_s,
-            max_redecodes=self.max_redecodes)
+            max_redecodes=self.max_redecodes, decode_migration_grace_s=self.decode_migration_grace_s)
 
 
 SETTINGS = VocoderSettings

@@ -51,6 +51,7 @@ class AudioStream:
         self._nc = nc
         self._terminals = terminals
         self._repair = GapRepair(nc, request_id, partition, repair)
+        self._terminal_patience_s = repair.arrival_timeout_s
         self._changed = asyncio.Event()  # set by the subscriptions when a chunk or the terminal arrives
         self._pending: dict[int, AudioChunk] = {}
         self._subscriptions: list[Subscription] = []
@@ -131,16 +132,27 @@ class AudioStream:
             raise RequestFailed.from_event(self.terminal)
 
     async def _repair_gap(self) -> None:
-        """Ask for a re-decode of the first missing chunk. When that fails after a `failed` terminal, the client
-        gets the terminal's own error (its cause), not the repair's."""
+        """Ask for a re-decode of the first missing chunk. When that fails for a request that failed, the client
+        gets the terminal's own error (its cause), not the repair's. A vocoder may refuse before the terminal
+        reaches this gateway (it comes through EVENTS, the refusal straight back), so a repair that fails with no
+        terminal seen yet waits a while for one."""
         try:
             await self._repair.ensure(self.next_seq)
         except RequestFailed:
+            await self._terminal_within(self._terminal_patience_s)
             if isinstance(self.terminal, Failed):
                 log.warning("request %s: chunks %d..%d of a failed request could not be re-decoded", self.request_id,
                             self.next_seq, self.terminal.chunk_count - 1)
                 raise RequestFailed.from_event(self.terminal) from None
             raise
+
+    async def _terminal_within(self, timeout_s: float) -> None:
+        """Until the terminal has been seen, or `timeout_s` passed."""
+        deadline = time.monotonic() + timeout_s
+        while self.terminal is None and (left := deadline - time.monotonic()) > 0:
+            self._changed.clear()
+            if self.terminal is None:
+                await self._wait(left)
 
     def _has_gap(self) -> bool:
         """A later chunk arrived before the next one, or the terminal (or a resume) counts chunks we lack."""

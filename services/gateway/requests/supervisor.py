@@ -8,6 +8,8 @@
   period: `failed`, code `replica_lost`, stage vocoder;
 - the client disconnected and did not come back within the resume window: `cancel.<id>` is written (every stage
   stops work), and a still-queued request is ended `cancelled` at once.
+It also starts migrations: a request whose decode owner's lease is dead goes back on REQUESTS for a live decode
+replica to take over (requeue.py).
 Exactly one terminal per request: the guard refuses a second one, and the loser of a race logs and stands down.
 """
 
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
 from messages import DecodeError, decode
@@ -31,11 +33,13 @@ from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM, requests_consumer
 from services.bus.advisories import MaxDeliveriesAdvisory, load_exhausted_message, watch_max_deliveries
 from services.bus.claims import read_owner
+from services.bus.errors import MESSAGE_GONE_CODES
 from services.bus.kvstore import cancel_request
 from services.bus.logs import request_context
 from services.bus.terminal_guard import publish_terminal
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.mesh_liveness import partition_owner_alive
+from services.gateway.requests.requeue import DeadOwnerRequeue, LeaseMemo
 from services.gateway.requests.resume_window import ResumeWindow
 from services.gateway.requests.terminal_feed import TerminalFeed
 
@@ -93,6 +97,8 @@ class Supervisor:
         self.resume_window = ResumeWindow(policy.resume_window_s)
         """The one resume window of this gateway; the WebSocket resume registry reads the same."""
         self._watched: dict[str, Supervised] = {}
+        self.requeue = DeadOwnerRequeue(js, kv)
+        """Puts a request whose decode owner died back on REQUESTS (migration)."""
 
     def watch(self, request: SynthesisRequest, partition: int, queue_seq: int | None,
               stream: AudioStream | None) -> None:
@@ -144,6 +150,7 @@ class Supervisor:
     def forget(self, request_id: str) -> None:
         """Stop supervising a request whose terminal event the gateway has seen."""
         self._watched.pop(request_id, None)
+        self.requeue.forget(request_id)
 
     def is_watching(self, request_id: str) -> bool:
         return request_id in self._watched
@@ -176,6 +183,7 @@ class Supervisor:
     async def check(self, now: float) -> None:
         """One supervision pass over every watched request."""
         partitions: dict[int, tuple[str | None, bool]] = {}
+        leases = LeaseMemo(self._kv, now)
         for entry in list(self._watched.values()):
             with request_context(entry.request.id):
                 if entry.partition not in partitions:
@@ -184,6 +192,8 @@ class Supervisor:
                 await self._check_request_timeout(entry, now)
                 await self._check_vocoder(entry, *partitions[entry.partition], now)
                 await self._check_resume_window(entry, now)
+                if self.is_watching(entry.request.id):
+                    await self.requeue.check(entry.request, leases)
 
     async def _check_queue_deadline(self, entry: Supervised, now: float) -> None:
         deadline = entry.request.deadline
@@ -258,7 +268,7 @@ class Supervisor:
         event = Failed(request_id=request.id, at=time.time(), stage=stage, code=code, reason=reason, frames=frames,
                        chunk_count=chunk_count)
         won = await publish_terminal(self._js, request.id, event)
-        self._watched.pop(request.id, None)
+        self.forget(request.id)
         if won:
             log.warning("failed %s/%s: %s", stage.value, code.value, reason)
         return won
@@ -269,9 +279,13 @@ class Supervisor:
             await self._js.delete_msg(REQUESTS_STREAM, seq)
         except NotFoundError:
             pass  # already taken (acked) or removed
+        except APIError as exc:
+            if exc.err_code not in MESSAGE_GONE_CODES:
+                raise
+            # Already taken (acked) or removed, said as a server or request error: it must not abort the pass.
 
     def _on_terminal(self, event: TerminalEvent) -> None:
-        self._watched.pop(event.request_id, None)
+        self.forget(event.request_id)
 
     async def _on_poison(self, advisory: MaxDeliveriesAdvisory) -> None:
         entry = next((e for e in self._watched.values() if e.queue_seq == advisory.stream_seq), None)

@@ -4,7 +4,7 @@ the last chunk it received, and gets exactly the chunks after it.
 While the client is away the request goes on in the mesh (the supervisor cancels it once the window has passed);
 audio is not stored anywhere, so the missing chunks are re-decoded by the partition's vocoder from CODES (the
 deterministic chunking gives the same numbered chunks), and the rest arrive live. The gateway that streamed a request
-remembers it for the window: a resume goes to that gateway.
+remembers it for the window: a resume goes to that gateway, or, when that gateway died, to any (orphan_resume.py).
 """
 
 from __future__ import annotations
@@ -102,6 +102,11 @@ class ResumeRegistry:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(released.wait(), self.handover_wait_s)
         return self.take(request_id, last_seq, time.time())
+
+    def is_unknown(self, request_id: str) -> bool:
+        """Whether this gateway never streamed the request (or forgot it long ago): a resume may adopt it from the
+        bus (orphan_resume.py)."""
+        return request_id not in self._parked and request_id not in self._attached and request_id not in self._expired
 
     def take(self, request_id: str, last_seq: int | None, now: float) -> ParkedRequest:
         """`claim` without waiting for a socket to let the request go."""

@@ -27,6 +27,7 @@ from services.gateway.requests.body import SynthesisFields
 from services.gateway.requests.synthesis import Synthesizer
 from services.gateway.ws.channel import ClientChannel
 from services.gateway.ws.jobs import Job, JobQueue
+from services.gateway.ws.orphan_resume import adopt_orphan
 from services.gateway.ws.protocol import (BINARY_FORMAT, AudioDone, AudioStart, Cancel, InputDone, InputFlush,
                                           InputText, Resume, SessionConfig, SessionDone, SessionUpdate,
                                           SessionUpdated, parse_client_message)
@@ -167,7 +168,13 @@ class SpeechSession:
             parked: ParkedRequest | None = None
             entered = False
             try:
-                parked = await self._registry.claim(message.request_id, message.last_seq)
+                try:
+                    parked = await self._registry.claim(message.request_id, message.last_seq)
+                except ResumeRefused:  # not streamed here: perhaps its own gateway died
+                    parked = await adopt_orphan(self._synthesizer, self._registry, message.request_id,
+                                                message.last_seq)
+                    if parked is None:
+                        raise
                 async with resumed_stream(self._synthesizer, self._registry, parked, from_seq) as stream:
                     entered = True
                     yield stream

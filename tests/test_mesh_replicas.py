@@ -1,0 +1,104 @@
+"""The `replicas` topology (compose/replicas.yml: two decode and two vocoder replicas) under `voxmesh up`, on the tiny
+CPU model: requests spread over the decode replicas; when the decode replica serving a request is killed (SIGKILL),
+or stalls (SIGSTOP) long enough to be judged dead, the other replica (or the killed one's restarted self) takes the
+request over and continues it from its frames in CODES. Each request's audio equals an undisturbed run of the same
+requests byte for byte, with one frame per chunk and one terminal event; a stalled replica that comes back is fenced
+out at its next append and stands down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import nats
+import pytest
+
+from messages import subjects
+from messages.events import Migrated
+from services.bus.claims import read_owner
+from services.bus.provision import open_bucket
+from services.runtime.lifecycle import micro_name
+from tests.fixtures.mesh import run_mesh
+from tests.mesh_client import (FAULT_BODIES as BODIES, WAIT_S, LiveStream, assert_as_undisturbed, events_of,
+                               replica_stats, start_streams, terminal_count, undisturbed_run)
+
+DECODES = ("decode-0", "decode-1")
+
+
+@pytest.fixture(scope="module")
+def mesh(tiny_checkpoint, tmp_path_factory):
+    with run_mesh(tiny_checkpoint, tmp_path_factory.mktemp("replicas-mesh"), "--topology", "replicas",
+                  env={"VOXMESH_CODEC_BATCHING": "false"}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def undisturbed(mesh) -> list[LiveStream]:
+    """The same requests streamed together first, with nothing killed."""
+    return undisturbed_run(mesh.gateway_url)
+
+
+async def owners(mesh, lives: list[LiveStream]) -> dict[str, str]:
+    """Request id -> the `voxmesh up` name (decode-0 / decode-1) of the decode process that owns it now."""
+    nc = await nats.connect(mesh.nats_url)
+    try:
+        kv = await open_bucket(nc.jetstream())
+        found = {}
+        for live in lives:
+            replica = (await read_owner(kv, live.request_id)).record.replica
+            found[live.request_id] = next(name for name in DECODES if f"-{mesh.pids[name]}-" in replica)
+        return found
+    finally:
+        await nc.close()
+
+
+async def migrated(mesh, request_ids: list[str]):
+    """A subscription per request to its Migrated event (open it before the fault)."""
+    nc = await nats.connect(mesh.nats_url)
+    return nc, [await nc.subscribe(subjects.event(request_id, Migrated.KIND)) for request_id in request_ids]
+
+
+async def test_the_plan_runs_two_decode_and_two_vocoder_replicas(mesh):
+    assert {"decode-0", "decode-1", "vocoder-0", "vocoder-1"} <= set(mesh.pids)
+
+
+async def test_killed_decode_replica_s_requests_are_taken_over(mesh, undisturbed):
+    lives, tasks = await start_streams(mesh.gateway_url, BODIES)
+    owned = await owners(mesh, lives)
+    victim = owned[lives[0].request_id]
+    restarted = mesh.expect_restart(victim)
+    os.kill(mesh.pids[victim], signal.SIGKILL)
+    results = list(await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S))
+    await assert_as_undisturbed(mesh.nats_url, results, undisturbed)
+    for live in results:
+        events = await events_of(mesh.nats_url, live.request_id)
+        was_on_victim = owned[live.request_id] == victim
+        assert any(isinstance(event, Migrated) for event in events) is was_on_victim
+    assert await asyncio.to_thread(restarted.wait, 60)
+
+
+async def test_a_stalled_decode_replica_is_taken_over_and_stands_down_when_it_comes_back(mesh, undisturbed):
+    lives, tasks = await start_streams(mesh.gateway_url, BODIES)
+    owned = await owners(mesh, lives)
+    victim = owned[lives[0].request_id]
+    moved = [live.request_id for live in lives if owned[live.request_id] == victim]
+    nc, subscriptions = await migrated(mesh, moved)
+    since = len(mesh.log)
+    os.kill(mesh.pids[victim], signal.SIGSTOP)  # alive but silent: its lease lapses, its requests are taken over
+    try:
+        for subscription in subscriptions:
+            await subscription.next_msg(timeout=WAIT_S)
+    finally:
+        os.kill(mesh.pids[victim], signal.SIGCONT)
+        await nc.close()
+    results = list(await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S))
+    await assert_as_undisturbed(mesh.nats_url, results, undisturbed)
+    for request_id in moved:  # the stale replica's next append is refused by the server: it stands down
+        await asyncio.to_thread(mesh.wait_for_line, rf"request {request_id}: .*fenced out", since, WAIT_S)
+    stats = await replica_stats(mesh.nats_url, micro_name("decode"), len(DECODES))
+    victim_stats = next(data for replica, data in stats.items() if f"-{mesh.pids[victim]}-" in replica)
+    assert victim_stats["requests_stood_down"] >= len(moved)
+    for live in results:
+        assert await terminal_count(mesh.nats_url, live.request_id) == 1
