@@ -110,7 +110,7 @@ class ResumeRegistry:
         if parked is None:
             raise self._refusal(request_id, now)
         if last_seq is not None and last_seq >= parked.sent:
-            raise ResumeRefused(ErrorCode.INVALID_REQUEST, f"last_seq {last_seq} was never sent: request "
+            raise ResumeRefused(ErrorCode.OUT_OF_RANGE, f"last_seq {last_seq} was never sent: request "
                                 f"{request_id} had sent chunks 0..{parked.sent - 1}", param="last_seq")
         del self._parked[request_id]
         self.attach(request_id)
@@ -128,9 +128,9 @@ class ResumeRegistry:
                                  "and its undelivered audio dropped; send the text again as a new request",
                                  param="request_id")
         if request_id in self._attached:
-            return ResumeRefused(ErrorCode.INVALID_REQUEST, f"request {request_id} is still streaming on another "
+            return ResumeRefused(ErrorCode.NOT_RESUMABLE, f"request {request_id} is still streaming on another "
                                  "connection; close that one, then resume", param="request_id")
-        return ResumeRefused(ErrorCode.INVALID_REQUEST, f"request {request_id} is not resumable on this gateway: "
+        return ResumeRefused(ErrorCode.NOT_RESUMABLE, f"request {request_id} is not resumable on this gateway: "
                              "it is unknown here, or its audio was already delivered in full (resume goes to the "
                              "gateway that streamed the request)", param="request_id")
 
