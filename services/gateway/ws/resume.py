@@ -142,9 +142,12 @@ async def resumed_stream(synthesizer: Synthesizer, registry: ResumeRegistry, par
     it ended meanwhile, and a re-decode asked at once for the chunks the gateway had received before. Raises
     ResumeRefused when the supervisor already cancelled the request."""
     request_id = parked.request_id
-    stream = AudioStream(synthesizer.nc, synthesizer.supervisor.terminals, request_id, parked.partition, synthesizer.repair)
+    stream = synthesizer.audio_stream(request_id, parked.partition)
     stream.next_seq = from_seq
-    with request_context(request_id):
+    live = synthesizer.supervisor.live
+    live.hold(request_id)
+    with request_context(request_id), contextlib.ExitStack() as release:
+        release.callback(live.release, request_id)
         async with stream:  # listening before the terminal is read back, so it cannot slip between the two
             if not synthesizer.supervisor.client_back(request_id, stream):
                 registry.expire(request_id, parked.left_at)
