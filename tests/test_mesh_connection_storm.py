@@ -23,7 +23,8 @@ from tests.ws_client import PATH, WAIT_S, ws_connect
 pytestmark = pytest.mark.timeout(300)
 
 PER_KIND = 8  # connections of each kind below: 40 in all
-LONG = {"voice": "vivian", "max_new_tokens": 120, "ignore_eos": True}
+# Long enough to be running until it is cancelled (the runaway guard allows 60 + 4 frames a character).
+LONG = {"voice": "vivian", "max_new_tokens": 400, "ignore_eos": True}
 HEALTHY = {"input": "Still serving after the storm.", "voice": "eric", "seed": 11, "max_new_tokens": 32,
            "ignore_eos": True}
 
@@ -47,7 +48,8 @@ async def one_shot(url: str, body: dict) -> list[bytes]:
 async def ws_streaming(url: str, n: int) -> asyncio.BaseTransport:
     """A socket whose request streams audio when it is dropped."""
     socket = await websockets.connect(url.replace("http", "ws") + PATH, max_size=None)
-    await socket.send(json.dumps({"input": f"Storm number {n} keeps talking.", **LONG}))
+    await socket.send(json.dumps({"input": f"Storm number {n} keeps talking, and talking, and talking, long after "
+                                           "anyone listens.", **LONG}))
     while isinstance(message := await asyncio.wait_for(socket.recv(), WAIT_S), str):  # audio.start
         assert json.loads(message)["type"] == "audio.start", message
     return socket.transport
@@ -67,8 +69,8 @@ async def ws_silent(url: str, _n: int) -> asyncio.BaseTransport:
 async def http_streaming(url: str, n: int) -> asyncio.BaseTransport:
     """An HTTP response with `stream_format: audio`, dropped after its first body bytes."""
     reader, writer = await asyncio.open_connection(urlsplit(url).hostname, urlsplit(url).port)
-    body = json.dumps({"input": f"Storm number {n} over HTTP.", "stream_format": "audio",
-                       "response_format": "pcm", **LONG}).encode()
+    body = json.dumps({"input": f"Storm number {n} over HTTP keeps talking, and talking, long after anyone "
+                                "listens.", "stream_format": "audio", "response_format": "pcm", **LONG}).encode()
     writer.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
