@@ -44,6 +44,13 @@ class ErrorCode(StrEnum):
     UNKNOWN_VOICE = "unknown_voice"
     UNKNOWN_LANGUAGE = "unknown_language"
     QUEUE_FULL = "queue_full"  # REQUESTS is at its bound; the gateway answers 429
+    TOO_MANY_REQUESTS = "too_many_requests"  # the gateway has its limit of requests in flight; it answers 429
+    SLOW_CLIENT = "slow_client"  # the client read its audio so slowly that the gateway's buffer for it overflowed
+    # Refinements of a bad WebSocket message (the socket stays open, except for a message over the size limit).
+    BINARY_FRAME = "binary_frame"  # a binary frame where the protocol takes JSON text
+    MESSAGE_TOO_BIG = "message_too_big"  # a message over the socket's size limit; the socket closes with 1009
+    INPUT_CLOSED = "input_closed"  # a message after `input.done`: the session takes no more input
+    NOT_RESUMABLE = "not_resumable"  # a resume naming a request this gateway cannot resume (unknown, or another's)
     TIMEOUT = "timeout"  # queued past its deadline, or not ended within the request timeout
     POISON = "poison"  # MaxDeliver exhausted on REQUESTS (seen through the JetStream advisory)
     BAD_MESSAGE = "bad_message"  # an undecodable message; termed, never retried

@@ -40,6 +40,17 @@ def slug(name: str) -> str:
     return token(result)
 
 
+def same_model(asked: str, served: str) -> bool:
+    """Whether the model a request names (`asked`) is the `served` one: the same name, or the same subject token
+    after slugging (so "Qwen3-TTS-0.6B" asks for "qwen3-tts-0_6b"); a name with no usable character is no model."""
+    if asked == served:
+        return True
+    try:
+        return slug(asked) == slug(served)
+    except InvalidToken:
+        return False
+
+
 def token(value: str) -> str:
     """Return `value` if it is a safe subject token ([A-Za-z0-9_-], 1..128 chars), else raise InvalidToken."""
     if not isinstance(value, str) or not _TOKEN.match(value):

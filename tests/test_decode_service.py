@@ -104,6 +104,24 @@ async def test_an_unknown_speaker_ends_with_invalid_request(nats_server, tiny_ch
     assert end.total_frames == 0 and end.seq == 0
 
 
+async def test_a_request_for_a_model_this_replica_does_not_serve_ends_with_unknown_model(nats_server,
+                                                                                        tiny_checkpoint):
+    # On the tiny model's subject, as only something other than a tiny gateway would put it there.
+    other = synthesis("for-another-model", "hello the voice", frames=6, model="qwen3-tts-1_7b")
+    same_after_slugging = synthesis("for-TINY", "hello the voice", frames=6, model="TINY")
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+        await decode.submit(other)
+        await decode.submit(same_after_slugging)
+        refused = await decode.log.end(other.id)
+        served = await decode.log.end(same_after_slugging.id)
+        stats = await decode.stats()
+    assert refused.reason == "failed" and (refused.error.code, refused.error.stage) == (ErrorCode.UNKNOWN_MODEL,
+                                                                                        Stage.DECODE)
+    assert "'qwen3-tts-1_7b'" in refused.error.message and refused.total_frames == 0
+    assert served.reason == "finished"
+    assert stats["failures_by_code"] == {"unknown_model": 1} and stats["requests_finished"] == 1
+
+
 async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nats_server, tiny_checkpoint):
     long = synthesis("to-cancel", "speak and the voice", frames=1000)  # greedy, no EOS before 1000 frames
     async with running_decode(nats_server.url, tiny_checkpoint, runaway_min_frames=1000) as decode:

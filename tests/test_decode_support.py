@@ -64,7 +64,8 @@ def synthesis(request_id: str, text: str, frames: int, **fields: Any) -> Synthes
     """A greedy request for the tiny model capped at `frames` frames."""
     fields.setdefault("speaker", "ryan")
     fields.setdefault("language", "english")
-    return SynthesisRequest(id=request_id, model=MODEL, text=text, max_new_tokens=frames, sampling=GREEDY, **fields)
+    fields.setdefault("model", MODEL)
+    return SynthesisRequest(id=request_id, text=text, max_new_tokens=frames, sampling=GREEDY, **fields)
 
 
 @dataclass

@@ -79,7 +79,7 @@ async def test_bad_messages_get_error_events_and_the_socket_stays_open(standin, 
     assert (unknown_voice["code"], unknown_voice["param"]) == ("unknown_voice", "voice")
     assert unknown_voice["request_id"] is None  # refused before it had an id: nothing was queued
     assert empty["code"] == "empty_input" and "input is empty" in empty["message"]
-    assert binary["code"] == "invalid_request" and "JSON text" in binary["message"]
+    assert binary["code"] == "binary_frame" and "JSON text" in binary["message"]
     assert done["type"] == "audio.done" and pcm == expected_pcm(1)
     assert len(standin.requests) == 1
 

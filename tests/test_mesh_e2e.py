@@ -16,7 +16,9 @@ import nats
 import numpy as np
 import pytest
 
-from messages import subjects
+from messages import Failed, encode, subjects
+from messages.errors import ErrorCode, Stage
+from messages.requests import SynthesisRequest
 from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tests.mesh_client import codes_on_bus, events_of, service_stats, stream_speech, terminal_count
 
@@ -104,11 +106,25 @@ async def test_undecodable_request_is_termed_and_the_next_is_served(mesh):
     assert max(s.get("messages_termed", 0) for s in stats) >= 1, stats
 
 
+async def test_a_request_for_a_model_nobody_serves_ends_with_one_unknown_model_terminal(mesh):
+    request = SynthesisRequest(id="req_for_another_model", model="qwen3-tts-1_7b", text="Who serves me?")
+    nc = await nats.connect(mesh.nats_url)
+    try:  # on the served model's subject: a gateway would have refused it up front (test_bad_requests_...)
+        await nc.jetstream().publish(subjects.request("tiny"), encode(request))
+    finally:
+        await nc.close()
+    events = await events_of(mesh.nats_url, request.id)
+    assert isinstance(events[-1], Failed), events[-1]
+    assert (events[-1].code, events[-1].stage) == (ErrorCode.UNKNOWN_MODEL, Stage.DECODE)
+    assert await terminal_count(mesh.nats_url, request.id) == 1
+
+
 @pytest.mark.parametrize("body, code", [
     ({"input": ""}, "empty_input"),
     ({"input": "x" * 4097}, "text_too_long"),
     ({"input": "hi", "voice": "nobody"}, "unknown_voice"),
     ({"input": "hi", "voice": "ryan", "language": "klingon"}, "unknown_language"),
+    ({"input": "hi", "model": "qwen3-tts-1_7b"}, "unknown_model"),
 ])
 async def test_bad_requests_get_specific_errors(mesh, body, code):
     async with httpx.AsyncClient(timeout=30) as client:

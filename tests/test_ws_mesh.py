@@ -129,7 +129,7 @@ async def test_bad_and_oversized_messages_on_the_real_mesh(mesh):
         closed = await client.closed()
     assert (typo["code"], typo["param"]) == ("unknown_field", "txt")
     assert (language["code"], language["param"]) == ("unknown_language", "language")
-    assert unknown["code"] == "invalid_request" and unknown["request_id"] == "req_nobody"
+    assert unknown["code"] == "not_resumable" and unknown["request_id"] == "req_nobody"
     assert closed.rcvd.code == 1009
 
 

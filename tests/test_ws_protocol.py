@@ -51,7 +51,7 @@ def test_session_update_changes_only_the_fields_it_names():
     ('{"type": "input.text"}', "missing_field", "text", "missing required field"),
     ('{"type": "input.text", "text": 5}', "invalid_type", "text", "Expected `str`"),
     ('{"type": "session.update", "seed": -1}', "out_of_range", "seed", ">= 0"),
-    ('{"type": "session.update", "format": "mp3"}', "invalid_value", "format",
+    ('{"type": "session.update", "format": "mp3"}', "unsupported_format", "format",
      "use one of pcm_s16le, pcm_s16le_base64"),
     ('{"type": "session.update", "temprature": 1}', "unknown_field", "temprature", "unknown field"),
     ('{"type": "resume", "request_id": "r", "last_seq": -2}', "out_of_range", "last_seq", ">= 0"),

@@ -16,7 +16,7 @@ from services.gateway.ws.protocol import MESSAGE_KINDS, MESSAGE_TYPES, parse_cli
 
 BOUNDED = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SPECIFIC_CODES = {ErrorCode.INVALID_JSON, ErrorCode.INVALID_TYPE, ErrorCode.OUT_OF_RANGE, ErrorCode.INVALID_VALUE,
-                  ErrorCode.UNKNOWN_FIELD, ErrorCode.MISSING_FIELD}
+                  ErrorCode.UNKNOWN_FIELD, ErrorCode.MISSING_FIELD, ErrorCode.UNSUPPORTED_FORMAT}
 FIELD_NAMES = ["type", "text", "request_id", "last_seq", "input", "voice", "seed", "format", "language",
                "temperature", "top_p", "max_new_tokens", "text_mode", "model", "id"]
 
@@ -57,3 +57,14 @@ def test_any_json_value_parses_or_is_refused_with_a_specific_code(value):
 def test_any_typed_message_parses_or_is_refused_with_a_specific_code(message):
     _parses_or_refuses(json.dumps({key: value for key, value in message.items() if value is not None
                                    or key != "type"}))
+
+
+@settings(max_examples=60, deadline=None)
+@given(message=messages, field=st.sampled_from(FIELD_NAMES), depth=st.integers(1, 30_000),
+       opener=st.sampled_from(['[', '{"a":']))
+def test_any_nesting_depth_in_any_field_is_refused_with_a_specific_code(message, field, depth, opener):
+    # Deep enough for msgspec's depth guard (a RecursionError) and still inside the socket's 64 KiB limit.
+    closer = "]" if opener == "[" else "}"
+    nested = opener * depth + "0" + closer * depth
+    head = json.dumps({key: value for key, value in message.items() if key != field and value is not None})
+    _parses_or_refuses(head[:-1] + ("," if head != "{}" else "") + f'"{field}": {nested}}}')

@@ -115,7 +115,7 @@ async def test_bad_messages_get_error_events_and_the_socket_stays_open(standin, 
         got = await client.until("session.done")
     assert [(e["code"], e["param"]) for e in errors] == [
         ("invalid_value", "type"), ("invalid_json", None), ("invalid_type", "text"),
-        ("invalid_request", None), ("unknown_voice", "voice"), ("invalid_request", "request_id")]
+        ("binary_frame", None), ("unknown_voice", "voice"), ("invalid_request", "request_id")]
     assert "not valid JSON" in errors[1]["message"] and "JSON text" in errors[3]["message"]
     assert got.pcm == expected_pcm(1) and [r.text for r in standin.requests] == ["Still here."]
     assert standin.requests[0].speaker == "vivian"  # the refused update changed nothing
@@ -216,7 +216,7 @@ async def test_resume_after_the_window_is_refused_with_a_clear_error(standin, se
             unknown = (await client.until("error", "audio.start")).event
     assert (refused["type"], refused["code"], refused["request_id"]) == ("error", "cancelled", request_id)
     assert "past the 0.2s resume window" in refused["message"]
-    assert unknown["code"] == "invalid_request" and "not resumable" in unknown["message"]
+    assert unknown["code"] == "not_resumable" and "not resumable" in unknown["message"]
 
 
 async def test_a_browser_passes_its_api_key_as_a_subprotocol(standin, served_gateway):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from messages import subjects
 from messages.errors import ErrorCode
 from messages.requests import SamplingSpec, SynthesisRequest
 from services.decode.settings import DecodeSettings
@@ -56,8 +57,14 @@ class ServedModel:
 
 
 def admit(request: SynthesisRequest, model: ServedModel, settings: DecodeSettings) -> Admission:
-    """Check and translate one request. Raises AdmissionError (invalid_request naming what is wrong, or timeout
-    when it waited on REQUESTS past its deadline)."""
+    """Check and translate one request. Raises AdmissionError (unknown_model for a request of another model,
+    invalid_request naming what is wrong, or timeout when it waited on REQUESTS past its deadline)."""
+    if not subjects.same_model(request.model, model.name):
+        # Put on this model's subject by something other than a gateway of this model (a gateway refuses another
+        # model up front): serving it with these weights would answer in the wrong voice, or not at all.
+        raise AdmissionError(ErrorCode.UNKNOWN_MODEL, f"this request asks for model {request.model!r}, which no "
+                             f"replica on this subject serves (it serves {model.name!r}); send it to a gateway "
+                             "of that model")
     if request.deadline is not None and time.time() > request.deadline:
         raise AdmissionError(ErrorCode.TIMEOUT, "the request waited in the queue past its deadline; the mesh is "
                              "overloaded: retry later, or add decode replicas")

@@ -4,15 +4,21 @@ app."""
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from services.gateway.errors import GatewayError, http_error, internal_error
 from services.gateway.http.openapi import documented_openapi
 from services.gateway.http.request_id import RequestIdMiddleware, request_id_of
 from services.gateway.http.routes import health, metrics, models, speech, speech_stream
 from services.gateway.runtime import Gateway
+
+log = logging.getLogger(__name__)
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before its request was read: nobody gets it
 
 
 def create_app(gateway: Gateway) -> FastAPI:
@@ -22,6 +28,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(Exception, _internal_error)
     app.include_router(health.router)
     app.include_router(metrics.router)
@@ -41,6 +48,13 @@ async def _gateway_error(request: Request, error: GatewayError) -> JSONResponse:
 async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
     """Starlette's own errors (unknown path, wrong method) in OpenAI's error shape."""
     return await _gateway_error(request, http_error(error.status_code, str(error.detail)))
+
+
+async def _client_gone(request: Request, _error: ClientDisconnect) -> Response:
+    """The client left while sending its body: nothing was admitted and nobody is there to answer (no traceback
+    per dropped connection in a connection storm)."""
+    log.debug("client of %s left before its body arrived", request.url.path)
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 async def _internal_error(request: Request, error: Exception) -> JSONResponse:

@@ -1,5 +1,8 @@
 """The FastAPI dependencies of the gateway's routes, as `Annotated` aliases (a test overrides one function, not many
-patches). Apart from app.py, so a route imports what it depends on and never the app: no import runs in a circle."""
+patches). Apart from app.py, so a route imports what it depends on and never the app: no import runs in a circle.
+
+Each is `async def`, though none awaits: FastAPI runs a plain `def` dependency in a worker thread, a thread hop per
+request for an attribute read, and those threads come and go with the traffic."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from services.gateway.runtime import Gateway
 from services.gateway.ws.resume import ResumeRegistry
 
 
-def get_gateway(connection: HTTPConnection) -> Gateway:
+async def get_gateway(connection: HTTPConnection) -> Gateway:
     """The running gateway (set by the lifespan)."""
     return connection.app.state.gateway
 
@@ -21,7 +24,7 @@ def get_gateway(connection: HTTPConnection) -> Gateway:
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
 
 
-def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
+async def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
     """Raise Unauthorized unless the call carries a configured API key (no keys configured: open)."""
     check_bearer(connection.headers.get("authorization"), gateway.api_keys)
 
@@ -29,7 +32,7 @@ def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
 Authorized = Annotated[None, Depends(require_api_key)]
 
 
-def get_resume_registry(connection: HTTPConnection, gateway: GatewayDep) -> ResumeRegistry:
+async def get_resume_registry(connection: HTTPConnection, gateway: GatewayDep) -> ResumeRegistry:
     """The gateway's parked WebSocket requests: one registry per app, made at the first socket (with the
     supervisor's resume window, so both agree on when a request is gone)."""
     state = connection.app.state

@@ -34,6 +34,12 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.UNKNOWN_VOICE: HTTPStatus.BAD_REQUEST,
     ErrorCode.UNKNOWN_LANGUAGE: HTTPStatus.BAD_REQUEST,
     ErrorCode.QUEUE_FULL: HTTPStatus.TOO_MANY_REQUESTS,
+    ErrorCode.TOO_MANY_REQUESTS: HTTPStatus.TOO_MANY_REQUESTS,
+    ErrorCode.SLOW_CLIENT: HTTPStatus.REQUEST_TIMEOUT,
+    ErrorCode.BINARY_FRAME: HTTPStatus.BAD_REQUEST,
+    ErrorCode.MESSAGE_TOO_BIG: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+    ErrorCode.INPUT_CLOSED: HTTPStatus.CONFLICT,
+    ErrorCode.NOT_RESUMABLE: HTTPStatus.NOT_FOUND,
     ErrorCode.TIMEOUT: HTTPStatus.GATEWAY_TIMEOUT,
     ErrorCode.CAPACITY: HTTPStatus.SERVICE_UNAVAILABLE,
     ErrorCode.PREEMPTED: HTTPStatus.SERVICE_UNAVAILABLE,
@@ -103,10 +109,11 @@ class AdmissionError(GatewayError):
 
 
 class Overloaded(GatewayError):
-    """REQUESTS is full (HTTP 429 with Retry-After); nothing was queued."""
+    """REQUESTS is full (`queue_full`), or this gateway has its limit of requests in flight (`too_many_requests`):
+    HTTP 429 with Retry-After; nothing was queued."""
 
-    def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(ErrorCode.QUEUE_FULL, message, retry_after_s=retry_after_s)
+    def __init__(self, message: str, retry_after_s: int, code: ErrorCode = ErrorCode.QUEUE_FULL) -> None:
+        super().__init__(code, message, retry_after_s=retry_after_s)
 
 
 class RequestFailed(GatewayError):

@@ -44,5 +44,6 @@ def build_gateway(settings: GatewaySettings, catalog: VoiceCatalog, context: Ser
                               AdmissionPolicy(catalog, settings.max_text_chars, settings.request_deadline_s),
                               supervisor, settings.num_partitions,
                               RepairPolicy(arrival_timeout_s=settings.redecode_timeout_s), settings.retry_after_s,
-                              segment_chars=settings.segment_chars)
+                              segment_chars=settings.segment_chars, max_live_requests=settings.max_live_requests,
+                              client_buffer_s=settings.client_buffer_s)
     return Gateway(synthesizer, catalog, parse_keys(settings.api_keys), context.replica)

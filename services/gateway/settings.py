@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from messages.requests import MAX_TEXT_CHARS
-from services.gateway.requests.synthesis import DEFAULT_SEGMENT_CHARS
+from services.gateway.requests.synthesis import (DEFAULT_CLIENT_BUFFER_S, DEFAULT_MAX_LIVE_REQUESTS,
+                                                 DEFAULT_SEGMENT_CHARS)
 from services.runtime.common_settings import CommonSettings
 from services.runtime.settings_schema import SettingsError, setting
 
@@ -27,7 +28,14 @@ class GatewaySettings(CommonSettings):
     segment_chars: int = setting(DEFAULT_SEGMENT_CHARS, "an HTTP input longer than this is split at sentence "
                                  "ends into ordered requests of at most this many characters (each must fit "
                                  "decode's max_model_len), its audio concatenated")
-    retry_after_s: int = setting(1, "Retry-After seconds sent with a 429 when the request queue is full")
+    max_live_requests: int = setting(DEFAULT_MAX_LIVE_REQUESTS, "requests this gateway holds at once (queued, "
+                                     "generating, streaming, awaiting a resume); one more is refused at once with "
+                                     "429 too_many_requests and Retry-After")
+    client_buffer_s: float = setting(DEFAULT_CLIENT_BUFFER_S, "seconds of a request's audio the gateway holds for a "
+                                     "client that reads slower than the mesh makes it; past them the request is "
+                                     "cancelled in every stage and fails with code slow_client")
+    retry_after_s: int = setting(1, "Retry-After seconds sent with a 429 (the request queue full, or "
+                                    "--max-live-requests reached)")
     vocoder_grace_s: float = setting(5.0, "seconds a partition may lack a live vocoder before its requests fail "
                                           "with code replica_lost")
     supervise_interval_s: float = setting(0.5, "seconds between supervision passes (deadlines, vocoder leases, "
@@ -45,10 +53,13 @@ class GatewaySettings(CommonSettings):
         if not 1 <= self.max_text_chars <= MAX_TEXT_CHARS:
             raise SettingsError(f"--max-text-chars / VOXMESH_MAX_TEXT_CHARS: {self.max_text_chars} must be in "
                                 f"1..{MAX_TEXT_CHARS}")
+        if self.max_live_requests < 1:
+            raise SettingsError(f"--max-live-requests / VOXMESH_MAX_LIVE_REQUESTS: {self.max_live_requests} must be "
+                                ">= 1")
         if self.num_partitions < 1:
             raise SettingsError(f"--num-partitions / VOXMESH_NUM_PARTITIONS: {self.num_partitions} must be >= 1")
         for name in ("request_deadline_s", "request_timeout_s", "resume_window_s", "vocoder_grace_s", "supervise_interval_s",
-                     "redecode_timeout_s", "drain_timeout_s"):
+                     "redecode_timeout_s", "drain_timeout_s", "client_buffer_s"):
             if getattr(self, name) <= 0:
                 flag = "--" + name.replace("_", "-")
                 raise SettingsError(f"{flag} / VOXMESH_{name.upper()}: must be > 0, got {getattr(self, name)}")

@@ -21,6 +21,7 @@ class RequestMetrics:
         rtf: histogram of real-time factors of finished requests.
         queue_depth: gauge of waiting requests (set when scraped).
         active_streams: gauge of requests in flight.
+        live_requests: gauge of requests the service holds anything for (set when scraped).
     """
 
     def __init__(self) -> None:
@@ -35,6 +36,8 @@ class RequestMetrics:
                                  registry=self.registry)
         self.active_streams = Gauge(names.ACTIVE_STREAMS, "Client requests being streamed now",
                                     registry=self.registry)
+        self.live_requests = Gauge(names.LIVE_REQUESTS, "Requests held here (queued, generating, streaming, awaiting "
+                                   "a resume)", registry=self.registry)
 
     def count(self, outcome: str, code: str | None = None) -> None:
         """One request ended with `outcome` (and error `code`, if any)."""

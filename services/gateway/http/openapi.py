@@ -75,7 +75,8 @@ _ERROR_DESCRIPTIONS = {
     401: "API keys are configured and the call carries no valid one (`invalid_api_key`).",
     404: "No such model (`unknown_model`).",
     409: "The request was cancelled (`cancelled`).",
-    429: "REQUESTS is full (`queue_full`); Retry-After says when to try again.",
+    429: "REQUESTS is full (`queue_full`), or this gateway holds its --max-live-requests (`too_many_requests`); "
+         "Retry-After says when to try again.",
     500: "A bug (`internal`); the request id is in the gateway's logs.",
     503: "The mesh could not serve it (`capacity`, `preempted`, `drained`, `replica_lost`).",
     504: "Queued past its deadline (`timeout`).",

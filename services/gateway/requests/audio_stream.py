@@ -5,6 +5,10 @@ from EVENTS through JetStream, so a refused duplicate is never seen) before the 
 be missed), buffers chunks that arrive early, repairs gaps by re-decode, and completes once it holds chunks
 0..chunk_count-1 and the terminal event. A `failed` terminal ends the iteration with RequestFailed after the audio
 made so far.
+
+The chunks it holds for a client that reads slower than the mesh makes them are bounded (ClientBuffer): past the
+bound the stream drops them, has the request cancelled in every stage, and ends the iteration with `slow_client`.
+Chunks arrive on the request's own subscription, so a slow client never makes another request's audio wait.
 """
 
 from __future__ import annotations
@@ -12,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from messages import DecodeError, decode, subjects
-from messages.audio_format import SAMPLES_PER_FRAME
+from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
+from messages.errors import ErrorCode, Stage
 from messages.events import Failed, TerminalEvent
 from messages.frames import AudioChunk
 from services.gateway.errors import RequestFailed
@@ -27,6 +33,20 @@ from services.gateway.requests.repair import GapRepair, RepairPolicy
 from services.gateway.requests.terminal_feed import TerminalFeed
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientBuffer:
+    """How much audio the gateway holds for one request's client.
+
+    Attributes:
+        max_seconds: audio received and not yet handed to the client, in seconds, past which the request is given
+            up (None: no bound).
+        on_overflow: awaited once when that happens (the synthesizer cancels the request in every stage).
+    """
+
+    max_seconds: float | None = None
+    on_overflow: Callable[[], Awaitable[object]] | None = None
 
 
 class AudioStream:
@@ -42,7 +62,7 @@ class AudioStream:
     """
 
     def __init__(self, nc: Client, terminals: TerminalFeed, request_id: str, partition: int,
-                 repair: RepairPolicy = RepairPolicy()) -> None:
+                 repair: RepairPolicy = RepairPolicy(), buffer: ClientBuffer = ClientBuffer()) -> None:
         self.request_id = request_id
         self.partition = partition
         self.next_seq = 0
@@ -54,6 +74,9 @@ class AudioStream:
         self._terminal_patience_s = repair.arrival_timeout_s
         self._changed = asyncio.Event()  # set by the subscriptions when a chunk or the terminal arrives
         self._pending: dict[int, AudioChunk] = {}
+        self._held_samples = 0  # in _pending
+        self._buffer = buffer
+        self._overflow: RequestFailed | None = None
         self._subscriptions: list[Subscription] = []
         self._samples_seen = 0
         self._known_chunks = 0  # chunks 0..n-1 exist in the mesh (a resumed stream knows this)
@@ -113,8 +136,11 @@ class AudioStream:
         one (or when a lost chunk cannot be re-decoded)."""
         while True:
             self._changed.clear()  # before looking, so a message landing while we look wakes the wait below
+            if self._overflow is not None:
+                raise self._overflow
             chunk = self._pending.pop(self.next_seq, None)
             if chunk is not None:
+                self._held_samples -= chunk.num_samples
                 if self.first_chunk_at is None:
                     self.first_chunk_at = time.time()
                 self.next_seq += 1
@@ -179,7 +205,32 @@ class AudioStream:
             log.error("request %s: dropping audio of request %s sent on our subject", self.request_id,
                       chunk.request_id)
             return
+        if self._overflow is not None:
+            return  # given up: the request is being cancelled
         if chunk.seq >= self.next_seq and chunk.seq not in self._pending:  # else a duplicate: already held
             self._pending[chunk.seq] = chunk
+            self._held_samples += chunk.num_samples
             self._samples_seen = max(self._samples_seen, chunk.first_sample + chunk.num_samples)
             self._changed.set()
+            limit = self._buffer.max_seconds
+            if limit is not None and self._held_samples > limit * SAMPLE_RATE:
+                await self._give_up(limit)
+
+    async def _give_up(self, limit_s: float) -> None:
+        """The client reads slower than the mesh makes its audio and the buffer is full: drop what is held, have
+        the request cancelled in every stage, and end the iteration with `slow_client`."""
+        held_s = self._held_samples / SAMPLE_RATE
+        self._overflow = RequestFailed(
+            ErrorCode.SLOW_CLIENT, f"the client read its audio slower than the mesh made it: the gateway held "
+            f"{held_s:.1f}s of it unsent, over its {limit_s:g}s buffer (--client-buffer-s), so the request was "
+            f"cancelled in every stage after {self.next_seq} chunks; read the stream as it arrives",
+            stage=Stage.GATEWAY, chunk_count=self.next_seq)
+        self._pending.clear()
+        self._held_samples = 0
+        self._changed.set()
+        log.warning("request %s: client too slow (%.1fs of audio held); cancelling it", self.request_id, held_s)
+        if self._buffer.on_overflow is not None:
+            try:
+                await self._buffer.on_overflow()
+            except Exception:  # noqa: BLE001 - the supervisor's request timeout still ends it
+                log.exception("request %s: could not cancel the request of a slow client", self.request_id)

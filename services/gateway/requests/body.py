@@ -112,6 +112,14 @@ def parse_body(raw: bytes | str, kind: type[SynthesisFields]) -> SynthesisFields
         raise validation_error(exc, "body") from exc
     except msgspec.DecodeError as exc:
         raise AdmissionError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # msgspec's depth guard: nesting no field of ours can hold
+        raise too_deep("body") from exc
+
+
+def too_deep(what: str) -> AdmissionError:
+    """A `what` nesting arrays or objects deeper than the JSON decoder goes."""
+    return AdmissionError(ErrorCode.INVALID_JSON, f"the {what} nests arrays or objects too deeply to decode (no "
+                          "field of this API nests deeper than a voice's {\"id\": ...})")
 
 
 def validation_error(exc: msgspec.ValidationError, what: str) -> AdmissionError:

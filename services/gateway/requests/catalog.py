@@ -73,12 +73,7 @@ class VoiceCatalog:
 
     def serves(self, model: str) -> bool:
         """Whether a client's `model` names this model (exactly, or the same after slugging)."""
-        if model == self.model:
-            return True
-        try:
-            return subjects.slug(model) == subjects.slug(self.model)
-        except ValueError:
-            return False
+        return subjects.same_model(model, self.model)
 
 
 def _fingerprint(model_dir: Path) -> str | None:

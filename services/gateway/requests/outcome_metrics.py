@@ -36,6 +36,10 @@ class GatewayMetrics:
         """Requests on REQUESTS now (set at scrape time)."""
         self.live.queue_depth.set(depth)
 
+    def live_requests(self, count: int) -> None:
+        """Requests this gateway holds now (set at scrape time)."""
+        self.live.live_requests.set(count)
+
     @contextlib.contextmanager
     def streaming(self, request: SynthesisRequest, stream: AudioStream) -> Iterator[None]:
         """Around the caller's use of an admitted request's stream: counts it active, then records how it ended."""

@@ -38,6 +38,7 @@ from services.bus.kvstore import cancel_request
 from services.bus.logs import request_context
 from services.bus.terminal_guard import publish_terminal
 from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.live_requests import LiveRequests
 from services.gateway.requests.mesh_liveness import partition_owner_alive
 from services.gateway.requests.requeue import DeadOwnerRequeue, LeaseMemo
 from services.gateway.requests.resume_window import ResumeWindow
@@ -96,6 +97,9 @@ class Supervisor:
         self.policy = policy
         self.resume_window = ResumeWindow(policy.resume_window_s)
         """The one resume window of this gateway; the WebSocket resume registry reads the same."""
+        self.live = LiveRequests()
+        """The requests this gateway holds anything for: each watched one here, and each the synthesizer admits or
+        streams (it holds them itself)."""
         self._watched: dict[str, Supervised] = {}
         self.requeue = DeadOwnerRequeue(js, kv)
         """Puts a request whose decode owner died back on REQUESTS (migration)."""
@@ -103,6 +107,8 @@ class Supervisor:
     def watch(self, request: SynthesisRequest, partition: int, queue_seq: int | None,
               stream: AudioStream | None) -> None:
         """Supervise `request` (call before publishing it, so a client that leaves meanwhile is still noticed)."""
+        if request.id not in self._watched:
+            self.live.hold(request.id)
         self._watched[request.id] = Supervised(request, partition, queue_seq, stream)
 
     def queued(self, request_id: str, queue_seq: int) -> None:
@@ -137,19 +143,23 @@ class Supervisor:
         entry.stream = stream
         return True
 
-    async def cancel(self, request_id: str, reason: str) -> bool:
-        """Cancel a request now (the client asked): `cancel.<id>` is written, and a request still queued is ended
-        `cancelled` at once. False when it is not watched here or was already cancelled."""
+    async def cancel(self, request_id: str, reason: str, code: ErrorCode = ErrorCode.CANCELLED) -> bool:
+        """Cancel a request now (the client asked, or read too slowly: `code`): `cancel.<id>` is written, and a
+        request still queued is ended at once. False when it is not watched here or was already cancelled."""
         entry = self._watched.get(request_id)
         if entry is None or entry.cancelled:
             return False
         with request_context(request_id):
-            await self._cancel(entry, reason, time.time())
+            await self._cancel(entry, reason, time.time(), code)
         return True
 
     def forget(self, request_id: str) -> None:
         """Stop supervising a request whose terminal event the gateway has seen."""
-        self._watched.pop(request_id, None)
+        self._unwatch(request_id)
+
+    def _unwatch(self, request_id: str) -> None:
+        if self._watched.pop(request_id, None) is not None:
+            self.live.release(request_id)
         self.requeue.forget(request_id)
 
     def is_watching(self, request_id: str) -> bool:
@@ -245,13 +255,14 @@ class Supervisor:
                   "request was cancelled")
         await self._cancel(entry, reason, now)
 
-    async def _cancel(self, entry: Supervised, reason: str, now: float) -> None:
+    async def _cancel(self, entry: Supervised, reason: str, now: float,
+                      code: ErrorCode = ErrorCode.CANCELLED) -> None:
         """Write `cancel.<id>` (every stage stops work); end a request no decode replica took yet right here."""
         entry.cancelled = True
-        await cancel_request(self._kv, CancelRecord(request_id=entry.request.id, reason=reason, at=now))
-        log.info("cancelled: %s", reason)
+        await cancel_request(self._kv, CancelRecord(request_id=entry.request.id, code=code, reason=reason, at=now))
+        log.info("cancelled (%s): %s", code.value, reason)
         if not entry.started and await read_owner(self._kv, entry.request.id) is None:
-            await self.fail(entry, ErrorCode.CANCELLED, Stage.GATEWAY, reason)
+            await self.fail(entry, code, Stage.GATEWAY, reason)
         else:
             entry.started = True  # decode stops on the cancel record and ends the request in-band
 
@@ -268,7 +279,7 @@ class Supervisor:
         event = Failed(request_id=request.id, at=time.time(), stage=stage, code=code, reason=reason, frames=frames,
                        chunk_count=chunk_count)
         won = await publish_terminal(self._js, request.id, event)
-        self.forget(request.id)
+        self._unwatch(request.id)
         if won:
             log.warning("failed %s/%s: %s", stage.value, code.value, reason)
         return won
@@ -285,7 +296,7 @@ class Supervisor:
             # Already taken (acked) or removed, said as a server or request error: it must not abort the pass.
 
     def _on_terminal(self, event: TerminalEvent) -> None:
-        self.forget(event.request_id)
+        self._unwatch(event.request_id)
 
     async def _on_poison(self, advisory: MaxDeliveriesAdvisory) -> None:
         entry = next((e for e in self._watched.values() if e.queue_seq == advisory.stream_seq), None)

@@ -1,14 +1,16 @@
 """The gateway's side of one request's flow, shared by the HTTP and WebSocket endpoints.
 
-Admit the body, subscribe to the request's audio and terminal event FIRST, then put the request on REQUESTS (a full
-queue is a 429) and announce it (`accepted`), hand the stream to the caller, and when the caller leaves before the
-request ended, tell the supervisor the client is gone.
+Admit the body (a 429 when this gateway already has its limit of live requests), subscribe to the request's audio
+and terminal event FIRST, then put the request on REQUESTS (a full queue is a 429) and announce it (`accepted`), hand
+the stream to the caller, and when the caller leaves before the request ended, tell the supervisor the client is
+gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -28,7 +30,7 @@ from services.bus.errors import NotProvisioned, QueueFull
 from services.bus.logs import request_context
 from services.bus.submit import submit_request
 from services.gateway.errors import GatewayError, Overloaded
-from services.gateway.requests.audio_stream import AudioStream
+from services.gateway.requests.audio_stream import AudioStream, ClientBuffer
 from services.gateway.requests.body import SynthesisFields
 from services.gateway.requests.outcome_metrics import GatewayMetrics
 from services.gateway.requests.repair import RepairPolicy
@@ -39,6 +41,13 @@ log = logging.getLogger(__name__)
 
 # ~100 text tokens and, under the runaway guard, ~1,700 frames: far inside decode's default max_model_len (4096).
 DEFAULT_SEGMENT_CHARS = 400
+# The longest request decode's default --max-new-frames allows (2048 frames, 164 s), so a client that plays its
+# audio in real time as it arrives is never cut; 8.6 MB of PCM at most per request.
+DEFAULT_CLIENT_BUFFER_S = 180.0
+# The bound of the REQUESTS queue by default (BusConfig.max_queued_requests): one gateway alone can fill the queue,
+# but not hold more requests than the mesh would keep.
+DEFAULT_MAX_LIVE_REQUESTS = 256
+SLOW_CLIENT_REASON = "the client read its audio too slowly (the gateway's buffer for it overflowed)"
 
 
 @dataclass(slots=True)
@@ -55,6 +64,10 @@ class Synthesizer:
         metrics: outcomes, first packet, RTF and active streams of the requests started here.
         segment_chars: the longest text one request of an HTTP input carries; a longer input is split at sentence
             ends into ordered requests (http/segmented_speech.py), so none outgrows decode's max_model_len.
+        max_live_requests: requests this gateway holds at once (queued, generating, streaming, parked); one more
+            is refused with 429 `too_many_requests`.
+        client_buffer_s: seconds of a request's audio held for a client that reads slower than the mesh makes it;
+            past them the request is cancelled in every stage and ends with `slow_client`.
     """
 
     nc: Client
@@ -67,6 +80,15 @@ class Synthesizer:
     retry_after_s: int = 1
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     segment_chars: int = DEFAULT_SEGMENT_CHARS
+    max_live_requests: int = DEFAULT_MAX_LIVE_REQUESTS
+    client_buffer_s: float = DEFAULT_CLIENT_BUFFER_S
+
+    def audio_stream(self, request_id: str, partition: int) -> AudioStream:
+        """A stream of one request's audio, holding at most `client_buffer_s` of it for its client."""
+        on_overflow = functools.partial(self.supervisor.cancel, request_id, SLOW_CLIENT_REASON,
+                                        ErrorCode.SLOW_CLIENT)
+        return AudioStream(self.nc, self.supervisor.terminals, request_id, partition, self.repair,
+                           ClientBuffer(self.client_buffer_s, on_overflow))
 
     @contextlib.asynccontextmanager
     async def synthesize(self, fields: SynthesisFields, *,
@@ -78,12 +100,28 @@ class Synthesizer:
         inside carries the request id."""
         try:
             request = self.admission.admit(fields, request_id=request_id)
+            self._check_room()
         except GatewayError as error:
             self.metrics.refused(error)
             raise
+        live = self.supervisor.live
+        live.hold(request.id)  # in the same step as the check: concurrent admissions cannot overshoot the limit
+        try:
+            async with self._started(request) as stream:
+                yield stream
+        finally:
+            live.release(request.id)
+
+    def _check_room(self) -> None:
+        if len(self.supervisor.live) >= self.max_live_requests:
+            raise Overloaded(f"this gateway has {self.max_live_requests} requests in flight (--max-live-requests); "
+                             f"retry in {self.retry_after_s}s", self.retry_after_s, ErrorCode.TOO_MANY_REQUESTS)
+
+    @contextlib.asynccontextmanager
+    async def _started(self, request: SynthesisRequest) -> AsyncIterator[AudioStream]:
+        """`synthesize` once admitted: listen, submit, announce, stream."""
         with request_context(request.id):
-            stream = AudioStream(self.nc, self.supervisor.terminals, request.id, subjects.partition_for(request.id, self.num_partitions),
-                                 self.repair)
+            stream = self.audio_stream(request.id, subjects.partition_for(request.id, self.num_partitions))
             try:
                 async with stream:  # subscribed before the request exists anywhere, so nothing is missed
                     # Watched before it is published: a client that leaves during the publish is still noticed.

@@ -25,7 +25,7 @@ from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode, Stage
 from messages.requests import MAX_TEXT_CHARS
 from services.gateway.errors import AdmissionError
-from services.gateway.requests.body import SynthesisFields, parse_body, validation_error
+from services.gateway.requests.body import SynthesisFields, parse_body, too_deep, validation_error
 
 BINARY_FORMAT = "pcm_s16le"
 BASE64_FORMAT = "pcm_s16le_base64"
@@ -188,6 +188,8 @@ def parse_client_message(raw: str) -> Any:
         raise error from exc
     except msgspec.DecodeError as exc:
         raise AdmissionError(ErrorCode.INVALID_JSON, f"the message is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # msgspec's own depth guard, met while it skips a field the envelope ignores
+        raise too_deep("message") from exc
     if envelope.type is None:
         return parse_body(raw, SynthesisFields)
     if envelope.type not in MESSAGE_TYPES:
@@ -199,6 +201,8 @@ def parse_client_message(raw: str) -> Any:
         error = validation_error(exc, f"{envelope.type} message")
         if choices := _choices(MESSAGE_KINDS[envelope.type], error.param):
             error.message += f"; use one of {', '.join(choices)}"
+        if error.param == "format" and error.code is ErrorCode.INVALID_VALUE:
+            error.code = ErrorCode.UNSUPPORTED_FORMAT  # the code HTTP's response_format answers with
         raise error from exc
 
 

@@ -115,7 +115,7 @@ class ResumeRegistry:
         if parked is None:
             raise self._refusal(request_id, now)
         if last_seq is not None and last_seq >= parked.sent:
-            raise ResumeRefused(ErrorCode.INVALID_REQUEST, f"last_seq {last_seq} was never sent: request "
+            raise ResumeRefused(ErrorCode.OUT_OF_RANGE, f"last_seq {last_seq} was never sent: request "
                                 f"{request_id} had sent chunks 0..{parked.sent - 1}", param="last_seq")
         del self._parked[request_id]
         self.attach(request_id)
@@ -133,9 +133,9 @@ class ResumeRegistry:
                                  "and its undelivered audio dropped; send the text again as a new request",
                                  param="request_id")
         if request_id in self._attached:
-            return ResumeRefused(ErrorCode.INVALID_REQUEST, f"request {request_id} is still streaming on another "
+            return ResumeRefused(ErrorCode.NOT_RESUMABLE, f"request {request_id} is still streaming on another "
                                  "connection; close that one, then resume", param="request_id")
-        return ResumeRefused(ErrorCode.INVALID_REQUEST, f"request {request_id} is not resumable on this gateway: "
+        return ResumeRefused(ErrorCode.NOT_RESUMABLE, f"request {request_id} is not resumable on this gateway: "
                              "it is unknown here, or its audio was already delivered in full (resume goes to the "
                              "gateway that streamed the request)", param="request_id")
 
@@ -147,9 +147,12 @@ async def resumed_stream(synthesizer: Synthesizer, registry: ResumeRegistry, par
     it ended meanwhile, and a re-decode asked at once for the chunks the gateway had received before. Raises
     ResumeRefused when the supervisor already cancelled the request."""
     request_id = parked.request_id
-    stream = AudioStream(synthesizer.nc, synthesizer.supervisor.terminals, request_id, parked.partition, synthesizer.repair)
+    stream = synthesizer.audio_stream(request_id, parked.partition)
     stream.next_seq = from_seq
-    with request_context(request_id):
+    live = synthesizer.supervisor.live
+    live.hold(request_id)
+    with request_context(request_id), contextlib.ExitStack() as release:
+        release.callback(live.release, request_id)
         async with stream:  # listening before the terminal is read back, so it cannot slip between the two
             if not synthesizer.supervisor.client_back(request_id, stream):
                 registry.expire(request_id, parked.left_at)

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 MESSAGE_TOO_BIG = 1009
 CLIENT_CANCEL_REASON = "cancelled by the client"
 _INVALID = ErrorCode.INVALID_REQUEST
+_INPUT_CLOSED = ErrorCode.INPUT_CLOSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +113,8 @@ class SpeechSession:
             if size > self._limits.max_message_bytes:
                 await self._close_oversized(size)
             if text is None:
-                await self._channel.error(GatewayError(_INVALID, "send JSON text messages, not binary"))
+                await self._channel.error(GatewayError(ErrorCode.BINARY_FRAME, "a binary frame: this protocol "
+                                                       "takes JSON text messages; send the message as text"))
                 continue
             try:
                 await self._handle(parse_client_message(text))
@@ -120,9 +122,13 @@ class SpeechSession:
                 await self._channel.error(error)
 
     async def _close_oversized(self, size: int) -> None:
+        """An `error` event names the limit (a close reason is cut at 123 bytes), then close 1009."""
         self._left_at = time.time()
-        await self._channel.close(MESSAGE_TOO_BIG, f"message of {size} bytes is over the "
-                                                   f"{self._limits.max_message_bytes}-byte limit")
+        limit = self._limits.max_message_bytes
+        await self._channel.error(GatewayError(ErrorCode.MESSAGE_TOO_BIG, f"a message of {size} bytes is over the "
+                                               f"{limit}-byte limit; the socket closes (1009): send text in "
+                                               "several input.text messages"))
+        await self._channel.close(MESSAGE_TOO_BIG, f"message of {size} bytes is over the {limit}-byte limit")
         raise ClientGone()
 
     async def _handle(self, message: Any) -> None:
@@ -143,7 +149,8 @@ class SpeechSession:
 
     def _take_text(self, message: InputText | InputFlush | InputDone) -> None:
         if self._is_input_done:
-            raise GatewayError(_INVALID, "input.done was sent: this session takes no more text; open a new socket")
+            raise GatewayError(_INPUT_CLOSED, "input.done was sent: this session takes no more text; open a new "
+                                              "socket")
         if isinstance(message, InputText):
             segments = self._segmenter.append(message.text)
         else:
@@ -191,8 +198,8 @@ class SpeechSession:
 
     def _add(self, job: Job) -> None:
         if self._is_input_done:
-            raise GatewayError(_INVALID, "input.done was sent: this session takes no more requests; open a new "
-                                         "socket")
+            raise GatewayError(_INPUT_CLOSED, "input.done was sent: this session takes no more requests; open a "
+                                              "new socket")
         self._jobs().add(job)
 
     async def _cancel(self, request_id: str | None) -> None:

@@ -1,5 +1,5 @@
 """`GET /metrics`: the gateway's Prometheus metrics (request outcomes by code, first-packet latency and RTF
-histograms, REQUESTS queue depth, active streams). Open like /health: bind the gateway to loopback or put a proxy in
+histograms, REQUESTS queue depth, active streams, live requests). Open like /health: bind the gateway to loopback or put a proxy in
 front, as for the rest of the API."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ router = APIRouter()
 async def metrics(gateway: GatewayDep) -> Response:
     """Prometheus text format; the queue depth is read from the REQUESTS stream at scrape time."""
     synthesizer = gateway.synthesizer
+    synthesizer.metrics.live_requests(len(synthesizer.supervisor.live))
     try:
         info = await synthesizer.js.stream_info(REQUESTS_STREAM)
         synthesizer.metrics.queue_depth(info.state.messages)
