@@ -68,6 +68,9 @@ class ResumeRegistry:
         self._attached: dict[str, asyncio.Event] = {}  # set when the socket lets the request go
         self._parked: dict[str, ParkedRequest] = {}
         self._expired: OrderedDict[str, float] = OrderedDict()  # request id -> when its client left
+        self._ended: OrderedDict[str, None] = OrderedDict()
+        """Requests whose audio this gateway delivered in full (or that failed to their client): a resume of one is
+        refused, never adopted from the bus as an orphan's would be."""
 
     def attach(self, request_id: str) -> None:
         """A socket streams this request now."""
@@ -75,6 +78,14 @@ class ResumeRegistry:
 
     def detach(self, request_id: str) -> None:
         """The request's audio was delivered in full (or it failed): nothing to resume."""
+        self._release(request_id)
+        self._ended[request_id] = None
+        self._ended.move_to_end(request_id)
+        while len(self._ended) > MAX_REMEMBERED_EXPIRED:
+            self._ended.popitem(last=False)
+
+    def _release(self, request_id: str) -> None:
+        """No socket streams the request any more."""
         released = self._attached.pop(request_id, None)
         if released is not None:
             released.set()
@@ -83,7 +94,7 @@ class ResumeRegistry:
         """The socket streaming the request is gone; a resume may take it until the window ends."""
         self._expire_old(parked.left_at)  # nothing else prunes requests nobody came back for
         self._parked[parked.request_id] = parked
-        self.detach(parked.request_id)
+        self._release(parked.request_id)
 
     def expire(self, request_id: str, left_at: float) -> None:
         """The request can no longer be resumed (its window ended, or the mesh cancelled it)."""
@@ -106,7 +117,7 @@ class ResumeRegistry:
     def is_unknown(self, request_id: str) -> bool:
         """Whether this gateway never streamed the request (or forgot it long ago): a resume may adopt it from the
         bus (orphan_resume.py)."""
-        return request_id not in self._parked and request_id not in self._attached and request_id not in self._expired
+        return not any(request_id in known for known in (self._parked, self._attached, self._expired, self._ended))
 
     def take(self, request_id: str, last_seq: int | None, now: float) -> ParkedRequest:
         """`claim` without waiting for a socket to let the request go."""
@@ -135,6 +146,9 @@ class ResumeRegistry:
         if request_id in self._attached:
             return ResumeRefused(ErrorCode.NOT_RESUMABLE, f"request {request_id} is still streaming on another "
                                  "connection; close that one, then resume", param="request_id")
+        if request_id in self._ended:
+            return ResumeRefused(ErrorCode.NOT_RESUMABLE, f"request {request_id} is not resumable: its audio was "
+                                 "already delivered in full (or it failed) on this gateway", param="request_id")
         return ResumeRefused(ErrorCode.NOT_RESUMABLE, f"request {request_id} is not resumable on this gateway: "
                              "it is unknown here, or its audio was already delivered in full (resume goes to the "
                              "gateway that streamed the request)", param="request_id")
