@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from opentelemetry.trace import Span, SpanKind
+
 from messages import DecodeError, subjects
 from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
@@ -27,6 +29,7 @@ from services.bus.fencing import last_subject_sequence
 from services.bus.kvstore import read_cancel
 from services.bus.pull_consumer import Delivery, PullConsumer
 from services.bus.terminal_guard import publish_terminal
+from services.bus.trace_context import REQUEST_ID, extract, inject, span_context, tracer
 from services.decode.active import ActiveRequest
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.core import DecodeCore, Ending
@@ -71,6 +74,32 @@ class Intake:
         """One delivered request (this call holds one capacity slot; it is released when the request ends)."""
         core = self.core
         await self._while_paused(delivery)
+        # The request's span continues the gateway's (its context came in the message's headers); it lives until
+        # the request leaves this replica (DecodeCore._release), and every codes message of the request carries it.
+        span = tracer().start_span("decode.request", context=extract(delivery.headers), kind=SpanKind.CONSUMER,
+                                   attributes={REQUEST_ID: request.id, "voxmesh.replica": core.replica})
+        try:
+            owned = await self._own(request, delivery, span)
+        except BaseException:
+            span.end()
+            raise
+        if owned is None:
+            span.end()
+            return
+        active, admission = owned
+        if isinstance(admission, AdmissionError):
+            log.warning("request %s refused: %s", request.id, admission.message)
+            error = ErrorInfo(code=admission.code, stage=Stage.DECODE, message=admission.message)
+            await core.end(active, Ending(error=error))
+            return
+        await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=active.stream.epoch,
+                                queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
+        await self._start(active, admission)
+
+    async def _own(self, request: SynthesisRequest, delivery: Delivery, span: Span
+                   ) -> tuple[ActiveRequest, Admission | AdmissionError] | None:
+        """Check, claim, ack and take the request over; None when it is not this replica's to serve."""
+        core = self.core
         try:
             admission: Admission | AdmissionError = admit(request, core.served, core.settings)
         except AdmissionError as exc:
@@ -79,20 +108,11 @@ class Intake:
         if claim is None:  # not ours to serve: this delivery is done with
             await delivery.ack()
             core.capacity.release()
-            return
+            return None
         epoch = claim.record.epoch
         await delivery.ack()
-        active = await self._take_over(request, admission, epoch)
-        if active is None:
-            return
-        if isinstance(admission, AdmissionError):
-            log.warning("request %s refused: %s", request.id, admission.message)
-            error = ErrorInfo(code=admission.code, stage=Stage.DECODE, message=admission.message)
-            await core.end(active, Ending(error=error))
-            return
-        await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
-                                queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
-        await self._start(active, admission)
+        active = await self._take_over(request, admission, epoch, span)
+        return None if active is None else (active, admission)
 
     async def _refused(self, error: DecodeError) -> None:
         """A request whose message could not be decoded (a bad body, another schema version) but whose id could: it
@@ -142,15 +162,15 @@ class Intake:
                         resolved.previous.record.replica)
         return resolved.claim
 
-    async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError, epoch: int
-                         ) -> ActiveRequest | None:
-        """Publish the TakeoverMarker and register the request as owned here."""
+    async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError, epoch: int,
+                         span: Span) -> ActiveRequest | None:
+        """Publish the TakeoverMarker and register the request as owned here (`span` is its trace context)."""
         core = self.core
         partition = subjects.partition_for(request.id, core.settings.num_partitions)
         try:
             publisher = await CodesPublisher.take_over(
                 core.js, partition=partition, request_id=request.id, epoch=epoch, replica=core.replica,
-                last_sequence=0, resume_frame=0, next_seq=0)
+                last_sequence=0, resume_frame=0, next_seq=0, headers=inject(context=span_context(span)))
         except OwnershipConflict as exc:
             log.warning("request %s: %s; standing down", request.id, exc)
             core.capacity.release()
@@ -158,7 +178,7 @@ class Intake:
         initial = request.initial_chunk_frames or core.settings.initial_chunk_frames
         stream = CodesStream(request.id, epoch, publisher, ChunkRule(initial, core.settings.chunk_frames))
         input_tokens = admission.input_tokens if isinstance(admission, Admission) else 0
-        active = ActiveRequest(request, stream, input_tokens=input_tokens)
+        active = ActiveRequest(request, stream, input_tokens=input_tokens, span=span)
         core.active.add(active)
         core.stats.requests_started += 1
         return active
