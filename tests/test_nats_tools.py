@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
 from fnmatch import fnmatchcase
+from pathlib import Path
 
 import httpx
 import nats
@@ -23,9 +27,23 @@ from nats.aio.client import Client
 from messages import LifecycleEvent, decode, subjects
 from messages.streams import BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM
 from services.runtime.lifecycle import micro_name
+from tests.fixtures.mesh import Mesh, run_mesh
 
 SERVICES = tuple(micro_name(service) for service in ("gateway", "decode", "vocoder"))
 WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def health_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("health")
+
+
+@pytest.fixture(scope="module")
+def mesh(tiny_checkpoint, tmp_path_factory, health_dir) -> Iterator[Mesh]:
+    """`voxmesh up` whose services record their micro service ids for `voxmesh health` (as the image does)."""
+    with run_mesh(tiny_checkpoint, tmp_path_factory.mktemp("mesh-state"),
+                  env={"VOXMESH_HEALTH_DIR": str(health_dir)}) as running:
+        yield running
 
 
 @pytest.fixture
@@ -115,3 +133,23 @@ async def test_http_monitoring_is_on_loopback(mesh):
         jsz = (await client.get(f"{mesh.monitor_url}/jsz")).json()
     assert varz["host"] == "127.0.0.1" and varz["jetstream"]["config"]["store_dir"], varz
     assert jsz["streams"] >= 4, jsz  # REQUESTS, EVENTS, CODES and the bucket's stream
+
+
+def voxmesh_health(mesh: Mesh, health_dir: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "VOXMESH_NATS_URL": mesh.nats_url, "VOXMESH_HEALTH_DIR": str(health_dir)}
+    return subprocess.run([sys.executable, "-m", "services.cli", "health"], env=env, capture_output=True, text=True,
+                          timeout=WAIT_S, check=False)
+
+
+def test_voxmesh_health_asks_each_recorded_service_its_own_ping(mesh, health_dir):
+    """The container healthcheck: every service of the process answers `$SRV.PING.<name>.<its id>`."""
+    done = voxmesh_health(mesh, health_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(line.split()[0] for line in done.stdout.splitlines()) == sorted(SERVICES), done.stdout
+    stale = health_dir / "voxmesh-ghost.json"  # an instance that is gone: no one answers for it
+    stale.write_text(json.dumps({"name": "voxmesh-ghost", "id": "GONE", "replica": "ghost-1"}))
+    try:
+        done = voxmesh_health(mesh, health_dir)
+    finally:
+        stale.unlink()
+    assert done.returncode == 1 and "voxmesh-ghost GONE (ghost-1): no answer" in done.stdout, done.stdout
