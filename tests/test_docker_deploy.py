@@ -70,8 +70,12 @@ def deployment() -> Iterator[Deployment]:
             deployed.image_bytes = int(deployed.engine.run("image", "inspect", "--format", "{{.Size}}", IMAGE,
                                                            timeout_s=60).stdout)
             with _timed(deployed, "compose up until healthy"):
-                deployed.compose("up", "--detach", "--no-build", "--wait", "--wait-timeout", str(UP_TIMEOUT_S),
-                                 timeout_s=UP_TIMEOUT_S + 60)
+                try:
+                    deployed.compose("up", "--detach", "--no-build", "--wait", "--wait-timeout", str(UP_TIMEOUT_S),
+                                     timeout_s=UP_TIMEOUT_S + 60)
+                except RuntimeError as error:  # say why: the services' own last words
+                    logs = deployed.compose("logs", "--no-color", "--tail", "40", timeout_s=120).stdout
+                    raise RuntimeError(f"{error}\n{logs.decode(errors='replace')[-6000:]}") from None
             yield deployed
         finally:
             try:
