@@ -202,6 +202,17 @@ def micro_ping(service: str | None = None) -> str:
     return "$SRV.PING" if service is None else f"$SRV.PING.{token(service)}"
 
 
-def micro_stats(service: str) -> str:
-    """`$SRV.STATS.<service>`: each replica of `service` answers with its endpoints' counters and data."""
-    return f"$SRV.STATS.{token(service)}"
+def micro_ping_instance(service: str, instance_id: str) -> str:
+    """`$SRV.PING.<service>.<id>`: only that one instance answers (a container's healthcheck asks its own)."""
+    return f"$SRV.PING.{token(service)}.{token(instance_id)}"
+
+
+def micro_info(service: str | None = None) -> str:
+    """`$SRV.INFO` (every service answers: `nats micro ls`) or `$SRV.INFO.<service>` (its replicas answer)."""
+    return "$SRV.INFO" if service is None else f"$SRV.INFO.{token(service)}"
+
+
+def micro_stats(service: str | None = None) -> str:
+    """`$SRV.STATS` (every service answers) or `$SRV.STATS.<service>`: each replica of `service` answers with its
+    endpoints' counters and data (`nats micro stats <service>`)."""
+    return "$SRV.STATS" if service is None else f"$SRV.STATS.{token(service)}"

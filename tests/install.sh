@@ -4,13 +4,19 @@
 # they pull gradio and a CUDA torchaudio, which the 12 Hz path never touches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The web page's browser test (tests/test_web_page.py) drives Debian's chromium through Playwright, which is told
-# never to download a browser of its own.
-if ! command -v chromium >/dev/null 2>&1; then
+# Debian's packages the tests drive: chromium for the web page's browser test (tests/test_web_page.py, through
+# Playwright, which is told never to download a browser of its own); docker.io and debootstrap for the deployment
+# test (tests/test_docker_deploy.py starts a private engine and debootstraps its base image: no image registry).
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
   else
-    echo "tests/install.sh: chromium is missing; tests/test_web_page.py needs it: apt-get install chromium" >&2
+    echo "tests/install.sh: ${missing[*]} missing (the browser and deployment tests need them): apt-get install" \
+         "${missing[*]}" >&2
   fi
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv

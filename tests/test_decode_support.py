@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,16 @@ class DecodeUnderTest:
     async def stats(self) -> dict[str, Any]:
         reply = await self.nc.request(control_subject(ServiceVerb.STATS, SERVICE_NAME), b"", timeout=10.0)
         return json.loads(reply.data)["endpoints"][0]["data"]
+
+    async def settled_stats(self, settled: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The stats once `settled(stats)` holds (bounded by WAIT_S). A CodesEnd or terminal is stored before the
+        replica counts it (the counters run once the publish is acknowledged), so a read right after it can be one
+        step old."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            stats = await self.stats()
+            if settled(stats) or time.monotonic() > deadline:
+                return stats
 
     def check_running(self) -> None:
         if self.task.done():

@@ -26,6 +26,12 @@ def test_subject_builders() -> None:
     assert subjects.cancel_key("abc") == "cancel.abc"
     assert subjects.lease_key("decode-a") == "lease.decode-a"
     assert subjects.partition_key(2) == "part.2"
+    assert subjects.micro_ping() == "$SRV.PING"
+    assert subjects.micro_ping_instance("voxmesh-decode", "ABC123") == "$SRV.PING.voxmesh-decode.ABC123"
+    assert subjects.micro_info() == "$SRV.INFO"
+    assert subjects.micro_info("voxmesh-vocoder") == "$SRV.INFO.voxmesh-vocoder"
+    assert subjects.micro_stats() == "$SRV.STATS"
+    assert subjects.micro_stats("voxmesh-decode") == "$SRV.STATS.voxmesh-decode"
 
 
 @pytest.mark.parametrize("bad", ["", "a.b", "a*", "a>", "a b", "x" * 129])

@@ -30,12 +30,14 @@ class CodesPublisher:
 
     @classmethod
     async def take_over(cls, js: JetStreamContext, *, partition: int, request_id: str, epoch: int, replica: str,
-                        last_sequence: int, resume_frame: int, next_seq: int) -> CodesPublisher:
+                        last_sequence: int, resume_frame: int, next_seq: int,
+                        headers: dict[str, str] | None = None) -> CodesPublisher:
         """Become the writer: publish a TakeoverMarker expecting `last_sequence` (the last one the caller read).
 
         Raises OwnershipConflict if the subject moved past `last_sequence` meanwhile (re-read CODES and retry).
         """
-        publisher = cls(js, partition=partition, request_id=request_id, epoch=epoch, last_sequence=last_sequence)
+        publisher = cls(js, partition=partition, request_id=request_id, epoch=epoch, last_sequence=last_sequence,
+                        headers=headers)
         marker = TakeoverMarker(request_id=request_id, epoch=epoch, replica=replica, resume_frame=resume_frame,
                                 next_seq=next_seq)
         try:

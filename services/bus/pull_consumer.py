@@ -40,6 +40,11 @@ class Delivery:
         return self.msg.data
 
     @property
+    def headers(self) -> dict[str, str]:
+        """The message's headers (the trace context among them); empty when it has none."""
+        return dict(self.msg.headers or {})
+
+    @property
     def num_delivered(self) -> int:
         """1 on first delivery, 2 on the first redelivery..."""
         return self.msg.metadata.num_delivered

@@ -1,7 +1,7 @@
 """`voxmesh up`: the whole mesh on this machine, from a topology's compose file.
 
-Starts an embedded nats-server (JetStream, loopback, store under the state dir) unless
---nats-url is given, writes the tiny checkpoint on first run if no --model is given, runs
+Starts an embedded nats-server (JetStream, loopback, store under the state dir, HTTP
+monitoring on a free loopback port) unless --nats-url is given, writes the tiny checkpoint on first run if no --model is given, runs
 the compose file's one-shot steps (provisioning), starts its services as local processes,
 waits until the gateway is ready, prints the URLs, and on Ctrl-C or SIGTERM drains and
 stops everything.
@@ -129,11 +129,13 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> 
 
         nats = EmbeddedNats(state_dir / "nats")
         nats_url = nats.start()
+        bus = f"NATS {nats_url}, monitoring {nats.monitor_url}"
     else:
         nats_url = args.nats_url
+        bus = f"NATS {nats_url}"
     group = ProcessGroup(stop)
     try:
-        return _serve(args, plan, state_dir, nats_url, group, stop)
+        return _serve(args, plan, state_dir, nats_url, bus, group, stop)
     finally:
         group.stop()
         if nats is not None:
@@ -141,7 +143,7 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> 
         print("voxmesh stopped", file=sys.stderr)
 
 
-def _serve(args, plan, state_dir: Path, nats_url: str, group: ProcessGroup, stop: threading.Event) -> int:
+def _serve(args, plan, state_dir: Path, nats_url: str, bus: str, group: ProcessGroup, stop: threading.Event) -> int:
     model_dir = _ensure_model(args, state_dir)
     overrides = _overrides(args, nats_url, model_dir)
     for step in plan.one_shot:
@@ -155,7 +157,7 @@ def _serve(args, plan, state_dir: Path, nats_url: str, group: ProcessGroup, stop
         elif not stop.is_set():
             print(f"voxmesh up: the gateway was not ready within {READY_TIMEOUT_S:.0f}s", file=sys.stderr)
         return 1 if not stop.is_set() else 0
-    print(f"voxmesh is serving: {gateway}  (NATS {nats_url}, topology {plan.topology}, model {model_dir})", flush=True)
+    print(f"voxmesh is serving: {gateway}  ({bus}, topology {plan.topology}, model {model_dir})", flush=True)
     stop.wait()
     if group.exited_child is not None:
         print(f"voxmesh up: {group.exited_child.name} exited; stopping the mesh", file=sys.stderr)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from opentelemetry.trace import Span
+
 from messages.base import Usage
 from messages.requests import SynthesisRequest
 from services.decode.codes_stream import CodesStream
@@ -24,6 +26,8 @@ class ActiveRequest:
     """Preempted and not yet resumed: its next frame publishes a Resumed event."""
     is_closed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    span: Span | None = None
+    """The request's `decode.request` span (W3C trace context from the gateway); ended when the request leaves."""
 
     @property
     def request_id(self) -> str:

@@ -184,3 +184,5 @@ class DecodeCore:
         """Forget the request and give its intake slot back (once)."""
         if self.active.remove(active.request_id) is not None:
             self.capacity.release()
+            if active.span is not None:
+                active.span.end()

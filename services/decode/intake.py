@@ -18,6 +18,7 @@ import logging
 import msgspec
 import numpy as np
 import torch
+from opentelemetry.trace import Span, SpanKind
 
 from messages import DecodeError, subjects
 from messages.base import ErrorInfo
@@ -31,6 +32,7 @@ from services.bus.errors import OwnershipConflict
 from services.bus.kvstore import read_cancel
 from services.bus.pull_consumer import Delivery, PullConsumer
 from services.bus.terminal_guard import publish_terminal
+from services.bus.trace_context import REQUEST_ID, extract, inject, span_context, tracer
 from services.decode.active import ActiveRequest
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.core import DecodeCore, Ending
@@ -78,21 +80,20 @@ class Intake:
         """One delivered request (this call holds one capacity slot; it is released when the request ends)."""
         core = self.core
         await self._while_paused(delivery)
-        resolved = await self._claim(request)
-        if resolved is None:  # not ours to serve: this delivery is done with
-            await delivery.ack()
-            core.capacity.release()
+        # The request's span continues the gateway's (its context came in the message's headers); it lives until
+        # the request leaves this replica (DecodeCore._release), and every codes message of the request carries it.
+        span = tracer().start_span("decode.request", context=extract(delivery.headers), kind=SpanKind.CONSUMER,
+                                   attributes={REQUEST_ID: request.id, "voxmesh.replica": core.replica})
+        try:
+            owned = await self._own(request, delivery, span)
+        except BaseException:
+            span.end()
+            raise
+        if owned is None:
+            span.end()
             return
+        active, admission, resume, resolved = owned
         epoch = resolved.claim.record.epoch
-        admission = self._admit(request, is_takeover=epoch > 1)
-        # Acked once the marker is out: a bus error before that naks the message, and its redelivery resumes the
-        # request from this replica's own claim.
-        taken = await self._take_over(request, admission, epoch)
-        if taken is None:  # its codes kept moving: try again on a redelivery, from this replica's own claim
-            await delivery.nak(TAKEOVER_RETRY_S)
-            return
-        await delivery.ack()
-        active, resume = taken
         lost = past_limit_error(epoch, core.settings.max_migrations, resume)
         if lost is not None:
             log.warning("request %s: %s", request.id, lost.message)
@@ -111,6 +112,28 @@ class Intake:
         await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
                                 queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
         await self._start(active, admission, resume.frames)
+
+    async def _own(self, request: SynthesisRequest, delivery: Delivery, span: Span
+                   ) -> tuple[ActiveRequest, Admission | AdmissionError, Resume, RequestClaim] | None:
+        """Claim, check and take the request over; None when it is not this replica's to serve now (the delivery
+        acked, or nakked for a redelivery)."""
+        core = self.core
+        resolved = await self._claim(request)
+        if resolved is None:  # not ours to serve: this delivery is done with
+            await delivery.ack()
+            core.capacity.release()
+            return None
+        epoch = resolved.claim.record.epoch
+        admission = self._admit(request, is_takeover=epoch > 1)
+        # Acked once the marker is out: a bus error before that naks the message, and its redelivery resumes the
+        # request from this replica's own claim.
+        taken = await self._take_over(request, admission, epoch, span)
+        if taken is None:  # its codes kept moving: try again on a redelivery, from this replica's own claim
+            await delivery.nak(TAKEOVER_RETRY_S)
+            return None
+        await delivery.ack()
+        active, resume = taken
+        return active, admission, resume, resolved
 
     def _admit(self, request: SynthesisRequest, *, is_takeover: bool) -> Admission | AdmissionError:
         """The request checked against the checkpoint, or why it cannot be served. A request taken over from a dead
@@ -168,11 +191,11 @@ class Intake:
                         resolved.previous.record.replica)
         return resolved
 
-    async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError, epoch: int
-                         ) -> tuple[ActiveRequest, Resume] | None:
+    async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError, epoch: int,
+                         span: Span) -> tuple[ActiveRequest, Resume] | None:
         """Read where the request stands in CODES, publish the TakeoverMarker fenced on it, register the request as
-        owned here. A stale owner that appended between the read and the marker makes the marker fail: read again.
-        None when this replica had to stand down (it says why)."""
+        owned here (`span` is its trace context). A stale owner that appended between the read and the marker makes
+        the marker fail: read again. None when this replica had to stand down (it says why)."""
         core = self.core
         partition = subjects.partition_for(request.id, core.settings.num_partitions)
         for attempt in range(1, TAKEOVER_ATTEMPTS + 1):
@@ -180,7 +203,8 @@ class Intake:
             try:
                 publisher = await CodesPublisher.take_over(
                     core.js, partition=partition, request_id=request.id, epoch=epoch, replica=core.replica,
-                    last_sequence=resume.last_sequence, resume_frame=resume.num_frames, next_seq=resume.next_seq)
+                    last_sequence=resume.last_sequence, resume_frame=resume.num_frames, next_seq=resume.next_seq,
+                    headers=inject(context=span_context(span)))
                 break
             except OwnershipConflict as exc:
                 log.warning("request %s: %s (attempt %d of %d)", request.id, exc, attempt, TAKEOVER_ATTEMPTS)
@@ -192,7 +216,7 @@ class Intake:
         stream = CodesStream(request.id, epoch, publisher, ChunkRule(initial, core.settings.chunk_frames),
                              next_seq=resume.next_seq, num_published_frames=resume.num_frames)
         input_tokens = admission.input_tokens if isinstance(admission, Admission) else 0
-        active = ActiveRequest(request, stream, input_tokens=input_tokens)
+        active = ActiveRequest(request, stream, input_tokens=input_tokens, span=span)
         core.active.add(active)
         core.stats.requests_started += 1
         return active, resume

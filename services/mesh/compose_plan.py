@@ -3,18 +3,29 @@
 `voxmesh up` must run exactly what users deploy, so the plan comes from the compose file
 itself: each service's `command` and `environment`, its replica count, and whether it is a
 one-shot step (`restart: "no"`, like provisioning) that must finish before the others
-start. The `nats` service is left out: locally an embedded nats-server takes its place.
+start. The file is read as `docker compose` reads it: `${VAR:-default}` interpolated from the
+environment (compose_interpolation.py), and services under a profile (the `tools` profile's
+nats-box) left out, as `docker compose up` leaves them out unless asked. The NATS service is
+left out too: locally an embedded nats-server takes its place. It is known by its label
+`io.voxmesh.role: nats`, or by an image named `nats`, so a locally built NATS image
+(`VOXMESH_NATS_IMAGE`) is still recognised.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from services.mesh.compose_interpolation import InterpolationError, interpolate
+
 COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
-NATS_IMAGE_PREFIX = "nats"
+NATS_ROLE_LABEL = "io.voxmesh.role"
+NATS_ROLE = "nats"
+NATS_REPOSITORY = "nats"  # the official image's name (`nats:2.11-alpine`, `docker.io/library/nats:2.11`)
 
 
 class ComposeError(ValueError):
@@ -51,16 +62,20 @@ def compose_path(topology: str) -> Path:
     return path
 
 
-def load_plan(topology: str) -> LaunchPlan:
+def load_plan(topology: str, env: Mapping[str, str] | None = None) -> LaunchPlan:
+    """The plan of compose/<topology>.yml, its variables taken from `env` (default: this process's environment)."""
     path = compose_path(topology)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = interpolate(yaml.safe_load(path.read_text(encoding="utf-8")), os.environ if env is None else env)
     except yaml.YAMLError as error:
         raise ComposeError(f"{path}: not valid YAML: {error}") from None
+    except InterpolationError as error:
+        raise ComposeError(f"{path}: {error}") from None
     services = (document or {}).get("services")
     if not isinstance(services, dict) or not services:
         raise ComposeError(f"{path}: has no services")
-    plans = [_service_plan(path, name, spec) for name, spec in services.items() if not _is_nats(spec)]
+    plans = [_service_plan(path, name, spec) for name, spec in services.items()
+             if not _is_nats(spec) and not spec.get("profiles")]
     return LaunchPlan(
         topology=topology,
         source=path,
@@ -70,7 +85,14 @@ def load_plan(topology: str) -> LaunchPlan:
 
 
 def _is_nats(spec: dict) -> bool:
-    return str(spec.get("image", "")).startswith(NATS_IMAGE_PREFIX + ":")
+    labels = spec.get("labels") or {}
+    if isinstance(labels, list):  # compose's list form: ["key=value", ...]
+        labels = dict(item.partition("=")[::2] for item in labels)
+    if labels.get(NATS_ROLE_LABEL) == NATS_ROLE:
+        return True
+    image = str(spec.get("image", ""))
+    repository = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+    return repository == NATS_REPOSITORY
 
 
 def _service_plan(path: Path, name: str, spec: dict) -> ServicePlan:

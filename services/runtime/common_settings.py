@@ -24,3 +24,6 @@ class CommonSettings:
     num_partitions: int = setting(4, "vocoder partitions of the CODES stream (must match provisioning)")
     torch_threads: int = setting(1, "torch intra-op threads for this process")
     log_level: str = setting("INFO", "logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    health_dir: str | None = setting(None, "directory where each service of this process records its micro service "
+                                     "id while it serves; `voxmesh health` asks exactly those (the image sets "
+                                     "/tmp/voxmesh-health)")

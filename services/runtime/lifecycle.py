@@ -39,6 +39,7 @@ from services.bus.micro import register_service
 from services.bus.provision import open_bucket
 from services.runtime.common_settings import CommonSettings
 from services.runtime.nats_connect import connect_service
+from services.runtime.health_record import health_record
 from services.runtime.replica_name import default_replica
 from services.runtime.task_watch import ServiceTask, TaskWatch, settle
 
@@ -143,6 +144,8 @@ async def run_service(settings: CommonSettings, service: str, build: ServiceBuil
         micro = await _register(context, parts)
         stack.push_async_callback(micro.stop)  # idempotent: covers a failure before the orderly stop
         await nc.flush()  # the server has every subscription (discovery included) before we report started
+        if settings.health_dir is not None:
+            stack.enter_context(health_record(settings.health_dir, name, micro.id, replica))
         lease = LeaseKeeper(context.kv, replica, service, interval_s=parts.lease_interval_s, ttl_s=parts.lease_ttl_s)
         await lease.renew()  # live before any task takes work: others judge our claims by this lease
         log.info("%s %s serving", service, replica)

@@ -4,7 +4,8 @@ Every service package `services/<name>/` exposes, in `services/<name>/service.py
   SETTINGS: its settings dataclass (extends CommonSettings)
   async def serve(settings, stop: asyncio.Event) -> None: runs until `stop` is set, then drains
     (built on `services.runtime.lifecycle.run_service`).
-SIGTERM and SIGINT set `stop`; a second signal exits at once. A service that stopped because one of its tasks died
+SIGTERM and SIGINT set `stop`; a second signal exits at once. Spans are exported only when the OTEL_* variables ask
+(services/runtime/tracing.py). A service that stopped because one of its tasks died
 exits with status 1, so `voxmesh up`'s restart policy (or the orchestrator's) takes over.
 """
 
@@ -56,10 +57,20 @@ def main(service: str, argv: list[str] | None = None) -> int:
     from services.bus.logs import configure_logging
 
     configure_logging(service, settings.log_level)
+    from services.runtime.tracing import TracingConfigError, configure_tracing
+
+    try:
+        stop_tracing = configure_tracing(service)
+    except TracingConfigError as error:
+        print(f"voxmesh {service}: {error}", file=sys.stderr)
+        return EXIT_USAGE
     import torch
 
     torch.set_num_threads(settings.torch_threads)
-    return asyncio.run(run_until_signal(module.serve, settings))
+    try:
+        return asyncio.run(run_until_signal(module.serve, settings))
+    finally:
+        stop_tracing()  # the spans still batched go out before the process ends
 
 
 async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]], settings: Any) -> int:

@@ -14,11 +14,13 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from opentelemetry.trace import SpanKind
 
 from messages import DecodeError
 from messages.frames import CodesMessage
 from messages.streams import CODES_STREAM, codes_consumer
 from services.bus.pull_consumer import Capacity, Delivery, PullConsumer
+from services.bus.trace_context import REQUEST_ID, extract, tracer
 from services.vocoder.handler import CodesHandler
 
 log = logging.getLogger(__name__)
@@ -112,8 +114,14 @@ class PartitionConsumer:
         self._lanes.submit(message.request_id, lambda: self._handle(message, delivery))
 
     async def _handle(self, message: CodesMessage, delivery: Delivery) -> None:
+        # Each codes message continues its request's trace from decode's span (the message's headers carry it).
+        span = tracer().start_as_current_span(
+            "vocoder.codes", context=extract(delivery.headers), kind=SpanKind.CONSUMER,
+            attributes={REQUEST_ID: message.request_id, "voxmesh.message": type(message).__name__,
+                        "voxmesh.partition": self.partition})
         try:
-            await self._handler.handle(self.partition, message, delivery)
+            with span:
+                await self._handler.handle(self.partition, message, delivery)
         except Exception:
             log.exception("codes message %d of %s failed; redelivering in %.1fs", delivery.stream_sequence,
                           message.request_id, self._retry_delay_s)

@@ -16,6 +16,7 @@ from messages.errors import ErrorCode, Stage
 from messages.events import Failed, Finished, TerminalEvent
 from messages.frames import CodesEnd
 from services.bus.terminal_guard import publish_terminal
+from services.bus.trace_context import inject
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ class TerminalPublisher:
 
     async def publish(self, event: TerminalEvent) -> bool:
         """Publish through the guard; True when this call ended the request, False when another stage had."""
-        won = await publish_terminal(self._js, event.request_id, event)
+        # The terminal event carries the trace context of the span that ends the request (the vocoder's codes span).
+        won = await publish_terminal(self._js, event.request_id, event, headers=inject())
         if won:
             self.num_won += 1
             key = event.code.value if isinstance(event, Failed) else "finished"

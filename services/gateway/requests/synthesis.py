@@ -13,13 +13,14 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from messages import encode, subjects
 from messages.errors import ErrorCode
@@ -29,6 +30,7 @@ from messages.streams import EVENTS_STREAM
 from services.bus.errors import NotProvisioned, QueueFull
 from services.bus.logs import request_context
 from services.bus.submit import submit_request
+from services.bus.trace_context import REQUEST_ID, inject, span_context, tracer
 from services.gateway.errors import GatewayError, Overloaded
 from services.gateway.requests.audio_stream import AudioStream, ClientBuffer
 from services.gateway.requests.body import SynthesisFields
@@ -120,14 +122,14 @@ class Synthesizer:
     @contextlib.asynccontextmanager
     async def _started(self, request: SynthesisRequest) -> AsyncIterator[AudioStream]:
         """`synthesize` once admitted: listen, submit, announce, stream."""
-        with request_context(request.id):
+        with request_context(request.id), _request_span(request) as span:
             stream = self.audio_stream(request.id, subjects.partition_for(request.id, self.num_partitions))
             try:
                 async with stream:  # subscribed before the request exists anywhere, so nothing is missed
                     # Watched before it is published: a client that leaves during the publish is still noticed.
                     self.supervisor.watch(request, stream.partition, None, stream)
                     try:
-                        self.supervisor.queued(request.id, await self._submit(request))
+                        self.supervisor.queued(request.id, await self._submit(request, span))
                     except GatewayError as error:
                         self.supervisor.forget(request.id)  # it never reached the queue
                         self.metrics.refused(error)
@@ -149,9 +151,9 @@ class Synthesizer:
                 error.request_id = request.id
                 raise
 
-    async def _submit(self, request: SynthesisRequest) -> int:
-        try:
-            return await submit_request(self.js, request)
+    async def _submit(self, request: SynthesisRequest, span: Span) -> int:
+        try:  # the request carries its span's W3C trace context: decode and the vocoder continue the trace
+            return await submit_request(self.js, request, headers=inject(context=span_context(span)))
         except QueueFull as exc:
             raise Overloaded(f"the request queue is full; retry in {self.retry_after_s}s", self.retry_after_s) \
                 from exc
@@ -168,3 +170,18 @@ class Synthesizer:
             await self.js.publish(event_subject(event), encode(event), stream=EVENTS_STREAM)
         except Exception as exc:  # the audit trail is not worth failing an admitted request for
             log.warning("could not publish the accepted event: %r", exc)
+
+
+@contextlib.contextmanager
+def _request_span(request: SynthesisRequest) -> Iterator[Span]:
+    """The request's `gateway.request` span, from admission until its response is done (not made current: the
+    response may be streamed from another task); an error that ends the request marks it."""
+    span = tracer().start_span("gateway.request", kind=SpanKind.PRODUCER,
+                               attributes={REQUEST_ID: request.id, "voxmesh.model": request.model})
+    try:
+        yield span
+    except GatewayError as error:
+        span.set_status(Status(StatusCode.ERROR, f"{error.code.value}: {error}"))
+        raise
+    finally:
+        span.end()
