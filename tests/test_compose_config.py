@@ -19,7 +19,7 @@ from tests.fixtures.docker_engine import compose_or_unavailable
 
 REPO = COMPOSE_DIR.parent
 TOPOLOGIES = sorted(path.stem for path in COMPOSE_DIR.glob("*.yml"))
-GPU_SERVICES = {"single": ("decode", "vocoder"), "colocated": ("decode-vocoder",)}
+GPU_SERVICES = {"single": ("decode", "vocoder"), "colocated": ("decode-vocoder",), "replicas": ("decode", "vocoder")}
 
 
 def compose_config(*files: Path, cwd: Path = REPO, profiles: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
@@ -45,7 +45,7 @@ def test_the_compose_cli_is_the_binary_itself():
     assert compose_or_unavailable().read_bytes()[:4] == b"\x7fELF"
 
 
-def test_the_topologies_are_single_and_colocated():
+def test_the_topologies_are_single_colocated_and_replicas():
     assert TOPOLOGIES == sorted(GPU_SERVICES)
 
 
