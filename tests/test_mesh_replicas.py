@@ -1,9 +1,10 @@
 """The `replicas` topology (compose/replicas.yml: two decode and two vocoder replicas) under `voxmesh up`, on the tiny
-CPU model: requests spread over the decode replicas; when the decode replica serving a request is killed (SIGKILL),
-or stalls (SIGSTOP) long enough to be judged dead, the other replica (or the killed one's restarted self) takes the
-request over and continues it from its frames in CODES. Each request's audio equals an undisturbed run of the same
-requests byte for byte, with one frame per chunk and one terminal event; a stalled replica that comes back is fenced
-out at its next append and stands down.
+CPU model: requests spread over the decode replicas, and the CODES partitions over the vocoder replicas. When the
+decode replica serving a request is killed (SIGKILL), or stalls (SIGSTOP) long enough to be judged dead, the other
+replica (or the killed one's restarted self) takes the request over and continues it from its frames in CODES; a
+stalled replica that comes back is fenced out at its next append and stands down. Each request's audio equals an
+undisturbed run of the same requests byte for byte, with one frame per chunk and one terminal event; both vocoders
+serve a share of the partitions.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from services.bus.claims import read_owner
 from services.bus.provision import open_bucket
 from services.runtime.lifecycle import micro_name
 from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import (FAULT_BODIES as BODIES, WAIT_S, LiveStream, assert_as_undisturbed, events_of,
-                               replica_stats, start_streams, terminal_count, undisturbed_run)
+from tests.mesh_client import (FAULT_BODIES as BODIES, NUM_PARTITIONS, WAIT_S, LiveStream, assert_as_undisturbed,
+                               events_of, replica_stats, settled_replica_stats, start_streams, terminal_count,
+                               undisturbed_run)
 
 DECODES = ("decode-0", "decode-1")
+VOCODERS = ("vocoder-0", "vocoder-1")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +43,11 @@ def undisturbed(mesh) -> list[LiveStream]:
     return undisturbed_run(mesh.gateway_url)
 
 
+def process_of(mesh, replica: str, names: tuple[str, ...]) -> str:
+    """The `voxmesh up` name (decode-0, vocoder-1...) of the process whose replica name is `replica`."""
+    return next(name for name in names if f"-{mesh.pids[name]}-" in replica)
+
+
 async def owners(mesh, lives: list[LiveStream]) -> dict[str, str]:
     """Request id -> the `voxmesh up` name (decode-0 / decode-1) of the decode process that owns it now."""
     nc = await nats.connect(mesh.nats_url)
@@ -48,7 +56,7 @@ async def owners(mesh, lives: list[LiveStream]) -> dict[str, str]:
         found = {}
         for live in lives:
             replica = (await read_owner(kv, live.request_id)).record.replica
-            found[live.request_id] = next(name for name in DECODES if f"-{mesh.pids[name]}-" in replica)
+            found[live.request_id] = process_of(mesh, replica, DECODES)
         return found
     finally:
         await nc.close()
@@ -62,6 +70,17 @@ async def migrated(mesh, request_ids: list[str]):
 
 async def test_the_plan_runs_two_decode_and_two_vocoder_replicas(mesh):
     assert {"decode-0", "decode-1", "vocoder-0", "vocoder-1"} <= set(mesh.pids)
+
+
+async def test_both_vocoder_replicas_serve_a_share_of_the_partitions(mesh):
+    def served(stats: dict[str, dict]) -> list[int]:
+        return sorted(partition for data in stats.values() for partition in data["partitions"])
+
+    def both_serve(stats: dict[str, dict]) -> bool:  # and no partition mid-hand-off
+        return all(data["partitions"] for data in stats.values()) and served(stats) == list(range(NUM_PARTITIONS))
+
+    stats = await settled_replica_stats(mesh.nats_url, micro_name("vocoder"), len(VOCODERS), both_serve)
+    assert len(stats) == len(VOCODERS) and both_serve(stats), stats
 
 
 async def test_killed_decode_replica_s_requests_are_taken_over(mesh, undisturbed):
