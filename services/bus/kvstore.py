@@ -37,12 +37,16 @@ async def read_record(kv: KeyValue, key: str, kind: type[R]) -> Versioned[R] | N
     return Versioned(decode(entry.value, kind), entry.revision)
 
 
-async def current_records(kv: KeyValue, pattern: str, kind: type[R]) -> list[R]:
-    """Every current record whose key matches `pattern` (e.g. "lease.*"); unreadable ones are logged and skipped."""
+async def current_records(kv: KeyValue, pattern: str, kind: type[R], *, timeout_s: float = 5.0) -> list[R]:
+    """Every current record whose key matches `pattern` (e.g. "lease.*"); unreadable ones are logged and skipped.
+
+    Raises nats' TimeoutError when the values stop coming for `timeout_s` (the connection went away mid-read): a
+    control loop reading this every tick must not hang on a watcher whose end marker never comes."""
     watcher = await kv.watch(pattern, ignore_deletes=True)
     found: list[R] = []
     try:
-        async for entry in watcher:
+        while True:
+            entry = await watcher.updates(timeout=timeout_s)
             if entry is None:  # the watcher's marker: every current value has been delivered
                 break
             if entry.value:
