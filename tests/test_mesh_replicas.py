@@ -86,15 +86,21 @@ async def test_the_plan_runs_two_decode_and_two_vocoder_replicas(mesh):
     assert {"decode-0", "decode-1", "vocoder-0", "vocoder-1"} <= set(mesh.pids)
 
 
+def each_serves_its_share(stats: dict[str, dict]) -> bool:
+    """Every partition served, each vocoder serving its share: no hand-off under way."""
+    served = sorted(partition for data in stats.values() for partition in data["partitions"])
+    shares = [len(data["partitions"]) for data in stats.values()]
+    return served == list(range(NUM_PARTITIONS)) and shares == [NUM_PARTITIONS // len(VOCODERS)] * len(VOCODERS)
+
+
+async def vocoders_settled(mesh) -> dict[str, dict]:
+    """The vocoders' STATS once both are up and each serves its share (after a restart, once the hand-offs ended)."""
+    return await settled_replica_stats(mesh.nats_url, micro_name("vocoder"), len(VOCODERS), each_serves_its_share)
+
+
 async def test_both_vocoder_replicas_serve_a_share_of_the_partitions(mesh):
-    def served(stats: dict[str, dict]) -> list[int]:
-        return sorted(partition for data in stats.values() for partition in data["partitions"])
-
-    def both_serve(stats: dict[str, dict]) -> bool:  # and no partition mid-hand-off
-        return all(data["partitions"] for data in stats.values()) and served(stats) == list(range(NUM_PARTITIONS))
-
-    stats = await settled_replica_stats(mesh.nats_url, micro_name("vocoder"), len(VOCODERS), both_serve)
-    assert len(stats) == len(VOCODERS) and both_serve(stats), stats
+    stats = await vocoders_settled(mesh)
+    assert len(stats) == len(VOCODERS) and all(data["partitions"] for data in stats.values()), stats
 
 
 async def test_killed_decode_replica_s_requests_are_taken_over(mesh, undisturbed):
@@ -138,6 +144,7 @@ async def test_a_stalled_decode_replica_is_taken_over_and_stands_down_when_it_co
 
 
 async def test_killed_vocoder_replica_s_streams_complete_on_the_other_or_its_restarted_self(mesh, undisturbed):
+    await vocoders_settled(mesh)
     lives, tasks = await start_streams(mesh.gateway_url, BODIES)
     victim = await vocoder_of(mesh, lives[0])
     restarted = mesh.expect_restart(victim)
@@ -148,6 +155,7 @@ async def test_killed_vocoder_replica_s_streams_complete_on_the_other_or_its_res
 
 
 async def test_killed_decode_replica_then_vocoder_replica_one_after_the_other(mesh, undisturbed):
+    await vocoders_settled(mesh)  # the vocoder killed last time is back and serving its share
     lives, tasks = await start_streams(mesh.gateway_url, BODIES)
     owned = await owners(mesh, lives)
     decode = owned[lives[0].request_id]
