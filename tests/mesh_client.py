@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import nats
+import nats.errors
 import numpy as np
 import websockets
 
 from messages import CodesChunk, CodesEnd, CodesMessage, LifecycleEvent, decode, subjects
 from messages.streams import CODES_STREAM, EVENTS_STREAM
+from services.bus.provision import open_bucket
 
 NUM_PARTITIONS = 4  # compose/single.yml's VOXMESH_NUM_PARTITIONS
 WAIT_S = 120.0  # bound on any single wait against the mesh
@@ -196,6 +199,27 @@ async def replica_stats(nats_url: str, service: str, count: int) -> dict[str, di
             found[reply["metadata"]["replica"]] = (reply.get("endpoints") or [{}])[0].get("data") or {}
         return found
     finally:
+        await nc.close()
+
+
+async def settled_replica_stats(nats_url: str, service: str, count: int,
+                                settled: Callable[[dict[str, dict]], bool]) -> dict[str, dict]:
+    """`replica_stats` once `settled(stats)` holds: asked again at each lease renewal in the mesh (the replicas'
+    control loops tick with their leases), bounded by WAIT_S."""
+    nc = await nats.connect(nats_url)
+    watcher = await (await open_bucket(nc.jetstream())).watch(subjects.all_lease_keys())
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                try:
+                    stats = await replica_stats(nats_url, service, count)
+                    if settled(stats):
+                        return stats
+                except nats.errors.TimeoutError:
+                    pass  # a replica not answering yet: starting, or restarting after a kill
+                await watcher.updates(timeout=WAIT_S)
+    finally:
+        await watcher.stop()
         await nc.close()
 
 

@@ -27,8 +27,9 @@ import pytest
 from messages import Failed, Finished, subjects
 from messages.events import Migrated
 from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import (FAULT_BODIES as BODIES, WAIT_S, LiveStream, assert_as_undisturbed, events_of, follow,
+from tests.mesh_client import (FAULT_BODIES as BODIES, WAIT_S, LiveStream, assert_as_undisturbed, events_of,
                                start_streams, stream_speech, terminal_count, undisturbed_run)
+from tests.mesh_kills import kill_the_gateway_then_resume
 
 
 
@@ -86,20 +87,7 @@ async def test_killed_decode_then_vocoder_one_after_the_other(mesh, undisturbed)
 
 async def test_killed_gateway_ends_its_streams_once_and_a_resume_on_its_restarted_self_gets_the_rest(
         mesh, undisturbed):
-    lives, tasks = await start_streams(mesh.gateway_url, BODIES)
-    restarted = mesh.expect_restart("gateway")
-    since = len(mesh.log)
-    os.kill(mesh.pids["gateway"], signal.SIGKILL)
-    cut = list(await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S))
-    assert all(live.closed and not live.end for live in cut), "each socket closed once, with no end event"
-    assert await asyncio.to_thread(restarted.wait, 60)
-    await asyncio.to_thread(mesh.wait_for_line, r"Uvicorn running on", since)  # the restarted gateway listens
-    resumed = []
-    for live in cut:
-        rest = await follow(mesh.gateway_url, {"type": "resume", "request_id": live.request_id,
-                                               "last_seq": len(live.frames) - 1}, LiveStream())
-        assert rest.start["first_seq"] == len(live.frames) and rest.start["resumed"], rest.start
-        resumed.append(LiveStream(start=live.start, frames=live.frames + rest.frames, end=rest.end))
+    resumed = await kill_the_gateway_then_resume(mesh)
     await assert_as_undisturbed(mesh.nats_url, resumed, undisturbed)
     for live in resumed:
         assert isinstance((await events_of(mesh.nats_url, live.request_id))[-1], Finished)

@@ -100,12 +100,14 @@ async def await_partitions(kv: KeyValue, replica: str, partitions: range | list[
 
 
 @contextlib.asynccontextmanager
-async def running_vocoder(bus: Bus, model_dir: Path, replica: str = "vocoder-test", **overrides):
-    """The real vocoder service, in-process, owning every partition; stopped (drained) on exit."""
+async def running_vocoder(bus: Bus, model_dir: Path, replica: str = "vocoder-test", *,
+                          owns: range | list[int] = range(NUM_PARTITIONS), **overrides):
+    """The real vocoder service, in-process, once it owns the partitions `owns` (every one unless told: the only
+    vocoder serves them all); stopped (drained) on exit."""
     stop = asyncio.Event()
     task = asyncio.create_task(serve(vocoder_settings(bus, model_dir, replica, **overrides), stop))
     try:
-        await asyncio.wait_for(_first_done(task, await_partitions(bus.kv, replica, range(NUM_PARTITIONS))), WAIT_S)
+        await asyncio.wait_for(_first_done(task, await_partitions(bus.kv, replica, owns)), WAIT_S)
         yield task
     finally:
         stop.set()

@@ -1,5 +1,7 @@
 """Vocoder partition takeover: a vocoder process is killed mid-request; a standby claims its partitions once its lease
-lapses, rebuilds the request's codec state from CODES, and the request's audio continues exactly."""
+lapses, rebuilds the request's codec state from CODES, and the request's audio continues exactly. Live vocoders
+share the partitions: one that joins is handed its share mid-stream, and the streams continue exactly; a live
+vocoder that never claims its share leaves no partition unserved."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import sys
 
 import numpy as np
 
+from messages import subjects
 from messages.events import Finished
 from services.bus.claims import read_partition
+from services.bus.leases import LeaseKeeper
 from tests.test_vocoder_support import (
     NUM_PARTITIONS,
     WAIT_S,
@@ -23,6 +27,7 @@ from tests.test_vocoder_support import (
     full_decode_pcm,
     random_codes,
     running_vocoder,
+    status,
     stored_terminals,
 )
 
@@ -70,3 +75,62 @@ async def test_standby_takes_over_a_dead_vocoders_partitions_and_continues_the_a
         by_seq[chunk.seq] = chunk
     assert sorted(by_seq) == [0, 1, 2, 3]
     assert len(await stored_terminals(bus.js, "req-takeover")) == 1
+
+
+def one_request_per_partition(prefix: str) -> dict[int, str]:
+    """Partition -> a request id that hashes to it."""
+    found: dict[int, str] = {}
+    for index in range(1000):
+        request_id = f"{prefix}-{index}"
+        found.setdefault(subjects.partition_for(request_id, NUM_PARTITIONS), request_id)
+        if len(found) == NUM_PARTITIONS:
+            return found
+    raise AssertionError("no request id for some partition")
+
+
+def assert_voiced_exactly(chunks, expected: np.ndarray, num_chunks: int) -> None:
+    """Every chunk seq once at least, each chunk's samples where the full decode has them (a chunk voiced by both
+    vocoders may come twice: then with the same samples)."""
+    by_seq = {}
+    for chunk in chunks:
+        got = chunk.samples().astype(np.int32)
+        start = chunk.first_sample
+        assert np.abs(got - expected[start:start + got.size]).max() <= 1, f"chunk {chunk.seq} splices or restarts"
+        by_seq[chunk.seq] = chunk
+    assert sorted(by_seq) == list(range(num_chunks))
+
+
+async def test_a_vocoder_that_joins_is_handed_its_share_mid_stream_and_the_streams_continue_exactly(
+        bus, codec_model_dir, codec_decoder):
+    requests = one_request_per_partition("req-share")
+    codes = {p: random_codes(20, codec_decoder.config.codebook_size, seed=40 + p) for p in requests}
+    stand_ins = {p: StandInDecode(bus, request_id) for p, request_id in requests.items()}
+    listeners = {p: await Listener.open(bus.nc, request_id) for p, request_id in requests.items()}
+    async with running_vocoder(bus, codec_model_dir, replica="vocoder-a"):
+        for p, stand_in in stand_ins.items():
+            await stand_in.start()
+            await stand_in.chunks(codes[p][:10], [2, 8])
+            await listeners[p].audio_chunks(2)
+        # One request in each partition: the least busy is a tie, so the highest partition is handed over.
+        async with running_vocoder(bus, codec_model_dir, replica="vocoder-b", owns=[NUM_PARTITIONS - 1]):
+            for p, stand_in in stand_ins.items():
+                await stand_in.chunks(codes[p][10:], [8, 2])
+                await stand_in.finish()
+            terminals = {p: await listener.terminal() for p, listener in listeners.items()}
+            a, b = await status(bus, "vocoder-a"), await status(bus, "vocoder-b")
+
+    assert (a["partitions"], b["partitions"]) == (list(range(NUM_PARTITIONS - 1)), [NUM_PARTITIONS - 1])
+    assert a["partitions_handed_off"] == 1
+    for p, terminal in terminals.items():
+        assert isinstance(terminal, Finished) and (terminal.chunk_count, terminal.frames) == (4, 20)
+        expected = full_decode_pcm(codec_decoder, codes[p]).astype(np.int32)
+        assert_voiced_exactly(listeners[p].audio, expected, 4)
+        assert len(await stored_terminals(bus.js, requests[p])) == 1
+
+
+async def test_a_live_vocoder_that_never_claims_its_share_leaves_no_partition_unserved(bus, codec_model_dir):
+    idle = LeaseKeeper(bus.kv, "vocoder-idle", "vocoder", interval_s=1.0, ttl_s=WAIT_S)
+    await idle.renew()  # live for the whole test, and it never claims a partition
+    async with running_vocoder(bus, codec_model_dir, replica="vocoder-busy"):  # waits until it owns them all
+        stats = await status(bus, "vocoder-busy")
+    assert stats["partitions"] == list(range(NUM_PARTITIONS))

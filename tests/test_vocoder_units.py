@@ -1,4 +1,4 @@
-"""The vocoder's pure parts: which stored codes count, partition settings, the stream table."""
+"""The vocoder's pure parts: which stored codes count, partition settings and shares, the stream table."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from messages.errors import ErrorCode, Stage
 from messages.frames import CodesChunk, CodesEnd, TakeoverMarker
 from services.runtime.settings_schema import SettingsError, resolve
 from services.bus.codes_record import StoredCodes, effective_codes
+from services.vocoder.partition_share import HandoffPause, PartitionView, UnservedClock, share_of
 from services.vocoder.partitions import parse_partitions
 from services.vocoder.request_streams import RequestStream, StreamTable
 from services.vocoder.service import VocoderSettings
@@ -56,6 +57,44 @@ def test_parse_partitions():
     for bad, words in (("0,x", "comma-separated"), ("4", "outside 0..3"), (",", "at least one")):
         with pytest.raises(SettingsError, match=words):
             parse_partitions(bad, 4)
+
+
+def test_live_vocoders_split_the_partitions_evenly_by_name():
+    assert [share_of(r, ("a",), 4) for r in "a"] == [4]
+    assert [share_of(r, ("a", "b"), 4) for r in "ab"] == [2, 2]
+    assert [share_of(r, ("a", "b", "c"), 4) for r in "abc"] == [2, 1, 1]
+    assert [share_of(r, ("a", "b", "c", "d", "e"), 4) for r in "abcde"] == [1, 1, 1, 1, 0]
+
+
+def test_a_partition_view_sees_unserved_partitions_and_short_vocoders():
+    view = PartitionView("a", ("a", "b"), 4, {0: "a", 1: "a", 2: "a", 3: None})
+    assert (view.share(), view.held_by("a"), view.unserved(), view.someone_short()) == (2, 3, [3], True)
+    settled = PartitionView("a", ("a", "b"), 4, {0: "a", 1: "a", 2: "b", 3: "b"})
+    assert (settled.unserved(), settled.someone_short()) == ([], False)
+
+
+def test_an_unserved_partition_is_overdue_after_the_patience_and_forgotten_once_served():
+    clock = UnservedClock(patience_s=3.0)
+    clock.observe([1, 2], now=10.0)
+    clock.observe([1, 2], now=12.0)
+    assert not clock.is_overdue(1, now=12.9)
+    assert clock.is_overdue(1, now=13.0) and not clock.is_overdue(0, now=13.0)
+    clock.observe([2], now=13.0)  # partition 1 was served meanwhile: its clock starts again next time
+    clock.observe([1, 2], now=14.0)
+    assert not clock.is_overdue(1, now=16.0) and clock.is_overdue(2, now=16.0)
+
+
+def test_hand_offs_pause_longer_each_time_with_the_same_vocoders_and_resume_when_they_change():
+    pause = HandoffPause(base_s=30.0, max_s=100.0)
+    live = ("a", "b")
+    assert not pause.is_paused(live, now=0.0)
+    pause.start(live, now=0.0)
+    assert pause.is_paused(live, now=29.0) and not pause.is_paused(live, now=30.0)
+    assert not pause.is_paused(("a", "b", "c"), now=1.0), "a new vocoder may take partitions"
+    pause.start(live, now=40.0)
+    assert pause.is_paused(live, now=99.0) and not pause.is_paused(live, now=100.0)
+    pause.start(live, now=100.0)
+    assert pause.is_paused(live, now=199.0) and not pause.is_paused(live, now=200.0), "capped at max_s"
 
 
 def test_settings_from_environment_are_validated():

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from messages import decode, encode, subjects
+from messages import DecodeError, decode, encode, subjects
 from messages.base import Message
 from messages.records import CancelRecord
 from services.bus.errors import OwnershipConflict
 
+log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Message)
 
 
@@ -33,6 +35,28 @@ async def read_record(kv: KeyValue, key: str, kind: type[R]) -> Versioned[R] | N
     if entry.value is None or entry.revision is None:
         return None
     return Versioned(decode(entry.value, kind), entry.revision)
+
+
+async def current_records(kv: KeyValue, pattern: str, kind: type[R], *, timeout_s: float = 5.0) -> list[R]:
+    """Every current record whose key matches `pattern` (e.g. "lease.*"); unreadable ones are logged and skipped.
+
+    Raises nats' TimeoutError when the values stop coming for `timeout_s` (the connection went away mid-read): a
+    control loop reading this every tick must not hang on a watcher whose end marker never comes."""
+    watcher = await kv.watch(pattern, ignore_deletes=True)
+    found: list[R] = []
+    try:
+        while True:
+            entry = await watcher.updates(timeout=timeout_s)
+            if entry is None:  # the watcher's marker: every current value has been delivered
+                break
+            if entry.value:
+                try:
+                    found.append(decode(entry.value, kind))
+                except DecodeError as exc:
+                    log.error("skipping unreadable %s: %s", entry.key, exc)
+    finally:
+        await watcher.stop()
+    return found
 
 
 async def write_record(kv: KeyValue, key: str, record: R, *, expected: Versioned | None) -> Versioned[R]:

@@ -14,7 +14,7 @@ from messages import encode, subjects
 from messages.errors import InvalidConfig
 from messages.records import Lease
 from services.bus.connection import Backoff
-from services.bus.kvstore import read_record
+from services.bus.kvstore import current_records, read_record
 
 log = logging.getLogger(__name__)
 
@@ -119,3 +119,15 @@ def lease_expired(lease: Lease | None, now: float | None = None) -> bool:
 async def is_alive(kv: KeyValue, replica: str, now: float | None = None) -> bool:
     """Whether `replica` holds a live lease."""
     return not lease_expired(await read_lease(kv, replica), now)
+
+
+async def live_leases(kv: KeyValue, now: float | None = None) -> list[Lease]:
+    """Every replica's lease that is live now, of any service."""
+    now = time.time() if now is None else now
+    return [lease for lease in await current_records(kv, subjects.all_lease_keys(), Lease)
+            if not lease_expired(lease, now)]
+
+
+async def live_replicas(kv: KeyValue, service: str, now: float | None = None) -> list[str]:
+    """Replicas of `service` whose lease is live, sorted by name."""
+    return sorted(lease.replica for lease in await live_leases(kv, now) if lease.service == service)

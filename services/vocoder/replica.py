@@ -1,9 +1,9 @@
 """One vocoder replica: its partitions (a codes consumer and a re-decode responder each), its streams.
 
-A control loop ticks once a period: it claims or notices the loss of partitions, and checks the decode owners of
-in-flight requests. Shutdown stops fetching, lets the work already taken finish (audio published, messages acked)
-and releases the partitions; the service lifecycle then releases the lease, so that a standby vocoder takes over at
-once.
+A control loop ticks once a period: it claims, hands over or notices the loss of partitions (live vocoders share
+them, partitions.py), and checks the decode owners of in-flight requests. Shutdown stops fetching, lets the work
+already taken finish (audio published, messages acked) and releases the partitions; the service lifecycle then
+releases the lease, so that a standby vocoder takes over at once.
 """
 
 from __future__ import annotations
@@ -74,8 +74,11 @@ class VocoderReplica:
                                    max_concurrent=config.max_redecodes)
         self.owner_watch = OwnerWatch(js, kv, self.table, self.terminal,
                                       migration_grace_s=config.decode_migration_grace_s)
-        self.partitions = PartitionManager(kv, config.replica, config.partitions, on_gained=self._serve_partition,
-                                           on_lost=self._lose_partition)
+        self.partitions = PartitionManager(kv, config.replica, config.partitions,
+                                           num_partitions=config.num_partitions, patience_s=config.lease_ttl_s,
+                                           on_gained=self._serve_partition, on_lost=self._lose_partition,
+                                           on_released=self._hand_over_partition,
+                                           load_of=lambda partition: len(self.table.in_partition(partition)))
         self._served: dict[int, _Served] = {}
 
     def stats(self) -> dict[str, Any]:
@@ -83,6 +86,7 @@ class VocoderReplica:
         return {
             "replica": self.config.replica,
             "partitions": sorted(self._served),
+            "partitions_handed_off": self.partitions.num_handed_off,
             "active_streams": len(self.table),
             "messages_deferred": self.handler.num_deferred,
             "audio_chunks": self.audio.num_published,
@@ -146,6 +150,21 @@ class VocoderReplica:
             served.task.cancel()
             await asyncio.gather(served.task, return_exceptions=True)
             await served.consumer.abort()
+        for stream in self.table.in_partition(partition):
+            self.table.release(stream.request_id, ended=False)
+
+    async def _hand_over_partition(self, partition: int) -> None:
+        """Another vocoder is short of its share: stop fetching, finish the work already taken (its audio published,
+        its messages settled), then forget the partition's requests; the next owner rebuilds them from CODES, as
+        after a clean exit. Only then does the caller delete the claim."""
+        served = self._served.pop(partition, None)
+        if served is not None:
+            served.stop.set()
+            await asyncio.gather(served.task, return_exceptions=True)
+            try:
+                await served.redecode.unsubscribe()
+            except Exception as exc:  # a connection going away: the subscription goes with it
+                log.warning("partition %d: re-decode unsubscribe failed: %r", partition, exc)
         for stream in self.table.in_partition(partition):
             self.table.release(stream.request_id, ended=False)
 

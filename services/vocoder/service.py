@@ -43,7 +43,8 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 class VocoderSettings(CommonSettings):
     """Settings of the vocoder service (plus the common ones)."""
 
-    partitions: str = setting("all", "partitions to claim: 'all' or a comma-separated list like '0,2'")
+    partitions: str = setting("all", "partitions to serve: 'all' (an even share of them among the live vocoders) or "
+                                     "a comma-separated list like '0,2' (every one listed)")
     max_streams: int = setting(64, "requests voiced at once; further requests wait on CODES")
     max_decode_batch: int = setting(32, "codec chunks decoded together in one call (across requests)")
     max_in_flight: int = setting(256, "codes messages taken from a partition's consumer and not yet settled")

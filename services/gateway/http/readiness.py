@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from nats.js.errors import NotFoundError
 
 from messages.streams import CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM
-from services.gateway.requests.mesh_liveness import live_partition_owners, live_replicas
+from services.bus.leases import live_replicas
+from services.gateway.requests.mesh_liveness import live_partition_owners
 from services.gateway.requests.synthesis import Synthesizer
 
 
