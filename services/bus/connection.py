@@ -29,13 +29,14 @@ class Backoff:
 
 
 async def connect(url: str | list[str], name: str, *, credentials_file: Path | None = None,
-                  token: str | None = None, backoff: Backoff = Backoff(), connect_timeout_s: float = 5.0,
+                  token: str | None = None, user: str | None = None, password: str | None = None,
+                  backoff: Backoff = Backoff(), connect_timeout_s: float = 5.0,
                   initial_timeout_s: float | None = 60.0, drain_timeout_s: float = 30.0) -> Client:
     """Connect as `name` (shown by the server and `nats micro ls`); reconnect forever with `backoff`.
 
     The first connection is retried until `initial_timeout_s` (services may start before the server; None waits
-    forever), then ConnectionError. Credentials come from a creds file or a token that the caller read from a file
-    or the environment, never from a flag.
+    forever), then ConnectionError. Credentials come from a creds file, a token, or a user and password that the
+    caller read from a file or the environment, never from a flag.
     """
     servers = [url] if isinstance(url, str) else list(url)
     options: dict[str, Any] = {
@@ -56,6 +57,9 @@ async def connect(url: str | list[str], name: str, *, credentials_file: Path | N
         options["user_credentials"] = str(credentials_file)
     if token is not None:
         options["token"] = token
+    if user is not None:
+        options["user"] = user
+        options["password"] = password
     try:
         return await asyncio.wait_for(nats.connect(**options), initial_timeout_s)
     except asyncio.TimeoutError as exc:

@@ -65,14 +65,17 @@ class EmbeddedNats:
     store_dir: JetStream store; None makes a temporary one, removed on stop.
     port: None picks a free port (the server chooses; no race).
     monitor_port: the HTTP monitoring port; None picks a free one.
+    config_file: a nats-server configuration to load first (`voxmesh up` passes its users' authorization); the
+    flags above win over it.
     """
 
     def __init__(self, store_dir: Path | None = None, *, port: int | None = None, monitor_port: int | None = None,
-                 name: str = "voxmesh", ready_timeout_s: float = 30.0, stop_timeout_s: float = 10.0) -> None:
+                 name: str = "voxmesh", config_file: Path | None = None, ready_timeout_s: float = 30.0, stop_timeout_s: float = 10.0) -> None:
         self._store_dir = Path(store_dir) if store_dir is not None else None
         self._port = port
         self._monitor_port = monitor_port
         self._name = name
+        self._config_file = config_file
         self._ready_timeout_s = ready_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._process: subprocess.Popen[str] | None = None
@@ -103,7 +106,8 @@ class EmbeddedNats:
             self._temp_dir = tempfile.mkdtemp(prefix="voxmesh-nats-")
             self._store_dir = Path(self._temp_dir)
         self._store_dir.mkdir(parents=True, exist_ok=True)
-        command = [str(find_nats_server()), "-js", "-sd", str(self._store_dir), "-a", HOST,
+        config = ["-c", str(self._config_file)] if self._config_file is not None else []
+        command = [str(find_nats_server()), *config, "-js", "-sd", str(self._store_dir), "-a", HOST,
                    "-p", _port_argument(self._port), "-m", _port_argument(self._monitor_port), "-n", self._name]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -30,9 +30,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     settings_lib.add_arguments(parser, ProvisionSettings)
     parser.add_argument("--create-model-if-missing", action="store_true",
                         help="write the tiny checkpoint at --model-dir if it has no config.json")
+    parser.add_argument("--write-nats-auth", type=Path, default=None, metavar="DIR",
+                        help="only write DIR/auth.conf (the nats-server `authorization` block: one user per service, "
+                             "its subjects only) and DIR/<user>.password for each user, then exit; include auth.conf "
+                             "in the server's configuration and give each service its VOXMESH_NATS_USER and "
+                             "VOXMESH_NATS_PASSWORD_FILE")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.write_nats_auth is not None:
+        from services.bus.nats_auth import users, write_auth
+
+        auth = write_auth(args.write_nats_auth)
+        print(f"wrote {auth.config_file} and a password file for each of {', '.join(users())}")
+        return 0
     try:
         settings = settings_lib.resolve(ProvisionSettings, args)
         config = BusConfig(models=(settings.model_name,), num_partitions=settings.num_partitions,

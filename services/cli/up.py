@@ -20,7 +20,9 @@ from pathlib import Path
 
 import httpx
 
-from services.mesh.compose_plan import ComposeError, LaunchPlan, load_plan
+from services.bus.nats_auth import NatsAuth
+from services.mesh.compose_plan import ComposeError, LaunchPlan, ServicePlan, load_plan
+from services.mesh.nats_users import nats_user_of
 from services.mesh.processes import ProcessGroup, child_environment
 from services.mesh.state_lock import StateDirInUse, StateLock
 
@@ -69,6 +71,18 @@ def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict
         "VOXMESH_RECOMPUTE_PREEMPTION": args.recompute_preemption,
     }
     return {key: str(value) for key, value in values.items() if value is not None}
+
+
+def _environment(plan: ServicePlan, overrides: dict[str, str], auth: NatsAuth | None) -> dict[str, str]:
+    """A child's environment; with the embedded server, its own NATS user and the file holding its password."""
+    env = child_environment(plan.environment, overrides)
+    if auth is not None:
+        user = nats_user_of(plan.command)
+        for inherited in ("VOXMESH_NATS_PASSWORD", "VOXMESH_NATS_TOKEN", "VOXMESH_NATS_CREDS_FILE"):
+            env.pop(inherited, None)  # this mesh's server knows only its own users
+        env["VOXMESH_NATS_USER"] = user
+        env["VOXMESH_NATS_PASSWORD_FILE"] = str(auth.password_file(user))
+    return env
 
 
 def _ensure_model(args: argparse.Namespace, state_dir: Path) -> Path:
@@ -123,19 +137,21 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    nats = None
+    nats, auth = None, None
     if args.nats_url is None:
         from services.bus.embedded import EmbeddedNats
+        from services.bus.nats_auth import write_auth
 
-        nats = EmbeddedNats(state_dir / "nats")
+        auth = write_auth(state_dir / "nats-auth")  # fresh passwords each start; the old ones stop working
+        nats = EmbeddedNats(state_dir / "nats", config_file=auth.config_file)
         nats_url = nats.start()
-        bus = f"NATS {nats_url}, monitoring {nats.monitor_url}"
+        bus = f"NATS {nats_url}, monitoring {nats.monitor_url}, users in {auth.directory}"
     else:
         nats_url = args.nats_url
         bus = f"NATS {nats_url}"
     group = ProcessGroup(stop)
     try:
-        return _serve(args, plan, state_dir, nats_url, bus, group, stop)
+        return _serve(args, plan, state_dir, nats_url, bus, group, stop, auth)
     finally:
         group.stop()
         if nats is not None:
@@ -143,13 +159,14 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> 
         print("voxmesh stopped", file=sys.stderr)
 
 
-def _serve(args, plan, state_dir: Path, nats_url: str, bus: str, group: ProcessGroup, stop: threading.Event) -> int:
+def _serve(args, plan, state_dir: Path, nats_url: str, bus: str, group: ProcessGroup, stop: threading.Event,
+           auth: NatsAuth | None) -> int:
     model_dir = _ensure_model(args, state_dir)
     overrides = _overrides(args, nats_url, model_dir)
     for step in plan.one_shot:
-        group.run_one_shot(step, child_environment(step.environment, overrides), timeout_s=120)
+        group.run_one_shot(step, _environment(step, overrides, auth), timeout_s=120)
     for service in plan.services:
-        group.start(service, child_environment(service.environment, overrides))
+        group.start(service, _environment(service, overrides, auth))
     gateway = f"http://127.0.0.1:{args.port}"
     if not _wait_ready(gateway, group, stop):
         if group.exited_child is not None:

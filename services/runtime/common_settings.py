@@ -14,6 +14,9 @@ class CommonSettings:
     nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL (comma-separated for a cluster)")
     nats_creds_file: str | None = setting(None, "path of a NATS .creds file (user JWT + nkey seed)")
     nats_token: str | None = setting(None, "NATS auth token", secret=True)
+    nats_user: str | None = setting(None, "NATS user name (`voxmesh up` and `voxmesh provision --write-nats-auth` "
+                                    "make one per service)")
+    nats_password: str | None = setting(None, "NATS user's password", secret=True)
     model_dir: str | None = setting(None, "checkpoint directory (voxmesh model init writes one)")
     model_name: str = setting("tiny", "model name clients ask for; slugged into subjects")
     device: str = setting("cpu", "torch device: cpu, cuda, cuda:1 ...")

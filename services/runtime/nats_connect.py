@@ -11,7 +11,9 @@ from services.runtime.common_settings import CommonSettings
 
 
 async def connect_service(settings: CommonSettings, name: str) -> Client:
-    """A connection named `name` (shown by the server), credentials from the creds file or the token setting."""
+    """A connection named `name` (shown by the server), credentials from the creds file, the token, or the user and
+    password settings."""
     urls = [url.strip() for url in settings.nats_url.split(",") if url.strip()]
     creds = Path(settings.nats_creds_file) if settings.nats_creds_file else None
-    return await connect(urls, name, credentials_file=creds, token=settings.nats_token)
+    return await connect(urls, name, credentials_file=creds, token=settings.nats_token,
+                         user=settings.nats_user, password=settings.nats_password)

@@ -1,0 +1,100 @@
+"""Which NATS subjects each voxmesh user may publish and subscribe to: least privilege, one user per service.
+
+The server enforces these lists (`services.bus.nats_auth` writes them into its configuration). The rules they make
+true: the gateway never publishes codes or audio; decode never publishes requests or audio; the vocoder never
+publishes requests or codes; only `provision` creates, changes or deletes streams and the KV bucket; `observer`
+only reads (events, `$SRV` discovery, stream and KV listings), and never a request's text.
+Replies to requests a user received (micro endpoints, `$SRV` pings) are allowed by `allow_responses`, so no user
+needs to publish on `_INBOX.>`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messages import subjects
+from messages.streams import BUCKET, EVENTS_STREAM
+
+JS_API = "$JS.API"
+INBOX = "_INBOX.>"
+KV_STREAM = f"KV_{BUCKET}"
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """A user's subject lists, in the server's terms (a deny wins over an allow)."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    publish_deny: tuple[str, ...] = ()
+    allow_responses: bool = True  # may answer the requests it received (micro endpoints, `$SRV` pings)
+
+
+def _kv(key_pattern: str) -> str:
+    """The subject a KV put of keys matching `key_pattern` is published on."""
+    return f"$KV.{BUCKET}.{key_pattern}"
+
+
+# Stream and bucket administration: what only `provision` may do (a KV bucket is the stream KV_<bucket>).
+STREAM_ADMIN = (f"{JS_API}.STREAM.CREATE.>", f"{JS_API}.STREAM.UPDATE.>", f"{JS_API}.STREAM.DELETE.>",
+                f"{JS_API}.STREAM.PURGE.>", f"{JS_API}.STREAM.MSG.DELETE.>", f"{JS_API}.STREAM.RESTORE.>",
+                f"{JS_API}.CONSUMER.DELETE.>", f"{JS_API}.CONSUMER.DURABLE.CREATE.>")
+
+# What every service needs of JetStream: the API (less the administration above), acks, flow control, discovery.
+_SERVICE_BASE_PUBLISH = (f"{JS_API}.>", "$JS.ACK.>", "$JS.FC.>", "$SRV.>")
+_SERVICE_BASE_SUBSCRIBE = (INBOX, "$SRV.>")
+
+
+def _service(publish: tuple[str, ...], subscribe: tuple[str, ...], deny: tuple[str, ...]) -> Permissions:
+    return Permissions(publish=_SERVICE_BASE_PUBLISH + publish, subscribe=_SERVICE_BASE_SUBSCRIBE + subscribe,
+                       publish_deny=STREAM_ADMIN + deny)
+
+
+def _every(root: str) -> str:
+    return f"{root}.>"
+
+
+GATEWAY = _service(
+    publish=(_every(subjects.REQUESTS_ROOT), _every(subjects.EVENTS_ROOT), _every(subjects.REDECODE_ROOT),
+             _kv(subjects.all_cancel_keys()), _kv(subjects.all_lease_keys())),
+    subscribe=(_every(subjects.AUDIO_ROOT),),
+    deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
+
+DECODE = _service(
+    publish=(_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"), _kv(subjects.all_lease_keys())),
+    subscribe=(f"{subjects.ADMIN_ROOT}.decode.>", "$JS.EVENT.ADVISORY.>"),
+    deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT)))
+
+VOCODER = _service(
+    publish=(_every(subjects.AUDIO_ROOT), _every(subjects.EVENTS_ROOT), _kv(subjects.all_partition_keys()),
+             _kv(subjects.all_lease_keys())),
+    subscribe=(_every(subjects.REDECODE_ROOT), f"{subjects.ADMIN_ROOT}.vocoder.>", "$JS.EVENT.ADVISORY.>"),
+    deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT)))
+
+# decode and vocoder in one process (`voxmesh serve colocated`): their union, still never requests.
+COLOCATED = _service(
+    publish=DECODE.publish[len(_SERVICE_BASE_PUBLISH):] + VOCODER.publish[len(_SERVICE_BASE_PUBLISH):],
+    subscribe=DECODE.subscribe[len(_SERVICE_BASE_SUBSCRIBE):] + VOCODER.subscribe[len(_SERVICE_BASE_SUBSCRIBE):],
+    deny=(_every(subjects.REQUESTS_ROOT),))
+
+PROVISION = Permissions(publish=(f"{JS_API}.>",), subscribe=(INBOX,), allow_responses=False)
+
+# Read-only: stream, consumer and KV listings, events (tailed through an ephemeral consumer of EVENTS), `$SRV`
+# discovery. Reading a stored message is allowed on EVENTS and the bucket only: REQUESTS holds request texts.
+OBSERVER = Permissions(
+    publish=(f"{JS_API}.INFO", f"{JS_API}.STREAM.INFO.*", f"{JS_API}.STREAM.NAMES", f"{JS_API}.STREAM.LIST",
+             f"{JS_API}.CONSUMER.INFO.*.*", f"{JS_API}.CONSUMER.NAMES.*", f"{JS_API}.CONSUMER.LIST.*",
+             f"{JS_API}.CONSUMER.CREATE.{EVENTS_STREAM}", f"{JS_API}.CONSUMER.CREATE.{EVENTS_STREAM}.>",
+             f"{JS_API}.CONSUMER.CREATE.{KV_STREAM}", f"{JS_API}.CONSUMER.CREATE.{KV_STREAM}.>",
+             f"{JS_API}.STREAM.MSG.GET.{EVENTS_STREAM}", f"{JS_API}.STREAM.MSG.GET.{KV_STREAM}",
+             f"{JS_API}.DIRECT.GET.{EVENTS_STREAM}", f"{JS_API}.DIRECT.GET.{EVENTS_STREAM}.>",
+             f"{JS_API}.DIRECT.GET.{KV_STREAM}", f"{JS_API}.DIRECT.GET.{KV_STREAM}.>",
+             "$JS.FC.>", "$SRV.>"),
+    subscribe=(INBOX, _every(subjects.EVENTS_ROOT)), allow_responses=False)
+
+# User name -> permissions; `operator` (no entry) has every permission: the person running the mesh.
+SERVICE_USERS: dict[str, Permissions] = {
+    "gateway": GATEWAY, "decode": DECODE, "vocoder": VOCODER, "colocated": COLOCATED,
+    "provision": PROVISION, "observer": OBSERVER,
+}
+OPERATOR_USER = "operator"

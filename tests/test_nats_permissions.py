@@ -1,0 +1,170 @@
+"""The NATS users `voxmesh up` makes: strangers refused, each service refused outside its subjects, only provision
+administers streams and the bucket, the observer only reads. A real nats-server with the written authorization."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.js import api
+
+from messages import subjects
+from messages.streams import BUCKET, REQUESTS_STREAM, BusConfig
+from services.bus.embedded import EmbeddedNats
+from services.bus.nats_auth import NatsAuth, write_auth
+from services.bus.provision import provision
+
+MODEL = "tiny"
+VIOLATION_TIMEOUT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def auth(tmp_path_factory) -> NatsAuth:
+    return write_auth(tmp_path_factory.mktemp("nats-auth"))
+
+
+@pytest.fixture(scope="module")
+def server(auth: NatsAuth, tmp_path_factory) -> Iterator[EmbeddedNats]:
+    with EmbeddedNats(tmp_path_factory.mktemp("store"), config_file=auth.config_file) as running:
+        yield running
+
+
+class User:
+    """A connection as one user, with the permission violations the server reported to it."""
+
+    def __init__(self) -> None:
+        self.violations: asyncio.Queue[str] = asyncio.Queue()
+        self.nc: Client | None = None
+
+    async def connect(self, server: EmbeddedNats, auth: NatsAuth, name: str) -> Client:
+        async def on_error(error: Exception) -> None:
+            await self.violations.put(str(error))
+
+        self.nc = await nats.connect(server.url, user=name, password=auth.password(name), error_cb=on_error,
+                                     allow_reconnect=False)
+        return self.nc
+
+    async def next_violation(self) -> str:
+        """The next violation the server reported, lower case (as nats-py hands it on)."""
+        return (await asyncio.wait_for(self.violations.get(), VIOLATION_TIMEOUT_S)).lower()
+
+
+@pytest.fixture
+async def as_user(server, auth) -> AsyncIterator:
+    opened: list[User] = []
+
+    async def open_as(name: str) -> User:
+        user = User()
+        await user.connect(server, auth, name)
+        opened.append(user)
+        return user
+
+    yield open_as
+    for user in opened:
+        await user.nc.close()
+
+
+@pytest.fixture
+async def provisioned(as_user) -> None:
+    admin = await as_user("provision")
+    await provision(admin.nc.jetstream(), BusConfig(models=(MODEL,), num_partitions=2))
+
+
+async def test_a_connection_without_credentials_or_with_a_wrong_password_is_refused(server):
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(server.url, allow_reconnect=False, connect_timeout=5)
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(server.url, user="gateway", password="not-its-password", allow_reconnect=False,
+                           connect_timeout=5)
+
+
+@pytest.mark.parametrize(("name", "subject"), [
+    ("gateway", subjects.codes(0, "r1")), ("gateway", subjects.audio("r1")),
+    ("decode", subjects.request(MODEL)), ("decode", subjects.audio("r1")),
+    ("vocoder", subjects.request(MODEL)), ("vocoder", subjects.codes(0, "r1")),
+    ("colocated", subjects.request(MODEL)),
+    ("observer", subjects.request(MODEL)), ("observer", subjects.event("r1", "started")),
+    ("observer", subjects.audio("r1")),
+])
+async def test_a_service_may_not_publish_outside_its_subjects(as_user, name, subject):
+    user = await as_user(name)
+    await user.nc.publish(subject, b"forged")
+    assert f'permissions violation for publish to "{subject.lower()}"' in await user.next_violation()
+
+
+@pytest.mark.parametrize(("name", "subject"), [
+    ("gateway", subjects.all_requests()), ("gateway", subjects.codes_of_partition(0)),
+    ("decode", subjects.audio("r1")), ("vocoder", subjects.all_requests()),
+    ("observer", subjects.all_requests()), ("observer", subjects.all_codes()), ("observer", subjects.audio("r1")),
+])
+async def test_a_service_may_not_subscribe_outside_its_subjects(as_user, name, subject):
+    user = await as_user(name)
+    await user.nc.subscribe(subject)
+    assert f'permissions violation for subscription to "{subject.lower()}"' in await user.next_violation()
+
+
+@pytest.mark.parametrize(("name", "subject", "reader"), [
+    ("gateway", subjects.request(MODEL), "operator"), ("decode", subjects.codes(1, "r1"), "operator"),
+    ("vocoder", subjects.audio("r1"), "gateway"),
+])
+async def test_a_service_reaches_its_own_subjects(as_user, provisioned, name, subject, reader):
+    listener = await as_user(reader)
+    received = await listener.nc.subscribe(subject)
+    await listener.nc.flush()
+    writer = await as_user(name)
+    await writer.nc.publish(subject, b"allowed")
+    assert (await received.next_msg(VIOLATION_TIMEOUT_S)).data == b"allowed"
+
+
+@pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "observer"])
+async def test_only_provision_creates_or_deletes_streams_and_the_bucket(as_user, provisioned, name):
+    user = await as_user(name)
+    js = user.nc.jetstream(timeout=0.5)  # the refusal comes as a violation; the reply never does
+    with pytest.raises(nats.errors.TimeoutError):
+        await js.add_stream(api.StreamConfig(name="INTRUDER", subjects=["intruder.>"]))
+    assert "permissions violation for publish" in await user.next_violation()
+    with pytest.raises(nats.errors.TimeoutError):
+        await js.delete_stream(REQUESTS_STREAM)
+    assert "permissions violation for publish" in await user.next_violation()
+    with pytest.raises(nats.errors.TimeoutError):
+        await js.delete_key_value(BUCKET)
+    assert "permissions violation for publish" in await user.next_violation()
+
+
+async def test_the_observer_lists_and_reads_events_but_not_request_texts(as_user, provisioned):
+    gateway = await as_user("gateway")
+    await gateway.nc.jetstream().publish(subjects.request(MODEL), b"secret text")
+    await gateway.nc.jetstream().publish(subjects.event("r1", "started"), b"{}")
+    observer = await as_user("observer")
+    js = observer.nc.jetstream(timeout=0.5)
+    assert {info.config.name for info in await js.streams_info()} >= {REQUESTS_STREAM, f"KV_{BUCKET}"}
+    tail = await js.subscribe(subjects.all_events(), ordered_consumer=True)
+    assert (await tail.next_msg(VIOLATION_TIMEOUT_S)).data == b"{}"
+    with pytest.raises(nats.errors.TimeoutError):
+        await js.get_msg(REQUESTS_STREAM, 1)
+    assert "permissions violation for publish" in await observer.next_violation()
+
+
+def test_passwords_are_readable_by_their_owner_only(auth: NatsAuth):
+    for path in [auth.config_file, *Path(auth.directory).glob("*.password")]:
+        assert path.stat().st_mode & 0o077 == 0, path
+
+
+def test_provision_writes_a_clusters_users_and_provisions_as_its_own_user(tmp_path):
+    directory = tmp_path / "auth"
+    cli = [sys.executable, "-m", "services.cli", "provision"]
+    subprocess.run([*cli, "--write-nats-auth", str(directory)], check=True, capture_output=True, timeout=60)
+    written = NatsAuth(directory)
+    with EmbeddedNats(tmp_path / "store", config_file=written.config_file) as cluster:
+        env = dict(os.environ, VOXMESH_NATS_URL=cluster.url, VOXMESH_NATS_USER="provision",
+                   VOXMESH_NATS_PASSWORD_FILE=str(written.password_file("provision")))
+        done = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert written.password("provision") not in done.stdout + done.stderr
