@@ -41,6 +41,7 @@ STREAM_ADMIN = (f"{JS_API}.STREAM.CREATE.>", f"{JS_API}.STREAM.UPDATE.>", f"{JS_
                 f"{JS_API}.CONSUMER.DELETE.>", f"{JS_API}.CONSUMER.DURABLE.CREATE.>")
 
 # What every service needs of JetStream: the API (less the administration above), acks, flow control, discovery.
+ADVISORIES = "$JS.EVENT.ADVISORY.>"  # JetStream's own notes (max deliveries, terms): ids and counts, no texts
 _SERVICE_BASE_PUBLISH = (f"{JS_API}.>", "$JS.ACK.>", "$JS.FC.>", "$SRV.>")
 _SERVICE_BASE_SUBSCRIBE = (INBOX, "$SRV.>")
 
@@ -57,18 +58,18 @@ def _every(root: str) -> str:
 GATEWAY = _service(
     publish=(_every(subjects.REQUESTS_ROOT), _every(subjects.EVENTS_ROOT), _every(subjects.REDECODE_ROOT),
              _kv(subjects.all_cancel_keys()), _kv(subjects.all_lease_keys())),
-    subscribe=(_every(subjects.AUDIO_ROOT),),
+    subscribe=(_every(subjects.AUDIO_ROOT), ADVISORIES),
     deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
 
 DECODE = _service(
     publish=(_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"), _kv(subjects.all_lease_keys())),
-    subscribe=(f"{subjects.ADMIN_ROOT}.decode.>", "$JS.EVENT.ADVISORY.>"),
+    subscribe=(f"{subjects.ADMIN_ROOT}.decode.>", ADVISORIES),
     deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT)))
 
 VOCODER = _service(
     publish=(_every(subjects.AUDIO_ROOT), _every(subjects.EVENTS_ROOT), _kv(subjects.all_partition_keys()),
              _kv(subjects.all_lease_keys())),
-    subscribe=(_every(subjects.REDECODE_ROOT), f"{subjects.ADMIN_ROOT}.vocoder.>", "$JS.EVENT.ADVISORY.>"),
+    subscribe=(_every(subjects.REDECODE_ROOT), f"{subjects.ADMIN_ROOT}.vocoder.>", ADVISORIES),
     deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT)))
 
 # decode and vocoder in one process (`voxmesh serve colocated`): their union, still never requests.

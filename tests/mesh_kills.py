@@ -25,7 +25,8 @@ async def kill_the_gateway_then_resume(mesh: Mesh) -> list[LiveStream]:
     resumed = []
     for live in cut:
         rest = await follow(mesh.gateway_url, {"type": "resume", "request_id": live.request_id,
-                                               "last_seq": len(live.frames) - 1}, LiveStream())
+                                               "last_seq": len(live.frames) - 1,
+                                               "resume_token": live.start["resume_token"]}, LiveStream())
         assert rest.start["first_seq"] == len(live.frames) and rest.start["resumed"], rest.start
         resumed.append(LiveStream(start=live.start, frames=live.frames + rest.frames, end=rest.end))
     return resumed

@@ -93,7 +93,8 @@ ONE_MESSAGE = [
     ("one-shot-unknown-language", json.dumps({"input": "Hi.", "language": "klingon"}), "unknown_language",
      "language"),
     ("resume-foreign-request", json.dumps({"type": "resume", "request_id": "req_" + secrets.token_urlsafe(16),
-                                           "last_seq": 0}), "not_resumable", "request_id"),
+                                           "last_seq": 0, "resume_token": "forged"}), "not_resumable",
+     "resume_token"),
     ("resume-negative-last-seq", json.dumps({"type": "resume", "request_id": "req_x", "last_seq": -1}),
      "out_of_range", "last_seq"),
     ("resume-wrong-type-last-seq", json.dumps({"type": "resume", "request_id": "req_x", "last_seq": "3"}),
@@ -143,12 +144,13 @@ async def test_resume_with_a_future_last_seq_is_out_of_range_and_the_request_sta
         async with ws_connect(mesh.gateway_url) as client:
             await client.send("session.update", **settings)
             await client.send("input.text", text="Park me for a moment.\n")
-            request_id = (await client.until("audio.start")).event["request_id"]
+            start = (await client.until("audio.start")).event
+            request_id, token = start["request_id"], start["resume_token"]
             await client.until(frames=2)
         async with ws_connect(mesh.gateway_url) as client:
-            await client.send("resume", request_id=request_id, last_seq=1000)
+            await client.send("resume", request_id=request_id, last_seq=1000, resume_token=token)
             future = (await client.until("error", "audio.start")).event
-            await client.send("resume", request_id=request_id, last_seq=1)
+            await client.send("resume", request_id=request_id, last_seq=1, resume_token=token)
             resumed = await client.until("audio.done", "error")
     assert (future["type"], future["code"], future["param"]) == ("error", "out_of_range", "last_seq"), future
     assert "last_seq 1000 was never sent" in future["message"]
@@ -160,9 +162,10 @@ async def test_resume_of_a_request_delivered_in_full_is_not_resumable(mesh):
     async with ws_connect(mesh.gateway_url) as client:
         await client.send("session.update", voice="ryan", max_new_tokens=4)
         await client.send("input.text", text="Done already.\n")
+        token = (await client.until("audio.start")).event["resume_token"]
         request_id = (await client.until("audio.done")).event["request_id"]
     async with healthy_stream_beside(mesh), ws_connect(mesh.gateway_url) as client:
-        await client.send("resume", request_id=request_id, last_seq=0)
+        await client.send("resume", request_id=request_id, last_seq=0, resume_token=token)
         refused = (await client.until("error", "audio.start")).event
         await still_serving(client)
     assert (refused["code"], refused["request_id"]) == ("not_resumable", request_id), refused

@@ -98,13 +98,15 @@ async def test_disconnect_then_resume_gets_exactly_the_missing_chunks(mesh, fram
     async with ws_connect(mesh.gateway_url) as client:
         await client.send("session.update", **settings)
         await client.send("input.text", text=text + "\n")
-        request_id = (await client.until("audio.start")).event["request_id"]
+        start = (await client.until("audio.start")).event
+        request_id = start["request_id"]
         seen = await client.until(frames=3)
     # The client is gone; the request goes on (ended meanwhile, or still running when the client comes back).
     if wait_for_the_end:
         assert isinstance((await events_of(mesh.nats_url, request_id))[-1], Finished)
     async with ws_connect(mesh.gateway_url) as client:
-        await client.send("resume", request_id=request_id, last_seq=1)  # as if chunk 2 was lost in the drop
+        # as if chunk 2 was lost in the drop
+        await client.send("resume", request_id=request_id, last_seq=1, resume_token=start["resume_token"])
         resumed = await client.until("audio.done", "error")
     start = next(e for e in resumed.events if e["type"] == "audio.start")
     assert (start["request_id"], start["first_seq"], start["resumed"]) == (request_id, 2, True)

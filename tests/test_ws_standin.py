@@ -161,7 +161,7 @@ async def test_resume_within_the_window_gets_exactly_the_missing_chunks(standin,
         request_id = start["request_id"]
         await finish(gateway_bus, request_id, chunk_count=6)  # it ends while the client is away
         async with ws_connect(url(port)) as client:
-            await client.send("resume", request_id=request_id, last_seq=1)  # chunk 2 "got lost" on the way
+            await client.send("resume", request_id=request_id, last_seq=1, resume_token=start["resume_token"])  # chunk 2 "got lost" on the way
             resumed = await client.until("audio.done", "error")
     again = next(e for e in resumed.events if e["type"] == "audio.start")
     assert (again["request_id"], again["first_seq"], again["resumed"]) == (request_id, 2, True)
@@ -179,14 +179,15 @@ async def test_a_resume_on_another_gateway_after_its_own_died_gets_exactly_the_m
         async with ws_connect(url(port)) as client:
             await client.send("session.update", voice="ryan")
             await client.send("input.text", text="My gateway dies.\n")
-            request_id = (await client.until("audio.start")).event["request_id"]
+            start = (await client.until("audio.start")).event
+            request_id, token = start["request_id"], start["resume_token"]
             seen = await client.until(frames=3)
     await finish(gateway_bus, request_id, chunk_count=6)  # the mesh finishes it meanwhile
-    async with served_gateway(resume_window_s=30.0, replica="gateway-heir") as port:
+    async with served_gateway(resume_window_s=30.0, replica="gateway-heir") as port:  # the same resume secret
         async with ws_connect(url(port)) as client:
-            await client.send("resume", request_id=request_id, last_seq=2)
+            await client.send("resume", request_id=request_id, last_seq=2, resume_token=token)
             resumed = await client.until("audio.done", "error")
-            await client.send("resume", request_id=request_id, last_seq=6)
+            await client.send("resume", request_id=request_id, last_seq=6, resume_token=token)
             beyond = (await client.until("error", "audio.start")).event
     again = next(e for e in resumed.events if e["type"] == "audio.start")
     assert (again["request_id"], again["first_seq"], again["resumed"]) == (request_id, 3, True)
@@ -202,7 +203,8 @@ async def test_resume_after_the_window_is_refused_with_a_clear_error(standin, se
         async with ws_connect(url(port)) as client:
             await client.send("session.update", voice="ryan")
             await client.send("input.text", text="Too slow.\n")
-            request_id = (await client.until("audio.start")).event["request_id"]
+            start = (await client.until("audio.start")).event
+            request_id = start["request_id"]
             await client.until(frames=2)
         watcher = await gateway_bus.kv.watch(subjects.cancel_key(request_id), ignore_deletes=True)
         async for entry in watcher:  # the supervisor writes it once the window has passed
@@ -210,9 +212,9 @@ async def test_resume_after_the_window_is_refused_with_a_clear_error(standin, se
                 break
         await watcher.stop()
         async with ws_connect(url(port)) as client:
-            await client.send("resume", request_id=request_id, last_seq=1)
+            await client.send("resume", request_id=request_id, last_seq=1, resume_token=start["resume_token"])
             refused = (await client.until("error", "audio.start")).event
-            await client.send("resume", request_id="req_never_seen")
+            await client.send("resume", request_id="req_never_seen", resume_token=start["resume_token"])
             unknown = (await client.until("error", "audio.start")).event
     assert (refused["type"], refused["code"], refused["request_id"]) == ("error", "cancelled", request_id)
     assert "past the 0.2s resume window" in refused["message"]

@@ -145,5 +145,6 @@ BENCH_WALL=$((SECONDS - bench_started))
 snapshot "$WORK/ps_after.txt"
 say "bench done in $BENCH_WALL s"
 NATS_URL=$(grep -o "NATS nats://[0-9.:]*" "$WORK/up.log" | head -n 1 | cut -d' ' -f2)
-timeout 20 "$PY" -m loadtest.gpu.gpu_mesh_stats "$NATS_URL" | tee "$WORK/decode_stats.json"
+VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE="$WORK/state/nats-auth/observer.password" \
+  timeout 20 "$PY" -m loadtest.gpu.gpu_mesh_stats "$NATS_URL" | tee "$WORK/decode_stats.json"
 ls "$WORK"/bench_*.json >/dev/null 2>&1

@@ -3,13 +3,17 @@
 Prints one JSON object: the STATS reply's endpoint data (steps, frames, max batch size, ...), plus
 `mean_batch_size` = frames / steps, the engine's average rows per step over the whole run.
 
-    python -m loadtest.gpu.gpu_mesh_stats nats://127.0.0.1:PORT
+    VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE=STATE/nats-auth/observer.password \
+        python -m loadtest.gpu.gpu_mesh_stats nats://127.0.0.1:PORT
+
+(`voxmesh up`'s server refuses a connection without a user: the observer may ask `$SRV.STATS`.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 
 import nats
@@ -20,7 +24,9 @@ from services.decode.service import SERVICE_NAME as DECODE_SERVICE
 
 async def decode_stats(url: str, timeout_s: float = 5.0) -> dict:
     """The first decode replica's STATS endpoint data, with mean_batch_size added."""
-    client = await nats.connect(url, connect_timeout=timeout_s, allow_reconnect=False)
+    user, password_file = os.environ.get("VOXMESH_NATS_USER"), os.environ.get("VOXMESH_NATS_PASSWORD_FILE")
+    password = open(password_file, encoding="utf-8").read().strip() if password_file else None
+    client = await nats.connect(url, connect_timeout=timeout_s, allow_reconnect=False, user=user, password=password)
     try:
         reply = await client.request(subjects.micro_stats(DECODE_SERVICE), b"", timeout=timeout_s)
     finally:

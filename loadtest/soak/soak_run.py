@@ -92,6 +92,12 @@ async def quiet_moment(mesh: RunningMesh) -> Moment:
     return Moment(processes, await sample_bus(mesh.nats_url), held)
 
 
+def _as_operator(nats_url: str, state_dir: Path) -> str:
+    """The URL with the operator's user and password (`voxmesh up` refuses strangers); sampled here, never logged."""
+    password = (state_dir / "nats-auth" / "operator.password").read_text(encoding="utf-8").strip()
+    return nats_url.replace("nats://", f"nats://operator:{password}@", 1)
+
+
 @contextlib.asynccontextmanager
 async def running_mesh(state_dir: Path, log_path: Path) -> AsyncIterator[RunningMesh]:
     """`voxmesh up` on a free port with its own state directory (its first run writes the tiny checkpoint); its
@@ -106,7 +112,7 @@ async def running_mesh(state_dir: Path, log_path: Path) -> AsyncIterator[Running
     copier = asyncio.create_task(_copy_log(process, log_path, serving))
     try:
         gateway_url, nats_url = await asyncio.wait_for(asyncio.shield(serving), START_TIMEOUT_S)
-        yield RunningMesh(process, gateway_url, nats_url)
+        yield RunningMesh(process, gateway_url, _as_operator(nats_url, state_dir))
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGINT)

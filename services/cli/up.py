@@ -22,7 +22,8 @@ import httpx
 
 from services.bus.nats_auth import NatsAuth
 from services.mesh.compose_plan import ComposeError, LaunchPlan, ServicePlan, load_plan
-from services.mesh.nats_users import nats_user_of
+from services.mesh.resume_secret import ensure_resume_secret
+from services.mesh.roles import nats_user_of, role_of
 from services.mesh.processes import ProcessGroup, child_environment
 from services.mesh.state_lock import StateDirInUse, StateLock
 
@@ -73,9 +74,13 @@ def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict
     return {key: str(value) for key, value in values.items() if value is not None}
 
 
-def _environment(plan: ServicePlan, overrides: dict[str, str], auth: NatsAuth | None) -> dict[str, str]:
-    """A child's environment; with the embedded server, its own NATS user and the file holding its password."""
+def _environment(plan: ServicePlan, overrides: dict[str, str], auth: NatsAuth | None,
+                 resume_secret: Path) -> dict[str, str]:
+    """A child's environment; with the embedded server, its own NATS user and the file holding its password; a
+    gateway's, the file of the resume tokens' secret (every gateway the same)."""
     env = child_environment(plan.environment, overrides)
+    if role_of(plan.command) == "gateway" and "VOXMESH_RESUME_SECRET" not in env:
+        env.setdefault("VOXMESH_RESUME_SECRET_FILE", str(resume_secret))
     if auth is not None:
         user = nats_user_of(plan.command)
         for inherited in ("VOXMESH_NATS_PASSWORD", "VOXMESH_NATS_TOKEN", "VOXMESH_NATS_CREDS_FILE"):
@@ -163,10 +168,11 @@ def _serve(args, plan, state_dir: Path, nats_url: str, bus: str, group: ProcessG
            auth: NatsAuth | None) -> int:
     model_dir = _ensure_model(args, state_dir)
     overrides = _overrides(args, nats_url, model_dir)
+    resume_secret = ensure_resume_secret(state_dir)
     for step in plan.one_shot:
-        group.run_one_shot(step, _environment(step, overrides, auth), timeout_s=120)
+        group.run_one_shot(step, _environment(step, overrides, auth, resume_secret), timeout_s=120)
     for service in plan.services:
-        group.start(service, _environment(service, overrides, auth))
+        group.start(service, _environment(service, overrides, auth, resume_secret))
     gateway = f"http://127.0.0.1:{args.port}"
     if not _wait_ready(gateway, group, stop):
         if group.exited_child is not None:

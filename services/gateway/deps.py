@@ -32,6 +32,14 @@ async def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> No
 Authorized = Annotated[None, Depends(require_api_key)]
 
 
+async def require_operator_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
+    """Raise Unauthorized unless the call carries an operator key (the admin keys, else the client keys)."""
+    check_bearer(connection.headers.get("authorization"), gateway.operator_keys)
+
+
+OperatorAuthorized = Annotated[None, Depends(require_operator_key)]
+
+
 async def get_resume_registry(connection: HTTPConnection, gateway: GatewayDep) -> ResumeRegistry:
     """The gateway's parked WebSocket requests: one registry per app, made at the first socket (with the
     supervisor's resume window, so both agree on when a request is gone)."""

@@ -4,7 +4,7 @@ the tasks; the routes get these parts through the app (`create_app(gateway)`).""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.gateway.http.auth import parse_keys
 from services.gateway.requests.catalog import VoiceCatalog
@@ -14,6 +14,7 @@ from services.gateway.requests.synthesis import Synthesizer
 from services.gateway.requests.terminal_feed import TerminalFeed
 from services.gateway.requests.validation import AdmissionPolicy
 from services.gateway.settings import GatewaySettings
+from services.gateway.ws.resume_token import ResumeTokens
 from services.runtime.lifecycle import ServiceContext
 
 
@@ -24,14 +25,23 @@ class Gateway:
     Attributes:
         synthesizer: starts requests and streams their audio.
         catalog: the served model, voices and languages.
-        api_keys: accepted keys (empty: no authentication).
+        api_keys: accepted client keys (empty: no authentication).
         replica: this gateway's replica name.
+        admin_keys: the operator's keys (empty: the operator's routes take the client keys).
+        resume_tokens: issues and checks the WebSocket's resume tokens (one secret for every gateway of a mesh).
     """
 
     synthesizer: Synthesizer
     catalog: VoiceCatalog
     api_keys: tuple[bytes, ...]
     replica: str
+    admin_keys: tuple[bytes, ...] = ()
+    resume_tokens: ResumeTokens = field(default_factory=ResumeTokens.random)
+
+    @property
+    def operator_keys(self) -> tuple[bytes, ...]:
+        """The keys that open the operator's routes (/metrics): the admin keys, else the client keys."""
+        return self.admin_keys or self.api_keys
 
 
 def build_gateway(settings: GatewaySettings, catalog: VoiceCatalog, context: ServiceContext) -> Gateway:
@@ -46,4 +56,6 @@ def build_gateway(settings: GatewaySettings, catalog: VoiceCatalog, context: Ser
                               RepairPolicy(arrival_timeout_s=settings.redecode_timeout_s), settings.retry_after_s,
                               segment_chars=settings.segment_chars, max_live_requests=settings.max_live_requests,
                               client_buffer_s=settings.client_buffer_s)
-    return Gateway(synthesizer, catalog, parse_keys(settings.api_keys), context.replica)
+    tokens = ResumeTokens(settings.resume_secret.encode()) if settings.resume_secret else ResumeTokens.random()
+    return Gateway(synthesizer, catalog, parse_keys(settings.api_keys), context.replica,
+                   parse_keys(settings.admin_api_keys), tokens)

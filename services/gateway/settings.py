@@ -42,8 +42,18 @@ class GatewaySettings(CommonSettings):
                                                "resume windows)")
     redecode_timeout_s: float = setting(5.0, "seconds to wait for a re-decoded chunk before asking again")
     drain_timeout_s: float = setting(10.0, "seconds in-flight responses get to finish on shutdown")
-    api_keys: str | None = setting(None, "API keys, comma-separated; when set, /v1 calls need "
-                                         "Authorization: Bearer <key>", secret=True)
+    api_keys: str | None = setting(None, "API keys, comma-separated; when set, /v1 calls and the WebSocket (the "
+                                         "web page's stream too) need Authorization: Bearer <key>", secret=True)
+    admin_api_keys: str | None = setting(None, "operator keys, comma-separated, apart from the client keys: when "
+                                               "set, /metrics needs one of them (a client key does not open it); "
+                                               "unset, /metrics needs a client key when client keys are set",
+                                         secret=True)
+
+    resume_secret: str | None = setting(None, "secret (16 characters or more) under which gateways sign the "
+                                              "WebSocket's resume tokens; every gateway of a mesh needs the same "
+                                              "one so any can verify a resume (`voxmesh up` makes one); unset: a "
+                                              "random one per process, resumes verify on that gateway only",
+                                        secret=True)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -63,5 +73,7 @@ class GatewaySettings(CommonSettings):
             if getattr(self, name) <= 0:
                 flag = "--" + name.replace("_", "-")
                 raise SettingsError(f"{flag} / VOXMESH_{name.upper()}: must be > 0, got {getattr(self, name)}")
+        if self.resume_secret is not None and len(self.resume_secret.encode()) < 16:
+            raise SettingsError("VOXMESH_RESUME_SECRET: needs 16 characters or more")
         if self.retry_after_s < 0:
             raise SettingsError(f"--retry-after-s / VOXMESH_RETRY_AFTER_S: must be >= 0, got {self.retry_after_s}")

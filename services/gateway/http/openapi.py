@@ -101,6 +101,7 @@ READY_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 METRICS_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "Prometheus text format.", "content": {"text/plain": {"schema": {"type": "string"}}}},
+    **error_responses(401),
 }
 
 

@@ -77,6 +77,7 @@ class Resume(msgspec.Struct, tag="resume", **_Tagged):
 
     request_id: str
     last_seq: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    resume_token: str | None = None  # from its `audio.start`: only the client that started a request may resume it
 
 
 ClientMessage = Union[SessionUpdate, InputText, InputFlush, InputDone, Cancel, Resume]  # type: ignore[valid-type]
@@ -118,7 +119,8 @@ class SessionUpdated(msgspec.Struct, tag="session.updated", **_Tagged):
 
 class AudioStart(msgspec.Struct, tag="audio.start", **_Tagged):
     """A request's audio begins. `first_seq` numbers the first chunk that follows (0, or last_seq+1 on resume);
-    `segment` and `text` say which piece of the session's text it speaks (None for a one-shot request)."""
+    `segment` and `text` say which piece of the session's text it speaks (None for a one-shot request);
+    `resume_token` is what a `resume` of this request must present."""
 
     request_id: str
     format: str = BINARY_FORMAT
@@ -128,6 +130,7 @@ class AudioStart(msgspec.Struct, tag="audio.start", **_Tagged):
     resumed: bool = False
     segment: int | None = None
     text: str | None = None
+    resume_token: str | None = None
 
 
 class AudioDelta(msgspec.Struct, tag="audio.delta", **_Tagged):

@@ -32,6 +32,7 @@ from services.gateway.ws.protocol import (BINARY_FORMAT, AudioDone, AudioStart, 
                                           InputText, Resume, SessionConfig, SessionDone, SessionUpdate,
                                           SessionUpdated, parse_client_message)
 from services.gateway.ws.resume import ParkedRequest, ResumeRefused, ResumeRegistry, resumed_stream
+from services.gateway.ws.resume_token import ResumeTokens
 from services.gateway.ws.sentences import SentenceSegmenter
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,9 @@ class SpeechSession:
     """Serves one accepted WebSocket until the client leaves or finishes its input."""
 
     def __init__(self, websocket: WebSocket, synthesizer: Synthesizer, registry: ResumeRegistry,
-                 limits: SessionLimits = SessionLimits()) -> None:
+                 tokens: ResumeTokens, limits: SessionLimits = SessionLimits()) -> None:
         self._ws = websocket
+        self._tokens = tokens
         self._synthesizer = synthesizer
         self._registry = registry
         self._limits = limits
@@ -175,6 +177,7 @@ class SpeechSession:
             parked: ParkedRequest | None = None
             entered = False
             try:
+                self._tokens.check(message.request_id, message.resume_token)
                 try:
                     parked = await self._registry.claim(message.request_id, message.last_seq)
                 except ResumeRefused:  # not streamed here: perhaps its own gateway died
@@ -245,7 +248,7 @@ class SpeechSession:
             return  # cancelled before the client heard of it (the holder cancels it in the mesh)
         self._registry.attach(stream.request_id)
         await self._channel.event(AudioStart(request_id=stream.request_id, format=job.audio_format, first_seq=job.first_seq,
-                                    **job.describe))
+                                    resume_token=self._tokens.issue(stream.request_id), **job.describe))
         job.is_announced = True
         try:
             samples, sample_rate = await self._forward(job, stream)

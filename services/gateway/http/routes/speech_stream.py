@@ -33,7 +33,7 @@ async def speech_stream(websocket: WebSocket, gateway: GatewayDep, registry: Res
         await websocket.close(code=POLICY_VIOLATION, reason=error.message)
         return
     await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-    await SpeechSession(websocket, gateway.synthesizer, registry).run()
+    await SpeechSession(websocket, gateway.synthesizer, registry, gateway.resume_tokens).run()
 
 
 def _authorization(websocket: WebSocket, offered: list[str]) -> str | None:

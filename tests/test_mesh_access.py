@@ -1,0 +1,64 @@
+"""Access and privacy on the whole mesh under `voxmesh up`: every service runs as its own NATS user without one
+permission violation, a stranger is refused, the observer tails events, and no log line holds a request's text or a
+secret."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+
+import httpx
+import nats
+import pytest
+
+from tests.fixtures.mesh import run_mesh
+from tests.mesh_client import stream_speech
+
+HTTP_TEXT = "Quiet zebras practise the oboe at dawn."
+WS_TEXT = "Marmalade lighthouses never gossip."
+SECRET_TEXTS = [HTTP_TEXT, WS_TEXT, "Quiet zebras", "Marmalade lighthouses"]
+
+
+@pytest.fixture(scope="module")
+def mesh(tiny_checkpoint, tmp_path_factory):
+    state_dir = tmp_path_factory.mktemp("access-mesh")
+    with run_mesh(tiny_checkpoint, state_dir) as running:
+        running.state_dir = state_dir
+        yield running
+
+
+def bare(nats_url: str) -> str:
+    """The URL without the operator's user and password the fixture put in it."""
+    return re.sub(r"//[^@/]*@", "//", nats_url)
+
+
+async def test_requests_run_with_no_violation_and_no_log_line_holds_their_text_or_a_secret(mesh):
+    async with httpx.AsyncClient(base_url=mesh.gateway_url, timeout=60) as client:
+        spoken = await client.post("/v1/audio/speech", json={"input": HTTP_TEXT, "voice": "ryan",
+                                                             "max_new_tokens": 8})
+    streamed = await stream_speech(mesh.gateway_url, {"input": WS_TEXT, "voice": "eric", "max_new_tokens": 8})
+    assert spoken.status_code == 200 and streamed.end["type"] == "audio.done", streamed.end
+    auth_dir = mesh.state_dir / "nats-auth"
+    secrets = [path.read_text().strip() for path in auth_dir.glob("*.password")]
+    secrets.append((mesh.state_dir / "resume.secret").read_text().strip())
+    assert len(secrets) == 8
+    log = list(mesh.log)
+    assert not [line for line in log if "permissions violation" in line.lower()]
+    assert not [line for line in log if any(text in line for text in SECRET_TEXTS)]
+    assert not [line for line in log if any(secret in line for secret in secrets)]
+
+
+async def test_a_stranger_is_refused_and_the_observer_reads_a_requests_events(mesh):
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(bare(mesh.nats_url), allow_reconnect=False, connect_timeout=5)
+    streamed = await stream_speech(mesh.gateway_url, {"input": "Watch me.", "voice": "ryan", "max_new_tokens": 4})
+    env = dict(os.environ, VOXMESH_NATS_USER="observer",
+               VOXMESH_NATS_PASSWORD_FILE=str(mesh.state_dir / "nats-auth" / "observer.password"))
+    tailed = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "services.cli", "events", "--nats-url", bare(mesh.nats_url),
+                         "--request", streamed.request_id], env=env, capture_output=True, text=True, timeout=60)
+    assert tailed.returncode == 0, tailed.stderr
+    assert "terminal" in tailed.stdout or "finished" in tailed.stdout, tailed.stdout
