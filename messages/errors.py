@@ -43,6 +43,13 @@ class ErrorCode(StrEnum):
     UNKNOWN_MODEL = "unknown_model"
     UNKNOWN_VOICE = "unknown_voice"
     UNKNOWN_LANGUAGE = "unknown_language"
+    # Voice cloning (base checkpoints): the reference audio and its transcript.
+    INVALID_REF_AUDIO = "invalid_ref_audio"  # not a readable audio data URI, or a sample rate it cannot take
+    REF_AUDIO_TOO_SHORT = "ref_audio_too_short"
+    REF_AUDIO_TOO_LONG = "ref_audio_too_long"
+    REF_TEXT_REQUIRED = "ref_text_required"  # in-context cloning without the reference's transcript
+    VOICE_REQUIRED = "voice_required"  # a base model's request with neither reference audio nor a saved voice
+    VOICE_CLONING_UNSUPPORTED = "voice_cloning_unsupported"  # reference audio for a model that cannot clone
     QUEUE_FULL = "queue_full"  # REQUESTS is at its bound; the gateway answers 429
     TIMEOUT = "timeout"  # queued past its deadline, or not ended within the request timeout
     POISON = "poison"  # MaxDeliver exhausted on REQUESTS (seen through the JetStream advisory)

@@ -73,7 +73,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 _ERROR_DESCRIPTIONS = {
     400: "The body is malformed, out of range or names what this server lacks (code says which); nothing queued.",
     401: "API keys are configured and the call carries no valid one (`invalid_api_key`).",
-    404: "No such model (`unknown_model`).",
+    404: "No such model (`unknown_model`) or saved voice (`unknown_voice`).",
     409: "The request was cancelled (`cancelled`).",
     429: "REQUESTS is full (`queue_full`); Retry-After says when to try again.",
     500: "A bug (`internal`); the request id is in the gateway's logs.",
@@ -83,6 +83,9 @@ _ERROR_DESCRIPTIONS = {
 
 SPEECH_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"$ref": _REF.format(name="SpeechBody")}}}}}
+
+VOICE_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"$ref": _REF.format(name="VoiceBody")}}}}}
 
 SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The audio: a whole file, a byte stream (`stream_format: audio`) or server-sent events "
@@ -107,7 +110,10 @@ def documented_openapi(app: FastAPI) -> dict[str, Any]:
     """The app's OpenAPI document with the msgspec schemas it refers to (built once, then cached on the app)."""
     if app.openapi_schema is None:
         document = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        _, components = msgspec.json.schema_components([SpeechBody, ErrorBody, SpeechEvent], ref_template=_REF)
+        from services.gateway.http.routes.saved_voices import VoiceBody  # the route imports this module's helpers
+
+        _, components = msgspec.json.schema_components([SpeechBody, VoiceBody, ErrorBody, SpeechEvent],
+                                                       ref_template=_REF)
         document.setdefault("components", {}).setdefault("schemas", {}).update(components)
         _drop_unreachable_422(document)
         app.openapi_schema = document

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -34,6 +35,8 @@ from services.gateway.requests.outcome_metrics import GatewayMetrics
 from services.gateway.requests.repair import RepairPolicy
 from services.gateway.requests.supervisor import Supervisor
 from services.gateway.requests.validation import AdmissionPolicy
+from services.gateway.voices.cloning import voice_clone
+from services.gateway.voices.voice_store import VoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ class Synthesizer:
         metrics: outcomes, first packet, RTF and active streams of the requests started here.
         segment_chars: the longest text one request of an HTTP input carries; a longer input is split at sentence
             ends into ordered requests (http/segmented_speech.py), so none outgrows decode's max_model_len.
+        voices: reference audio and saved voices (base models clone a voice); None: no cloning.
     """
 
     nc: Client
@@ -67,6 +71,7 @@ class Synthesizer:
     retry_after_s: int = 1
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     segment_chars: int = DEFAULT_SEGMENT_CHARS
+    voices: VoiceStore | None = None
 
     @contextlib.asynccontextmanager
     async def synthesize(self, fields: SynthesisFields, *,
@@ -78,9 +83,12 @@ class Synthesizer:
         inside carries the request id."""
         try:
             request = self.admission.admit(fields, request_id=request_id)
+            clone = await voice_clone(fields, self.admission.catalog, self.voices)
         except GatewayError as error:
             self.metrics.refused(error)
             raise
+        if clone is not None:
+            request = msgspec.structs.replace(request, clone=clone)
         with request_context(request.id):
             stream = AudioStream(self.nc, self.supervisor.terminals, request.id, subjects.partition_for(request.id, self.num_partitions),
                                  self.repair)
@@ -110,6 +118,11 @@ class Synthesizer:
             except GatewayError as error:
                 error.request_id = request.id
                 raise
+
+    async def check_voice(self, fields: SynthesisFields) -> None:
+        """Refuse a bad reference (or cloning fields the model cannot take) before any text is sent; the reference
+        is stored on the way, so the requests that follow find it."""
+        await voice_clone(fields, self.admission.catalog, self.voices)
 
     async def _submit(self, request: SynthesisRequest) -> int:
         try:

@@ -36,7 +36,8 @@ class TextEncoder(Protocol):
 
 def mono_samples(samples: np.ndarray | torch.Tensor) -> torch.Tensor:
     """Float32 mono samples [n] from [n] or [n, channels] (channels averaged, as the reference does)."""
-    audio = torch.as_tensor(np.asarray(samples) if not isinstance(samples, torch.Tensor) else samples)
+    # A copy: the caller's buffer may be read-only (bytes from the bus) or reused.
+    audio = samples.clone() if isinstance(samples, torch.Tensor) else torch.tensor(np.asarray(samples))
     if audio.dim() == 2:
         audio = audio.float().mean(dim=-1)
     if audio.dim() != 1 or audio.numel() == 0:
