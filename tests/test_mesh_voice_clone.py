@@ -5,14 +5,19 @@ work; saved voices survive a restart of the mesh and can be deleted."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import wave
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import websockets
 
 from tests.fixtures.mesh import Mesh, run_mesh
-from tests.reference_audio_files import reference_uri
+from tests.mesh_client import codes_on_bus, stream_speech
+from tests.reference_audio_files import audio_file, data_uri, reference_uri
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -61,6 +66,30 @@ async def test_a_cloned_voice_streams_over_the_websocket(base_mesh: Mesh):
                 events.append(json.loads(message))
     assert [e["type"] for e in events if e["type"] != "audio.start"] == ["audio.done", "audio.done", "session.done"]
     assert len(pcm) == sum(e["samples"] for e in events if e["type"] == "audio.done") * 2 > 0
+
+
+@pytest.mark.parametrize("x_vector_only", [False, True], ids=["in-context", "x-vector"])
+async def test_cloned_codes_equal_offline_synthesis_and_say_takes_a_file(base_mesh: Mesh, tiny_base_checkpoint: Path,
+                                                                         tmp_path: Path, x_vector_only: bool):
+    reference = tmp_path / "me.flac"
+    reference.write_bytes(audio_file(2.5, 48000, fmt="FLAC", seed=5))
+    text, mode = "The offline oracle clones too.", ["--x-vector-only"] if x_vector_only else ["--ref-text", REF_TEXT]
+    codes_file = tmp_path / "codes.npy"
+    subprocess.run([sys.executable, "-m", "services.cli", "synth", "--model", str(tiny_base_checkpoint), "--text",
+                    text, "--ref-audio", str(reference), *mode, "--greedy", "--max-new-tokens", "20",
+                    "--output", str(tmp_path / "synth.wav"), "--codes-out", str(codes_file)], check=True)
+    fields = {"x_vector_only_mode": True} if x_vector_only else {"ref_text": REF_TEXT}
+    body = {"input": text, "temperature": 0, "max_new_tokens": 20,
+            "ref_audio": data_uri(reference.read_bytes(), "audio/flac")}
+    result = await stream_speech(base_mesh.gateway_url, body | fields)
+    assert result.end["type"] == "audio.done", result.end
+    codes, _ = await codes_on_bus(base_mesh.nats_url, result.request_id)
+    np.testing.assert_array_equal(codes, np.load(codes_file))
+    said = tmp_path / "said.wav"
+    subprocess.run([sys.executable, "-m", "services.cli", "say", text, "-o", str(said), "--url",
+                    base_mesh.gateway_url, "--ref-audio", str(reference), *mode], check=True)
+    with wave.open(str(said)) as audio:
+        assert audio.getnframes() > 0 and audio.getframerate() == 24000
 
 
 def test_a_saved_voice_speaks_as_its_reference_does_and_survives_a_restart(tiny_base_checkpoint: Path,
