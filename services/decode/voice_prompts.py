@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 from nats.js import JetStreamContext
@@ -81,7 +82,7 @@ class VoicePrompts:
         key = ("audio", clone.audio_key, None if clone.x_vector_only else clone.ref_text, clone.x_vector_only)
         return await self._cached(key, lambda: self._from_key(clone.audio_key, clone.ref_text, clone.x_vector_only))
 
-    async def _cached(self, key: CacheKey, make) -> VoicePrompt:
+    async def _cached(self, key: CacheKey, make: Callable[[], Awaitable[VoicePrompt]]) -> VoicePrompt:
         if (prompt := self._cache.get(key)) is not None:
             self._cache.move_to_end(key)
             self.num_cache_hits += 1

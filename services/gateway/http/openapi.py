@@ -92,7 +92,12 @@ SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
                          "(`stream_format: sse`).",
           "content": {**{fmt.media_type: {"schema": {"type": "string", "format": "binary"}}
                          for fmt in FORMATS.values()},
-                      "text/event-stream": {"schema": {"$ref": _REF.format(name="SpeechEvent")}}}},
+                      # An SSE event as clients parse it: its `data` line holds the JSON of a SpeechEvent.
+                      "text/event-stream": {"schema": {
+                          "type": "object", "required": ["data"],
+                          "properties": {"data": {"type": "string", "contentMediaType": "application/json",
+                                                  "contentSchema": {"$ref": _REF.format(name="SpeechEvent")}},
+                                         "event": {"type": "string"}, "id": {"type": "string"}}}}}},
     **error_responses(400, 401, 409, 429, 500, 503, 504),
 }
 

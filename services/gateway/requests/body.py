@@ -15,8 +15,11 @@ from messages.errors import ErrorCode
 from services.gateway.errors import AdmissionError
 
 Seed = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-PosInt = Annotated[int, msgspec.Meta(gt=0)]
+# Counts far beyond any model's limits are refused here (out_of_range): unbounded, a JSON integer over 64 bits would
+# pass validation and then fail to encode on the bus (msgpack holds 64 bits).
+MAX_COUNT = 2**31 - 1
+NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+PosInt = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT)]
 Temperature = Annotated[float, msgspec.Meta(ge=0)]
 TopP = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(gt=0)]
