@@ -127,6 +127,7 @@ async def test_websocket_takes_a_reference_larger_than_its_message_limit(standin
             assert json.loads(await socket.recv())["type"] == "session.done"
         async with websockets.connect(f"ws://127.0.0.1:{port}{WS_PATH}") as socket:
             await socket.send(json.dumps({"type": "input.text", "text": "x" * 70_000}))  # no reference: too big
+            too_big = json.loads(await socket.recv())  # said first, then the socket closes
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 await socket.recv()
     assert (refused["type"], refused["code"]) == ("error", "invalid_ref_audio")
@@ -134,6 +135,7 @@ async def test_websocket_takes_a_reference_larger_than_its_message_limit(standin
     assert updated["session"]["speech"]["ref_audio"] == f"<{len(reference)} characters>"
     assert done["type"] == "audio.done" and pcm == expected_pcm(1)
     assert standin.requests[0].clone.audio_key.startswith("ref-")
+    assert (too_big["type"], too_big["code"]) == ("error", "message_too_big")
     assert closed.value.rcvd.code == 1009
 
 
