@@ -3,6 +3,7 @@
 - `messages.subjects`: subject and KV key builders, `slug()`.
 - `messages.streams`: stream/consumer/bucket names and `BusConfig`.
 - `messages.requests`, `messages.frames`, `messages.events`, `messages.records`, `messages.mtp`: message types.
+- `messages.voice_clone`: voice cloning: a request's cloned voice, the reference-audio and saved-voice object stores.
 - `encode(msg) -> bytes`, `decode(bytes, type_or_union) -> msg` (raises `DecodeError`).
 - `messages.errors`: the registry of codes, `ErrorCode` (a request's failure), `FaultCode` (a service's own errors),
   `Stage`, and the typed errors.

@@ -43,6 +43,13 @@ class ErrorCode(StrEnum):
     UNKNOWN_MODEL = "unknown_model"
     UNKNOWN_VOICE = "unknown_voice"
     UNKNOWN_LANGUAGE = "unknown_language"
+    # Voice cloning (base checkpoints): the reference audio and its transcript.
+    INVALID_REF_AUDIO = "invalid_ref_audio"  # not a readable audio data URI, or a sample rate it cannot take
+    REF_AUDIO_TOO_SHORT = "ref_audio_too_short"
+    REF_AUDIO_TOO_LONG = "ref_audio_too_long"
+    REF_TEXT_REQUIRED = "ref_text_required"  # in-context cloning without the reference's transcript
+    VOICE_REQUIRED = "voice_required"  # a base model's request with neither reference audio nor a saved voice
+    VOICE_CLONING_UNSUPPORTED = "voice_cloning_unsupported"  # reference audio for a model that cannot clone
     QUEUE_FULL = "queue_full"  # REQUESTS is at its bound; the gateway answers 429
     TOO_MANY_REQUESTS = "too_many_requests"  # the gateway has its limit of requests in flight; it answers 429
     SLOW_CLIENT = "slow_client"  # the client read its audio so slowly that the gateway's buffer for it overflowed

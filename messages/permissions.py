@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from messages import subjects
-from messages.streams import BUCKET, EVENTS_STREAM
+from messages.streams import BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM
+from messages.voice_clone import REF_AUDIO_STORE, VOICES_STORE
 
 JS_API = "$JS.API"
 INBOX = "_INBOX.>"
@@ -35,9 +36,19 @@ def _kv(key_pattern: str) -> str:
     return f"$KV.{BUCKET}.{key_pattern}"
 
 
-# Stream and bucket administration: what only `provision` may do (a KV bucket is the stream KV_<bucket>).
+
+
+def _objects(store: str) -> str:
+    """Every subject of an object store's chunks and metadata (`$O.<store>.C.*`, `$O.<store>.M.*`)."""
+    return f"$O.{store}.>"
+
+
+# Stream and bucket administration: what only `provision` may do (a KV bucket is the stream KV_<bucket>). The
+# object stores' own streams may be purged by their users: replacing or deleting an object purges its old chunks.
 STREAM_ADMIN = (f"{JS_API}.STREAM.CREATE.>", f"{JS_API}.STREAM.UPDATE.>", f"{JS_API}.STREAM.DELETE.>",
-                f"{JS_API}.STREAM.PURGE.>", f"{JS_API}.STREAM.MSG.DELETE.>", f"{JS_API}.STREAM.RESTORE.>",
+                *(f"{JS_API}.STREAM.PURGE.{name}" for name in (REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM,
+                                                                 KV_STREAM)),
+                f"{JS_API}.STREAM.MSG.DELETE.>", f"{JS_API}.STREAM.RESTORE.>",
                 f"{JS_API}.CONSUMER.DELETE.>", f"{JS_API}.CONSUMER.DURABLE.CREATE.>")
 
 # What every service needs of JetStream: the API (less the administration above), acks, flow control, discovery.
@@ -57,13 +68,15 @@ def _every(root: str) -> str:
 
 GATEWAY = _service(
     publish=(_every(subjects.REQUESTS_ROOT), _every(subjects.EVENTS_ROOT), _every(subjects.REDECODE_ROOT),
-             _kv(subjects.all_cancel_keys()), _kv(subjects.all_lease_keys())),
+             _kv(subjects.all_cancel_keys()), _kv(subjects.all_lease_keys()), _every(subjects.VOICE_ROOT),
+             _objects(REF_AUDIO_STORE), _objects(VOICES_STORE)),
     subscribe=(_every(subjects.AUDIO_ROOT), ADVISORIES),
     deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
 
 DECODE = _service(
-    publish=(_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"), _kv(subjects.all_lease_keys())),
-    subscribe=(f"{subjects.ADMIN_ROOT}.decode.>", ADVISORIES),
+    publish=(_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"), _kv(subjects.all_lease_keys()),
+             _objects(VOICES_STORE)),
+    subscribe=(f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES),
     deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT)))
 
 VOCODER = _service(

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from messages.base import Message, NonNegInt, PosInt, RequestId, Seed, UnixTime
+from messages.voice_clone import VoiceClone
 
 MAX_TEXT_CHARS = 4096  # like OpenAI's speech endpoint (DESIGN.md invariant 7)
 
@@ -52,6 +53,7 @@ class SynthesisRequest(Message, tag="synthesis_request", kw_only=True, frozen=Tr
         deadline: unix time after which a still-queued request fails with `timeout`; None: no deadline.
         created_at: unix time of admission.
         min_new_tokens: frames to generate before EOS may end the request; None: the model's minimum.
+        clone: the cloned voice of a base model's request (reference audio or a saved voice); None otherwise.
     """
 
     id: RequestId
@@ -70,6 +72,7 @@ class SynthesisRequest(Message, tag="synthesis_request", kw_only=True, frozen=Tr
     deadline: UnixTime | None = None
     created_at: UnixTime = 0.0
     min_new_tokens: NonNegInt | None = None  # appended last: older readers skip it
+    clone: VoiceClone | None = None  # appended last: older readers skip it
 
 
 class RedecodeRequest(Message, tag="redecode_request", kw_only=True, frozen=True):

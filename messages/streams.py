@@ -1,4 +1,4 @@
-"""Streams, consumers and the KV bucket of voxmesh, as plain specifications.
+"""Streams, consumers, the KV bucket and the object stores of voxmesh, as plain specifications.
 
 `services.bus.provision` turns these into server objects in one administrative step; services only bind to them.
 Audio travels on core NATS and has no stream.
@@ -11,6 +11,7 @@ from typing import Literal
 
 from messages import subjects
 from messages.errors import InvalidConfig
+from messages.voice_clone import REF_AUDIO_STORE, VOICES_STORE
 
 REQUESTS_STREAM = "REQUESTS"
 EVENTS_STREAM = "EVENTS"
@@ -72,6 +73,16 @@ class BucketSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectStoreSpec:
+    """A JetStream object store (large values: reference audio, saved voices)."""
+
+    name: str
+    ttl_s: float | None  # None: kept until deleted
+    storage: Literal["file", "memory"]
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
 class BusConfig:
     """Every setting of the bus that provisioning needs. Defaults follow DESIGN.md."""
 
@@ -86,6 +97,7 @@ class BusConfig:
     codes_ack_wait_s: float = 30.0
     codes_max_ack_pending: int = 4096
     bucket_ttl_s: float = 24 * HOUR_S  # owner/cancel records outlive any request, then go
+    ref_audio_ttl_s: float = HOUR_S  # a reference outlives its requests; a gateway stores it again when reused
     storage: Literal["file", "memory"] = "file"
 
     def __post_init__(self) -> None:
@@ -98,7 +110,7 @@ class BusConfig:
         _require(self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests, ">= 1")
         _require(self.request_max_deliver >= 1, "request_max_deliver", self.request_max_deliver, ">= 1")
         for name in ("request_ack_wait_s", "events_max_age_s", "codes_max_age_s", "duplicate_window_s",
-                     "codes_ack_wait_s", "bucket_ttl_s"):
+                     "codes_ack_wait_s", "bucket_ttl_s", "ref_audio_ttl_s"):
             _require(getattr(self, name) > 0, name, getattr(self, name), "> 0")
         _require(self.duplicate_window_s <= self.codes_max_age_s, "duplicate_window_s", self.duplicate_window_s,
                  "<= codes_max_age_s")
@@ -132,6 +144,14 @@ class BusConfig:
     def bucket(self) -> BucketSpec:
         """The `voxmesh` KV bucket (keys: owner., cancel., lease., part.)."""
         return BucketSpec(BUCKET, 1, self.bucket_ttl_s, self.storage, "ownership, leases, partitions, cancellation")
+
+    def object_stores(self) -> list[ObjectStoreSpec]:
+        """Reference audio of requests (expiring) and saved voices (kept)."""
+        return [
+            ObjectStoreSpec(REF_AUDIO_STORE, self.ref_audio_ttl_s, self.storage,
+                            "reference audio of voice-cloning requests, keyed by content"),
+            ObjectStoreSpec(VOICES_STORE, None, self.storage, "saved voices: computed voice prompts by model and name"),
+        ]
 
 
 def _require(ok: bool, name: str, value: object, rule: str) -> None:

@@ -23,6 +23,7 @@ REDECODE_ROOT = "tts.redecode"
 MTP_ROOT = "tts.mtp"
 HANDOFF_ROOT = "tts.handoff"
 ADMIN_ROOT = "tts.admin"
+VOICE_ROOT = "tts.voice"
 
 TERMINAL_KIND = "terminal"
 
@@ -138,6 +139,11 @@ def redecode(partition: int) -> str:
 def mtp_step(model: str) -> str:
     """Core NATS request/reply to the code-predictor (mtp) replicas of a model (queue group)."""
     return f"{MTP_ROOT}.{slug(model)}.step"
+
+
+def voice_create(model: str) -> str:
+    """Core NATS request/reply to a model's decode replicas (queue group): compute and save a voice."""
+    return f"{VOICE_ROOT}.{slug(model)}.create"
 
 
 def handoff(replica: str) -> str:

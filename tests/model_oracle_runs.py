@@ -59,13 +59,19 @@ def reference_generate(
     non_streaming: bool,
     max_frames: int,
     repetition_penalty: float = 1.05,
+    ref_ids: list[int] | None = None,
+    voice_clone_prompt: dict | None = None,
 ) -> ReferenceRun:
-    """Greedy codes and logits from the reference. It returns at most max_new_tokens - 1 frames, hence the +1."""
+    """Greedy codes and logits from the reference. It returns at most max_new_tokens - 1 frames, hence the +1.
+    A base model clones the voice of `voice_clone_prompt` (the reference's own dict), in context with the ids of
+    the templated reference transcript `ref_ids`."""
     run: dict = {"code_logits": []}
     with _spies(model, run), torch.no_grad():
         codes, _ = model.generate(
             input_ids=[torch.tensor([text_ids])],
             instruct_ids=[torch.tensor([instruct_ids]) if instruct_ids else None],
+            ref_ids=[torch.tensor([ref_ids])] if ref_ids else None,
+            voice_clone_prompt=voice_clone_prompt,
             languages=[language],
             speakers=[speaker],
             non_streaming_mode=non_streaming,

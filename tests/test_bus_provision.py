@@ -9,7 +9,9 @@ from messages import SynthesisRequest, subjects
 from messages.streams import BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM, BusConfig
 from services.bus import NotProvisioned, ProvisionConflict, PullConsumer, QueueFull, Capacity, provision, \
     submit_request
+from services.bus.object_store import open_object_store
 from services.bus.provision import open_bucket
+from messages.voice_clone import REF_AUDIO_STORE, VOICES_STORE
 from tests.fixtures.nats_server import fresh_bus
 
 CONFIG = BusConfig(models=("tiny", "Qwen3-TTS-0.6B"), num_partitions=2, max_queued_requests=3)
@@ -25,7 +27,8 @@ async def test_provision_creates_everything_and_is_idempotent(nats_client) -> No
     before = {s.config.name: s.config for s in await js.streams_info()}
     await provision(js, CONFIG)
     after = {s.config.name: s.config for s in await js.streams_info()}
-    assert set(after) == {REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM, f"KV_{BUCKET}"}
+    assert set(after) == {REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM, f"KV_{BUCKET}", f"OBJ_{REF_AUDIO_STORE}",
+                          f"OBJ_{VOICES_STORE}"}
     assert before == after
     requests = after[REQUESTS_STREAM]
     assert requests.retention == api.RetentionPolicy.WORK_QUEUE
@@ -36,6 +39,8 @@ async def test_provision_creates_everything_and_is_idempotent(nats_client) -> No
     assert consumer.config.filter_subject == subjects.request("Qwen3-TTS-0.6B")
     await js.consumer_info(CODES_STREAM, "vocoder-p1")
     await open_bucket(js)
+    assert (await (await open_object_store(js, REF_AUDIO_STORE)).status()).ttl == CONFIG.ref_audio_ttl_s
+    assert (await (await open_object_store(js, VOICES_STORE)).status()).ttl in (None, 0)  # voices are kept
 
 
 async def test_provision_updates_limits_in_place(nats_client) -> None:

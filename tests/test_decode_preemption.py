@@ -26,6 +26,9 @@ async def test_fail_mode_ends_the_victim_with_preempted_after_its_frames_and_the
     survivor, victim = [synthesis(f"fail-{n}", text, frames=FRAMES) for n, text in enumerate(TEXTS)]
     async with running_decode(nats_server.url, tiny_checkpoint, recompute_preemption="fail", **SMALL_POOL) as decode:
         await decode.submit(survivor)
+        # The newer request is the victim: submitted only once the first one is running, since the concurrent intake
+        # may otherwise admit the two in either order.
+        await decode.log.first_chunk(survivor.id)
         await decode.submit(victim)
         victim_end = await decode.log.end(victim.id)
         survivor_end = await decode.log.end(survivor.id)

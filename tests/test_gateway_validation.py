@@ -32,6 +32,9 @@ BAD_BODIES = [
     ({"input": "hi", "voice": "ryan", "temperature": -0.5}, "out_of_range", "temperature", ">= 0.0"),
     ({"input": "hi", "voice": "ryan", "top_p": 1.5}, "out_of_range", "top_p", "<= 1.0"),
     ({"input": "hi", "voice": "ryan", "max_new_tokens": 0}, "out_of_range", "max_new_tokens", ">= 1"),
+    # Beyond 64 bits an integer cannot travel on the bus: refused here, not a 500 later.
+    ({"input": "hi", "voice": "ryan", "max_new_tokens": 10**30}, "out_of_range", "max_new_tokens", "<= 2147483647"),
+    ({"input": "hi", "voice": "ryan", "top_k": 2**64}, "out_of_range", "top_k", "<= 2147483647"),
     ({"input": "hi", "voice": "ryan", "text_mode": "chunky"}, "invalid_value", "text_mode", "'chunky'"),
     ({"input": "hi", "voice": "ryan", "temprature": 0.5}, "unknown_field", "temprature", "unknown field"),
     ({"input": "hi", "voice": "ryan", "response_format": "aac"}, "unsupported_format", "response_format",

@@ -1,4 +1,5 @@
-"""One administrative step that creates (or brings up to date) every stream, consumer and the KV bucket.
+"""One administrative step that creates (or brings up to date) every stream, consumer, the KV bucket and the object
+stores.
 
 Idempotent: running it again on a provisioned server changes nothing. Services never call it; they bind with
 `open_bucket`/`PullConsumer.bind` and get NotProvisioned when something is missing.
@@ -12,7 +13,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
-from messages.streams import BucketSpec, BusConfig, ConsumerSpec, StreamSpec
+from messages.streams import BucketSpec, BusConfig, ConsumerSpec, ObjectStoreSpec, StreamSpec
 from services.bus.errors import NotProvisioned, ProvisionConflict
 
 log = logging.getLogger(__name__)
@@ -29,8 +30,10 @@ async def provision(js: JetStreamContext, config: BusConfig) -> None:
     for consumer in config.consumers():
         await js.add_consumer(consumer.stream, consumer_config(consumer))
     await _ensure_bucket(js, config.bucket())
-    log.info("provisioned streams %s, %d consumers, bucket %s", [s.name for s in config.streams()],
-             len(config.consumers()), config.bucket().name)
+    for store in config.object_stores():
+        await _ensure_object_store(js, store)
+    log.info("provisioned streams %s, %d consumers, bucket %s, object stores %s", [s.name for s in config.streams()],
+             len(config.consumers()), config.bucket().name, [o.name for o in config.object_stores()])
 
 
 def stream_config(spec: StreamSpec) -> api.StreamConfig:
@@ -90,6 +93,17 @@ async def _ensure_bucket(js: JetStreamContext, spec: BucketSpec) -> None:
                                                  history=spec.history, ttl=spec.ttl_s,
                                                  storage=_STORAGE[spec.storage]))
     log.info("created bucket %s", spec.name)
+
+
+async def _ensure_object_store(js: JetStreamContext, spec: ObjectStoreSpec) -> None:
+    try:
+        await js.object_store(spec.name)
+        return  # exists; kept as it is, like the KV bucket
+    except BucketNotFoundError:
+        pass
+    await js.create_object_store(spec.name, api.ObjectStoreConfig(description=spec.description, ttl=spec.ttl_s,
+                                                                  storage=_STORAGE[spec.storage]))
+    log.info("created object store %s", spec.name)
 
 
 async def open_bucket(js: JetStreamContext, name: str = "voxmesh") -> KeyValue:

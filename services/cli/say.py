@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from services.cli.reference_fields import add_reference_arguments, reference_fields
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", nargs="?", default=None, help="what to say (or --stdin)")
@@ -24,11 +26,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --stdin: wav or raw s16le 24 kHz mono pcm (default: wav for a file, pcm for '-')")
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway (default http://127.0.0.1:8000)")
     parser.add_argument("--model", default="tiny", help="model name as served")
-    parser.add_argument("--voice", default=None, help="speaker of the checkpoint (default: the model's first)")
+    parser.add_argument("--voice", default=None, help="speaker of the checkpoint (default: the model's first), or a "
+                        "base model's saved voice")
     parser.add_argument("--language", default=None, help="'auto' or a language of the checkpoint")
     parser.add_argument("--seed", type=int, default=None, help="fix the seed (reproducible audio)")
     parser.add_argument("--api-key-file", type=Path, default=None, help="file holding an API key (never a flag)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the whole answer")
+    add_reference_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     for key in ("voice", "language", "seed"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
+    body.update(reference_fields(args))
     headers = {}
     if args.api_key_file is not None:
         headers["Authorization"] = "Bearer " + args.api_key_file.read_text(encoding="utf-8").strip()

@@ -20,6 +20,7 @@ from typing import BinaryIO
 import websockets
 
 from messages.audio_format import SAMPLE_RATE
+from services.cli.reference_fields import reference_fields
 from services.gateway.http.wav import wav_header
 
 STREAM_PATH = "/v1/audio/speech/stream"
@@ -63,7 +64,7 @@ def session_update(args) -> dict:
     for key in ("voice", "language", "seed"):
         if getattr(args, key) is not None:
             update[key] = getattr(args, key)
-    return update
+    return update | reference_fields(args)
 
 
 def read_stdin_into(queue: asyncio.Queue[str | None], loop: asyncio.AbstractEventLoop) -> None:

@@ -9,6 +9,7 @@ API: non-streaming text mode and the sampling values of the checkpoint's generat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import secrets
 import sys
 import time
@@ -28,6 +29,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speaker", default=None, help="a speaker of a custom_voice checkpoint")
     parser.add_argument("--language", default="auto", help="'auto' (default) or a language of the checkpoint")
     parser.add_argument("--instruct", default=None, help="voice or style instruction (voice_design, 1.7B custom_voice)")
+    parser.add_argument("--ref-audio", type=Path, default=None,
+                        help="base models: the voice to clone, an audio file of 1-30 s (WAV, FLAC, OGG, MP3)")
+    parser.add_argument("--ref-text", default=None, help="the transcript of --ref-audio (in-context cloning)")
+    parser.add_argument("--x-vector-only", action="store_true",
+                        help="clone from the speaker embedding alone (no --ref-text needed)")
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--greedy", action="store_true", help="argmax decoding (keeps the repetition penalty)")
     choice.add_argument("--seed", type=int, default=None, help="sampling seed (default: a random one, printed)")
@@ -39,6 +45,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codes-out", type=Path, default=None, help="also save the codes, int64 (frames, 16), as .npy")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+
+
+def _voice(model, tokenizer, args: argparse.Namespace):
+    """The cloned voice of --ref-audio (what a decode replica computes for a request's ref_audio)."""
+    import soundfile
+
+    from services.model.voice.cloner import VoiceCloner
+    from services.model.voice.errors import ReferenceAudioError
+
+    try:
+        samples, rate = soundfile.read(str(args.ref_audio), dtype="float32", always_2d=True)
+    except (soundfile.SoundFileError, RuntimeError) as error:
+        raise ReferenceAudioError("invalid_ref_audio", f"{args.ref_audio}: not readable audio: {error}") from error
+    return VoiceCloner.load(model, tokenizer).make_prompt(samples, rate, args.ref_text, args.x_vector_only)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,12 +87,14 @@ def _synthesize(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     model = load_model(args.model, dtype=DTYPES[args.dtype], device=args.device)
-    check_can_generate(model.config)
+    check_can_generate(model.config, has_voice=args.ref_audio is not None)
     tokenizer = TextTokenizer.from_dir(args.model)
     request = make_request(
         tokenizer, args.text, instruct=args.instruct, speaker=args.speaker, language=args.language,
         non_streaming=args.text_mode == "non-streaming",
     )
+    if args.ref_audio is not None:
+        request = dataclasses.replace(request, voice=_voice(model, tokenizer, args))
     max_frames = model.generation.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     if max_frames <= 0:
         raise RequestError("bad_max_new_tokens", f"--max-new-tokens must be positive, got {max_frames}")

@@ -25,6 +25,7 @@ from services.decode.capacity import EngineCapacity
 from services.decode.request_check import ServedModel
 from services.decode.settings import DecodeSettings
 from services.decode.stats import DecodeStats
+from services.decode.voice_prompts import VoicePrompts
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
 from services.engine.sequence import FailureCode, RequestOutcome, SequenceStatus
@@ -65,8 +66,11 @@ class DecodeCore:
     """Shared state and the publishing rules. Every engine call goes through `worker`."""
 
     def __init__(self, *, nc: Client, js: JetStreamContext, kv: KeyValue, engine: Engine, worker: EngineWorker,
-                 served: ServedModel, settings: DecodeSettings, replica: str) -> None:
+                 served: ServedModel, settings: DecodeSettings, replica: str,
+                 voices: VoicePrompts | None = None) -> None:
         self.nc, self.js, self.kv = nc, js, kv
+        self.voices = voices
+        """Voice prompts of cloned voices (base checkpoints only)."""
         self.engine, self.worker = engine, worker
         self.served, self.settings, self.replica = served, settings, replica
         self.capacity = EngineCapacity(engine)

@@ -234,6 +234,12 @@ class Intake:
             error = ErrorInfo(code=cancel.code, stage=Stage.GATEWAY, message=cancel.reason)
             await core.end(active, Ending(error=error))
             return
+        if admission.request.clone is not None and core.voices is not None:
+            try:  # the reference audio's work runs on its own thread (or comes from the cache)
+                admission = await core.voices.attach(admission)
+            except AdmissionError as exc:
+                await core.end(active, Ending(error=ErrorInfo(code=exc.code, stage=Stage.DECODE, message=exc.message)))
+                return
         try:
             # On the admission thread: the prompt is built while the engine thread steps.
             outcome, active.num_prompt_tokens = await self.admission.run(_add_to_engine, core.engine, admission,

@@ -58,7 +58,9 @@ class ServedModel:
 
 def admit(request: SynthesisRequest, model: ServedModel, settings: DecodeSettings) -> Admission:
     """Check and translate one request. Raises AdmissionError (unknown_model for a request of another model,
-    invalid_request naming what is wrong, or timeout when it waited on REQUESTS past its deadline)."""
+    invalid_request naming what is wrong, or timeout when it waited on REQUESTS past its deadline). A cloned voice's
+    prompt is attached later, off this path (`VoicePrompts.attach`): here only whether the model clones at all is
+    checked."""
     if not subjects.same_model(request.model, model.name):
         # Put on this model's subject by something other than a gateway of this model (a gateway refuses another
         # model up front): serving it with these weights would answer in the wrong voice, or not at all.
@@ -72,9 +74,13 @@ def admit(request: SynthesisRequest, model: ServedModel, settings: DecodeSetting
         codec_prefix(model.config, request.speaker, request.language)  # unknown speaker/language raise here
     except RequestError as exc:
         raise AdmissionError(ErrorCode.INVALID_REQUEST, exc.message) from exc
-    if model.config.tts_model_type == "base":
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, "this replica serves a base (voice-cloning) checkpoint, which "
-                             "needs a reference voice; voice cloning is not served yet")
+    is_base = model.config.tts_model_type == "base"
+    if is_base and request.clone is None:
+        raise AdmissionError(ErrorCode.VOICE_REQUIRED, "this replica serves a base (voice-cloning) checkpoint: give "
+                             "reference audio (ref_audio, and ref_text unless x_vector_only_mode) or a saved voice")
+    if not is_base and request.clone is not None:
+        raise AdmissionError(ErrorCode.VOICE_CLONING_UNSUPPORTED, f"this replica serves a "
+                             f"{model.config.tts_model_type} checkpoint, which cannot clone a voice")
     text_ids = tuple(model.tokenizer.encode(assistant_text(request.text)))
     input_tokens = len(text_ids) - ROLE_TOKENS - TAIL_TOKENS
     if input_tokens <= 0:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from messages import subjects
 from services.decode.cancel import CancelWatcher
 from services.decode.core import DecodeCore
 from services.decode.drain import Drainer, drain_subject
@@ -20,6 +21,7 @@ from services.decode.loop import FrameLoop
 from services.decode.request_check import ServedModel
 from services.decode.settings import DecodeSettings
 from services.decode.shutdown import finish_or_end
+from services.decode.voice_prompts import VoicePrompts
 from services.decode.worker import EngineWorker
 from services.engine.config import StageConfig, StageKind
 from services.engine.engine import Engine
@@ -28,6 +30,7 @@ from services.metrics.listener import metrics_listener
 from services.model.config import load_config
 from services.model.loader import DTYPES, load_model
 from services.model.text_tokenizer import TextTokenizer
+from services.model.voice.cloner import VoiceCloner
 from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, micro_name, run_service
 from services.runtime.settings_schema import SettingsError
 
@@ -78,12 +81,24 @@ def load_engine(settings: DecodeSettings) -> tuple[Engine, ServedModel]:
     return engine, served
 
 
+async def _voice_prompts(settings: DecodeSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
+                         context: ServiceContext, stack: AsyncExitStack) -> VoicePrompts | None:
+    """A base checkpoint's voice cloning: its encoders loaded once (on the engine thread, before serving)."""
+    if served.config.tts_model_type != "base":
+        return None
+    cloner = await worker.run(VoiceCloner.load, engine.model, served.tokenizer)
+    voices = VoicePrompts(context.js, cloner, settings.model_name)
+    stack.callback(voices.close)
+    return voices
+
+
 async def build_decode(settings: DecodeSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
                        context: ServiceContext, stack: AsyncExitStack) -> ServiceParts:
     """Decode's parts: intake pulls until stop; the frame loop and cancel watch serve owned requests until they
     are finished or ended (`finish_or_end`); the `drain` endpoint; STATS with the engine's counters."""
+    voices = await _voice_prompts(settings, engine, served, worker, context, stack)
     core = DecodeCore(nc=context.nc, js=context.js, kv=context.kv, engine=engine, worker=worker, served=served,
-                      settings=settings, replica=context.replica)
+                      settings=settings, replica=context.replica, voices=voices)
     parts = DecodeParts(core, Intake(core), FrameLoop(core), CancelWatcher(core), Drainer(core, context.stop))
     await stack.enter_async_context(metrics_listener(stats_registry(parts.stats, decode_families),
                                                      settings.metrics_port))
@@ -93,7 +108,9 @@ async def build_decode(settings: DecodeSettings, engine: Engine, served: ServedM
         description="voxmesh decode (talker engine)",
         stats=parts.stats,
         endpoints=[Endpoint("drain", drain_subject(context.replica), parts.drainer.handle,
-                            metadata={"body": '{"hold_s": seconds}, optional'})],
+                            metadata={"body": '{"hold_s": seconds}, optional'})]
+        + ([] if voices is None else [Endpoint("voice-create", subjects.voice_create(settings.model_name),
+                                               voices.handle_create, metadata={"body": "VoiceCreate (msgpack)"})]),
         tasks=[ServiceTask("intake", parts.intake.run)],
         background=[ServiceTask("frame-loop", parts.loop.run), ServiceTask("cancel-watch", parts.cancels.run)],
         drain=functools.partial(finish_or_end, core, settings.shutdown_grace_s),

@@ -14,7 +14,7 @@ from starlette.requests import ClientDisconnect
 from services.gateway.errors import GatewayError, http_error, internal_error
 from services.gateway.http.openapi import documented_openapi
 from services.gateway.http.request_id import RequestIdMiddleware, request_id_of
-from services.gateway.http.routes import health, metrics, models, speech, speech_stream
+from services.gateway.http.routes import health, metrics, models, speech, speech_stream, saved_voices
 from services.gateway.runtime import Gateway
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.include_router(models.router)
     app.include_router(speech.router)
     app.include_router(speech_stream.router)
+    app.include_router(saved_voices.router)
     app.openapi = lambda: documented_openapi(app)  # type: ignore[method-assign]
     return app
 

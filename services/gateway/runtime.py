@@ -14,6 +14,7 @@ from services.gateway.requests.synthesis import Synthesizer
 from services.gateway.requests.terminal_feed import TerminalFeed
 from services.gateway.requests.validation import AdmissionPolicy
 from services.gateway.settings import GatewaySettings
+from services.gateway.voices.voice_store import VoiceStore
 from services.gateway.ws.resume_token import ResumeTokens
 from services.runtime.lifecycle import ServiceContext
 
@@ -55,7 +56,8 @@ def build_gateway(settings: GatewaySettings, catalog: VoiceCatalog, context: Ser
                               supervisor, settings.num_partitions,
                               RepairPolicy(arrival_timeout_s=settings.redecode_timeout_s), settings.retry_after_s,
                               segment_chars=settings.segment_chars, max_live_requests=settings.max_live_requests,
-                              client_buffer_s=settings.client_buffer_s)
+                              client_buffer_s=settings.client_buffer_s,
+                              voices=VoiceStore(context.nc, context.js, catalog.model))
     tokens = ResumeTokens(settings.resume_secret.encode()) if settings.resume_secret else ResumeTokens.random()
     return Gateway(synthesizer, catalog, parse_keys(settings.api_keys), context.replica,
                    parse_keys(settings.admin_api_keys), tokens)

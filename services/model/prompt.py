@@ -1,7 +1,8 @@
 """Prompt building: the talker's prefill rows and the trailing text rows of a request (MODEL.md, steps 1-3).
 
 A request is described by token ids and names (`PromptRequest`), which travel cheaply; `build_prompt` turns
-it into embeddings where the talker's weights are. Two text modes:
+it into embeddings where the talker's weights are. A base checkpoint also takes a ready voice prompt (the
+speaker row, and in in-context mode the reference's codes and transcript: `services/model/voice/`). Two text modes:
 - non-streaming (the reference's high-level default): the whole text is in the prefill, every frame's
   trailing row is tts_pad;
 - streaming: the prefill holds the first text token, frame k's trailing row is text token k+1, then
@@ -18,6 +19,8 @@ import torch
 from services.model.config import TTSConfig
 from services.model.errors import RequestError, UnsupportedModelError
 from services.model.talker import Talker
+from services.model.voice.prompt_rows import in_context_rows, with_speaker_row
+from services.model.voice.voice_prompt import VoicePrompt
 
 ROLE_TOKENS = 3
 """`<|im_start|>assistant\\n`: the first ids of a wrapped text."""
@@ -43,6 +46,8 @@ class PromptRequest:
     speaker: str | None = None
     language: str = "auto"
     non_streaming: bool = True
+    voice: VoicePrompt | None = None
+    """A cloned voice (base checkpoints only), computed beforehand from reference audio."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +80,16 @@ def make_request(
     return PromptRequest(tuple(tokenizer.encode(assistant_text(text))), instruct_ids, speaker, language, non_streaming)
 
 
-def check_can_generate(cfg: TTSConfig) -> None:
-    if cfg.tts_model_type == "base":
+def check_can_generate(cfg: TTSConfig, has_voice: bool = False) -> None:
+    """A base checkpoint speaks only in a cloned voice; the others cannot clone one."""
+    if cfg.tts_model_type == "base" and not has_voice:
         raise UnsupportedModelError(
-            "this is a base (voice-cloning) checkpoint: it loads, but generation from it needs a reference voice, "
-            "which is not implemented yet; use a custom_voice or voice_design checkpoint"
+            "this is a base (voice-cloning) checkpoint: it speaks only in a voice cloned from reference audio; "
+            "give ref_audio (and its ref_text), or a saved voice"
         )
+    if cfg.tts_model_type != "base" and has_voice:
+        raise RequestError("voice_cloning_unsupported", f"this is a {cfg.tts_model_type} checkpoint: only base "
+                           "checkpoints clone a voice from reference audio")
 
 
 def codec_prefix(cfg: TTSConfig, speaker: str | None, language: str) -> list[int]:
@@ -119,7 +128,7 @@ def _check_ids(ids: tuple[int, ...], vocab_size: int, what: str) -> None:
 
 
 def build_prompt(talker: Talker, cfg: TTSConfig, request: PromptRequest) -> Prompt:
-    check_can_generate(cfg)
+    check_can_generate(cfg, request.voice is not None)
     num_text = len(request.text_ids) - ROLE_TOKENS - TAIL_TOKENS
     if num_text <= 0:
         raise RequestError("empty_text", "the text is empty: give at least one word to speak")
@@ -128,6 +137,8 @@ def build_prompt(talker: Talker, cfg: TTSConfig, request: PromptRequest) -> Prom
     device = talker.codec_head.weight.device
     ids = torch.tensor(request.text_ids, dtype=torch.long, device=device)
     codec = talker.codec_embedding(torch.tensor(codec_prefix(cfg, request.speaker, request.language), device=device))
+    if request.voice is not None:
+        codec = with_speaker_row(codec, request.voice)
     special = talker.embed_text(torch.tensor([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id], device=device))
     tts_bos, tts_eos, tts_pad = special[0:1], special[1:2], special[2]
     text = talker.embed_text(ids[ROLE_TOKENS:-TAIL_TOKENS])
@@ -135,7 +146,11 @@ def build_prompt(talker: Talker, cfg: TTSConfig, request: PromptRequest) -> Prom
     parts = [talker.embed_text(ids[:ROLE_TOKENS]), torch.cat((pads, tts_bos)) + codec[:-1]]
     if request.instruct_ids and uses_instruction(cfg):
         parts.insert(0, talker.embed_text(torch.tensor(request.instruct_ids, dtype=torch.long, device=device)))
-    if request.non_streaming:
+    if request.voice is not None and request.voice.in_context:
+        rows, trailing = in_context_rows(talker, cfg, request.voice, ids[ROLE_TOKENS:-TAIL_TOKENS], tts_eos, tts_pad,
+                                         request.non_streaming)
+        parts.append(rows)
+    elif request.non_streaming:
         pad_ids = torch.full((num_text + 1,), cfg.talker.codec_pad_id, device=device)
         parts.append(torch.cat((text, tts_eos)) + talker.codec_embedding(pad_ids))
         parts.append(tts_pad[None] + codec[-1:])

@@ -1,7 +1,7 @@
 """Tensor names and shapes of the speech tokenizer's encoder half (a Mimi encoder).
 
-voxmesh never runs the encoder here (voice cloning will), but a complete checkpoint holds
-it, and the reference refuses nothing yet warns about every missing tensor. The layout is
+Voice cloning runs the encoder (`services/model/codec/encoder.py`) on reference audio, and the
+reference warns about every missing tensor, so a complete checkpoint holds it. The layout is
 that of a Mimi model without its decoder side: a SEANet encoder, an encoder transformer, a
 strided downsampling conv, and a split RVQ (semantic + acoustic).
 """

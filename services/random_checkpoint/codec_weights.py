@@ -116,8 +116,8 @@ def encode_only_shape(config: CodecConfig) -> tuple[int, int, int]:
 
 
 def encoder_tensor(name: str, shape: tuple[int, ...], seed: int) -> torch.Tensor:
-    """One deterministic `encoder.*` tensor: the encoder is never run by voxmesh, so plain
-    variance-preserving weights, unit usage counts and N(0, 0.5) codebooks will do."""
+    """One deterministic `encoder.*` tensor: plain variance-preserving weights, unit usage counts and
+    N(0, 0.5) codebooks, which encode random audio to varied codes (voice cloning's tests need that)."""
     leaf = name.rsplit(".", 1)[-1]
     if leaf in ("initialized", "cluster_usage") or (leaf == "weight" and "norm" in name):
         return torch.ones(shape)

@@ -73,7 +73,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 _ERROR_DESCRIPTIONS = {
     400: "The body is malformed, out of range or names what this server lacks (code says which); nothing queued.",
     401: "API keys are configured and the call carries no valid one (`invalid_api_key`).",
-    404: "No such model (`unknown_model`).",
+    404: "No such model (`unknown_model`) or saved voice (`unknown_voice`).",
     409: "The request was cancelled (`cancelled`).",
     429: "REQUESTS is full (`queue_full`), or this gateway holds its --max-live-requests (`too_many_requests`); "
          "Retry-After says when to try again.",
@@ -85,12 +85,20 @@ _ERROR_DESCRIPTIONS = {
 SPEECH_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"$ref": _REF.format(name="SpeechBody")}}}}}
 
+VOICE_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"$ref": _REF.format(name="VoiceBody")}}}}}
+
 SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The audio: a whole file, a byte stream (`stream_format: audio`) or server-sent events "
                          "(`stream_format: sse`).",
           "content": {**{fmt.media_type: {"schema": {"type": "string", "format": "binary"}}
                          for fmt in FORMATS.values()},
-                      "text/event-stream": {"schema": {"$ref": _REF.format(name="SpeechEvent")}}}},
+                      # An SSE event as clients parse it: its `data` line holds the JSON of a SpeechEvent.
+                      "text/event-stream": {"schema": {
+                          "type": "object", "required": ["data"],
+                          "properties": {"data": {"type": "string", "contentMediaType": "application/json",
+                                                  "contentSchema": {"$ref": _REF.format(name="SpeechEvent")}},
+                                         "event": {"type": "string"}, "id": {"type": "string"}}}}}},
     **error_responses(400, 401, 409, 429, 500, 503, 504),
 }
 
@@ -109,7 +117,10 @@ def documented_openapi(app: FastAPI) -> dict[str, Any]:
     """The app's OpenAPI document with the msgspec schemas it refers to (built once, then cached on the app)."""
     if app.openapi_schema is None:
         document = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        _, components = msgspec.json.schema_components([SpeechBody, ErrorBody, SpeechEvent], ref_template=_REF)
+        from services.gateway.http.routes.saved_voices import VoiceBody  # the route imports this module's helpers
+
+        _, components = msgspec.json.schema_components([SpeechBody, VoiceBody, ErrorBody, SpeechEvent],
+                                                       ref_template=_REF)
         document.setdefault("components", {}).setdefault("schemas", {}).update(components)
         _drop_unreachable_422(document)
         app.openapi_schema = document

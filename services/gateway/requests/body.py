@@ -15,8 +15,11 @@ from messages.errors import ErrorCode
 from services.gateway.errors import AdmissionError
 
 Seed = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-PosInt = Annotated[int, msgspec.Meta(gt=0)]
+# Counts far beyond any model's limits are refused here (out_of_range): unbounded, a JSON integer over 64 bits would
+# pass validation and then fail to encode on the bus (msgpack holds 64 bits).
+MAX_COUNT = 2**31 - 1
+NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+PosInt = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT)]
 Temperature = Annotated[float, msgspec.Meta(ge=0)]
 TopP = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(gt=0)]
@@ -38,8 +41,9 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     Attributes:
         input: the text, 1..4096 characters.
         model: the served model's name; None means the served model.
-        voice: a speaker of the checkpoint (custom_voice models), as a name or `{"id": name}`; case-insensitive;
-            None means the model's first speaker (its default, GET /v1/audio/voices).
+        voice: a speaker of the checkpoint (custom_voice models) or a saved voice (base models), as a name or
+            `{"id": name}`; case-insensitive; None means the model's first speaker (its default, GET
+            /v1/audio/voices).
         language: "auto" or a language of the checkpoint; case-insensitive.
         instructions: style instruction (voice_design models).
         seed: generator seed; None draws a random one (reported in the Accepted event).
@@ -49,6 +53,10 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         ignore_eos: generate up to max_new_tokens even past the end of speech (benchmarks).
         initial_chunk_frames: frames in the first chunk (lower first-packet latency).
         text_mode: "non-streaming" (whole text in the prompt) or "streaming" (text fed along the frames).
+        ref_audio: base models: the voice to clone, a base64 data URI of an audio file (WAV, FLAC, OGG, MP3) of 1
+            to 30 s; any sample rate, several channels are mixed down.
+        ref_text: the transcript of ref_audio (in-context cloning, the default: required there).
+        x_vector_only_mode: clone from the speaker embedding alone (no transcript; a looser likeness).
     """
 
     input: str
@@ -66,6 +74,9 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ignore_eos: bool = False
     initial_chunk_frames: PosInt | None = None
     text_mode: Literal["non-streaming", "streaming"] = "non-streaming"
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool = False
 
     @property
     def voice_name(self) -> str | None:

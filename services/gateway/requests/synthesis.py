@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
+import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -38,6 +39,8 @@ from services.gateway.requests.outcome_metrics import GatewayMetrics
 from services.gateway.requests.repair import RepairPolicy
 from services.gateway.requests.supervisor import Supervisor
 from services.gateway.requests.validation import AdmissionPolicy
+from services.gateway.voices.cloning import voice_clone
+from services.gateway.voices.voice_store import VoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,7 @@ class Synthesizer:
             is refused with 429 `too_many_requests`.
         client_buffer_s: seconds of a request's audio held for a client that reads slower than the mesh makes it;
             past them the request is cancelled in every stage and ends with `slow_client`.
+        voices: reference audio and saved voices (base models clone a voice); None: no cloning.
     """
 
     nc: Client
@@ -91,6 +95,7 @@ class Synthesizer:
                                         ErrorCode.SLOW_CLIENT)
         return AudioStream(self.nc, self.supervisor.terminals, request_id, partition, self.repair,
                            ClientBuffer(self.client_buffer_s, on_overflow))
+    voices: VoiceStore | None = None
 
     @contextlib.asynccontextmanager
     async def synthesize(self, fields: SynthesisFields, *,
@@ -103,9 +108,12 @@ class Synthesizer:
         try:
             request = self.admission.admit(fields, request_id=request_id)
             self._check_room()
+            clone = await voice_clone(fields, self.admission.catalog, self.voices)
         except GatewayError as error:
             self.metrics.refused(error)
             raise
+        if clone is not None:
+            request = msgspec.structs.replace(request, clone=clone)
         live = self.supervisor.live
         live.hold(request.id)  # in the same step as the check: concurrent admissions cannot overshoot the limit
         try:
@@ -150,6 +158,11 @@ class Synthesizer:
             except GatewayError as error:
                 error.request_id = request.id
                 raise
+
+    async def check_voice(self, fields: SynthesisFields) -> None:
+        """Refuse a bad reference (or cloning fields the model cannot take) before any text is sent; the reference
+        is stored on the way, so the requests that follow find it."""
+        await voice_clone(fields, self.admission.catalog, self.voices)
 
     async def _submit(self, request: SynthesisRequest, span: Span) -> int:
         try:  # the request carries its span's W3C trace context: decode and the vocoder continue the trace

@@ -55,7 +55,8 @@ class AdmissionPolicy:
             id=request_id or new_request_id(),
             model=self.catalog.model,
             text=text,
-            speaker=self._checked_voice(fields.voice_name),
+            # A base model's voice is cloned, not named here (voices/cloning.py).
+            speaker=None if self.catalog.model_type == "base" else self._checked_voice(fields.voice_name),
             language=self._checked_language(fields.language),
             instruct=fields.instructions or None,
             text_mode=fields.text_mode,

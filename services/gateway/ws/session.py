@@ -34,6 +34,7 @@ from services.gateway.ws.protocol import (BINARY_FORMAT, AudioDone, AudioStart, 
 from services.gateway.ws.resume import ParkedRequest, ResumeRefused, ResumeRegistry, resumed_stream
 from services.gateway.ws.resume_token import ResumeTokens
 from services.gateway.ws.sentences import SentenceSegmenter
+from services.gateway.voices.ws_messages import VOICE_MESSAGE_BYTES, carries_ref_audio, echoed
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,14 @@ class SessionLimits:
     """Per-socket limits.
 
     Attributes:
-        max_message_bytes: a larger client message closes the socket with 1009.
+        max_message_bytes: a larger client message closes the socket with 1009 (unless it carries ref_audio).
         lookahead: requests on the mesh at once per socket (the one streaming included).
         max_jobs: segments and requests that may wait on one socket.
     """
 
     max_message_bytes: int = 64 * 1024
+    max_voice_message_bytes: int = VOICE_MESSAGE_BYTES
+    """A message carrying `ref_audio` (session.update or a one-shot request) may be this large."""
     lookahead: int = 2
     max_jobs: int = 64
 
@@ -112,7 +115,8 @@ class SpeechSession:
                 raise ClientGone()
             text, data = message.get("text"), message.get("bytes")
             size = len(text.encode()) if text is not None else len(data or b"")
-            if size > self._limits.max_message_bytes:
+            if size > self._limits.max_message_bytes and not (
+                    size <= self._limits.max_voice_message_bytes and text is not None and carries_ref_audio(text)):
                 await self._close_oversized(size)
             if text is None:
                 await self._channel.error(GatewayError(ErrorCode.BINARY_FRAME, "a binary frame: this protocol "
@@ -139,9 +143,12 @@ class SpeechSession:
             self._add(self._job(lambda: self._synthesizer.synthesize(message), BINARY_FORMAT))
         elif isinstance(message, SessionUpdate):
             config = self._config.updated(message)
-            self._synthesizer.admission.admit(config.fields_for("check"))  # voice, language, model: refused now
+            fields = config.fields_for("check")
+            self._synthesizer.admission.admit(fields)  # voice, language, model: refused now
+            if fields.ref_audio is not None:  # read and stored now, so a bad reference is refused now
+                await self._synthesizer.check_voice(fields)
             self._config = config
-            await self._channel.event(SessionUpdated(session=config))
+            await self._channel.event(SessionUpdated(session=echoed(config)))
         elif isinstance(message, (InputText, InputFlush, InputDone)):
             self._take_text(message)
         elif isinstance(message, Cancel):

@@ -10,6 +10,7 @@ from messages.errors import ErrorCode
 from services.gateway.deps import Authorized, GatewayDep
 from services.gateway.errors import GatewayError
 from services.gateway.http.openapi import error_responses
+from services.gateway.http.routes.saved_voices import voice_object
 from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.requests.response_formats import available_formats
 
@@ -43,8 +44,11 @@ async def retrieve_model(model: str, gateway: GatewayDep, _: Authorized) -> dict
 async def list_voices(gateway: GatewayDep, _: Authorized) -> dict:
     """The voices (speakers) and languages of the served model, and `default`: the voice of a request that names
     none (the first speaker). A model without named voices (voice_design) lists none and has no default: describe
-    the voice in `instructions`."""
+    the voice in `instructions`. A base model lists its saved voices (`"saved": true`)."""
     catalog = gateway.catalog
+    voices = [{"id": name, "name": name} for name in catalog.speakers]
+    if catalog.model_type == "base" and gateway.synthesizer.voices is not None:  # its saved voices (routes/saved_voices.py)
+        voices += [voice_object(v.name, v.revision, v.modified, v.description)
+                   for v in await gateway.synthesizer.voices.saved_voices()]
     return {"object": "list", "model": catalog.model, "default": catalog.default_voice,
-            "voices": [{"id": name, "name": name} for name in catalog.speakers],
-            "languages": list(catalog.languages)}
+            "voices": voices, "languages": list(catalog.languages)}

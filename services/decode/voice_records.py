@@ -1,0 +1,34 @@
+"""A voice prompt as stored in the VOICES object store (`SavedVoice`) and back: tensors as little-endian bytes."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from messages.voice_clone import SavedVoice
+from services.model.voice.cloner import TextEncoder
+from services.model.voice.voice_prompt import REF_ROLE_TOKENS, REF_TAIL_TOKENS, VoicePrompt, reference_text
+
+
+def saved_voice(prompt: VoicePrompt, *, name: str, model: str, duration_s: float, ref_text: str | None) -> SavedVoice:
+    codes = prompt.ref_codes
+    return SavedVoice(
+        name=name, model=model, created_at=time.time(), duration_s=duration_s, x_vector_only=not prompt.in_context,
+        ref_text=ref_text if prompt.in_context else None,
+        speaker_embedding=prompt.speaker_embedding.float().numpy().astype("<f4").tobytes(),
+        ref_codes=None if codes is None else codes.numpy().astype("<i2").tobytes(),
+        num_codebooks=int(codes.shape[1]) if codes is not None else 16,
+    )
+
+
+def voice_prompt(record: SavedVoice, tokenizer: TextEncoder) -> VoicePrompt:
+    """The prompt of a saved voice; its transcript is tokenized again here (ids are cheap; text is what it saved)."""
+    embedding = torch.from_numpy(np.frombuffer(record.speaker_embedding, dtype="<f4").copy())
+    if record.x_vector_only or record.ref_codes is None or record.ref_text is None:
+        return VoicePrompt(speaker_embedding=embedding)
+    codes = torch.from_numpy(np.frombuffer(record.ref_codes, dtype="<i2").astype(np.int64)).view(
+        -1, record.num_codebooks)
+    ids = tokenizer.encode(reference_text(record.ref_text))[REF_ROLE_TOKENS:-REF_TAIL_TOKENS]
+    return VoicePrompt(speaker_embedding=embedding, ref_codes=codes, ref_text_ids=tuple(ids))
