@@ -130,3 +130,18 @@ def test_metrics_port_is_a_checked_setting(settings):
     assert settings().metrics_port == 0  # off unless asked for
     with pytest.raises(SettingsError, match="metrics-port"):
         settings(metrics_port=70000)
+
+
+@pytest.mark.parametrize("settings", [DecodeSettings, VocoderSettings])
+def test_metrics_listen_on_loopback_unless_another_address_is_set(settings):
+    assert settings().metrics_host == "127.0.0.1"
+
+
+async def test_metrics_listener_binds_the_address_it_is_given():
+    metrics = RequestMetrics()
+    async with metrics_listener(metrics.registry, free_port(), host="127.0.0.2") as port:
+        async with httpx.AsyncClient() as client:
+            there = await client.get(f"http://127.0.0.2:{port}/metrics")
+            with pytest.raises(httpx.ConnectError):
+                await client.get(f"http://127.0.0.1:{port}/metrics")
+    assert there.status_code == 200

@@ -101,7 +101,7 @@ async def build_decode(settings: DecodeSettings, engine: Engine, served: ServedM
                       settings=settings, replica=context.replica, voices=voices)
     parts = DecodeParts(core, Intake(core), FrameLoop(core), CancelWatcher(core), Drainer(core, context.stop))
     await stack.enter_async_context(metrics_listener(stats_registry(parts.stats, decode_families),
-                                                     settings.metrics_port))
+                                                     settings.metrics_port, settings.metrics_host))
     log.info("decode %s serving %s (%d KV blocks, max %d sequences, preemption %s)", context.replica,
              settings.model_name, engine.num_blocks, settings.max_num_seqs, settings.recompute_preemption)
     return ServiceParts(

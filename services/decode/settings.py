@@ -36,8 +36,10 @@ class DecodeSettings(CommonSettings):
         1, "times a request may be taken over from a dead decode replica and continued from its frames in CODES; "
            "past this it fails with code replica_lost (a request that crashes its replica must not crash them all)")
     shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
-    metrics_port: int = setting(0, "port of the Prometheus /metrics listener on 127.0.0.1 (0: off)",
+    metrics_port: int = setting(0, "port of the Prometheus /metrics listener (0: off)",
                                 env="VOXMESH_DECODE_METRICS_PORT")
+    metrics_host: str = setting("127.0.0.1", "address the /metrics listener binds (loopback by default; 0.0.0.0 "
+                                "lets another host scrape it)", env="VOXMESH_DECODE_METRICS_HOST")
 
     def __post_init__(self) -> None:
         for name in ("kv_cache_blocks", "max_num_seqs", "block_size", "max_num_batched_tokens", "max_model_len",

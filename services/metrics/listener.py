@@ -29,15 +29,15 @@ def render(registry: Collector) -> tuple[bytes, str]:
 
 
 @contextlib.asynccontextmanager
-async def metrics_listener(registry: Collector, port: int) -> AsyncIterator[int | None]:
-    """Serve `registry` on http://127.0.0.1:`port`/metrics while the block runs; yields the bound port (None when
-    `port` is 0: off)."""
+async def metrics_listener(registry: Collector, port: int, host: str = LOOPBACK) -> AsyncIterator[int | None]:
+    """Serve `registry` on http://`host`:`port`/metrics while the block runs (loopback unless another host must
+    scrape it); yields the bound port (None when `port` is 0: off)."""
     if port == 0:
         yield None
         return
-    server = await asyncio.start_server(lambda r, w: _answer(registry, r, w), LOOPBACK, port)
+    server = await asyncio.start_server(lambda r, w: _answer(registry, r, w), host, port)
     bound = server.sockets[0].getsockname()[1]
-    log.info("metrics on http://%s:%d/metrics", LOOPBACK, bound)
+    log.info("metrics on http://%s:%d/metrics", host, bound)
     try:
         yield bound
     finally:

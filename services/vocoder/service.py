@@ -57,8 +57,10 @@ class VocoderSettings(CommonSettings):
     codec_batching: bool = setting(True, "decode chunks of several requests in one codec call (faster on a GPU); "
                                          "off: each chunk alone, so re-decoded bytes match the first time's exactly "
                                          "even under load (a conv's result can differ by batch size in the last bit)")
-    metrics_port: int = setting(0, "port of the Prometheus /metrics listener on 127.0.0.1 (0: off)",
+    metrics_port: int = setting(0, "port of the Prometheus /metrics listener (0: off)",
                                 env="VOXMESH_VOCODER_METRICS_PORT")
+    metrics_host: str = setting("127.0.0.1", "address the /metrics listener binds (loopback by default; 0.0.0.0 "
+                                "lets another host scrape it)", env="VOXMESH_VOCODER_METRICS_HOST")
 
     def __post_init__(self) -> None:
         for name in ("max_streams", "max_decode_batch", "max_in_flight", "max_redecodes", "num_partitions"):
@@ -121,7 +123,7 @@ async def build_vocoder(settings: VocoderSettings, codec: CodecWorker, context: 
     config = dataclasses.replace(settings.replica_config(), replica=context.replica)
     replica = VocoderReplica(context.nc, context.js, context.kv, codec, config)
     await stack.enter_async_context(metrics_listener(stats_registry(replica.stats, vocoder_families),
-                                                     settings.metrics_port))
+                                                     settings.metrics_port, settings.metrics_host))
 
     async def status(request: Request) -> None:
         await request.respond(json.dumps(replica.stats()).encode())
