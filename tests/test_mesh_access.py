@@ -1,6 +1,6 @@
 """Access and privacy on the whole mesh under `voxmesh up`: every service runs as its own NATS user without one
-permission violation, a stranger is refused, the observer tails events, and no log line holds a request's text or a
-secret."""
+permission violation, a stranger is refused, the observer tails events, no log line holds a request's text or a
+secret, and the stored streams are encrypted (no request text in their files)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,20 @@ async def test_requests_run_with_no_violation_and_no_log_line_holds_their_text_o
     assert not [line for line in log if "permissions violation" in line.lower()]
     assert not [line for line in log if any(text in line for text in SECRET_TEXTS)]
     assert not [line for line in log if any(secret in line for secret in secrets)]
+
+
+async def test_the_stored_streams_hold_no_request_text_in_clear(mesh):
+    """The mesh's own store after a request (decode takes a request off REQUESTS at once, so this alone would pass
+    in clear too: tests/test_bus_store_encryption.py shows the key is what keeps a stored text out of the files)."""
+    text = "Penguins audit the velvet observatory."
+    streamed = await stream_speech(mesh.gateway_url, {"input": text, "voice": "ryan", "max_new_tokens": 4})
+    assert streamed.end["type"] == "audio.done", streamed.end
+    store = mesh.state_dir / "nats"
+    files = [path for path in store.rglob("*") if path.is_file()]
+    assert any(path.suffix == ".blk" for path in files), "the streams are stored in files"
+    for words in (text, "Penguins audit"):
+        assert not [path for path in files if words.encode() in path.read_bytes()], "stored in clear"
+    assert (mesh.state_dir / "nats-store.key").stat().st_mode & 0o077 == 0
 
 
 async def test_a_stranger_is_refused_and_the_observer_reads_a_requests_events(mesh):

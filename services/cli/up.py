@@ -74,6 +74,18 @@ def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict
     return {key: str(value) for key, value in values.items() if value is not None}
 
 
+def _server_config(state_dir: Path, auth: NatsAuth) -> Path:
+    """The embedded server's configuration: its users, and its store encrypted under the state dir's key."""
+    from services.bus.store_key import encryption_block, ensure_store_key
+
+    config = auth.directory / "server.conf"
+    key = ensure_store_key(state_dir / "nats-store.key")
+    descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(f"include ./{auth.config_file.name}\n" + encryption_block(key))
+    return config
+
+
 def _environment(plan: ServicePlan, overrides: dict[str, str], auth: NatsAuth | None,
                  resume_secret: Path) -> dict[str, str]:
     """A child's environment; with the embedded server, its own NATS user and the file holding its password; a
@@ -148,7 +160,7 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> 
         from services.bus.nats_auth import write_auth
 
         auth = write_auth(state_dir / "nats-auth")  # fresh passwords each start; the old ones stop working
-        nats = EmbeddedNats(state_dir / "nats", config_file=auth.config_file)
+        nats = EmbeddedNats(state_dir / "nats", config_file=_server_config(state_dir, auth))
         nats_url = nats.start()
         bus = f"NATS {nats_url}, monitoring {nats.monitor_url}, users in {auth.directory}"
     else:
