@@ -150,6 +150,13 @@ async def test_the_observer_lists_and_reads_events_but_not_request_texts(as_user
     assert {info.config.name for info in await js.streams_info()} >= {REQUESTS_STREAM, f"KV_{BUCKET}"}
     tail = await js.subscribe(subjects.all_events(), ordered_consumer=True)
     assert (await tail.next_msg(VIOLATION_TIMEOUT_S)).data == b"{}"
+    await (await gateway.nc.jetstream().key_value(BUCKET)).put(subjects.cancel_key("r1"), b"{}")
+    bucket = await js.key_value(BUCKET)
+    assert subjects.cancel_key("r1") in await bucket.keys()
+    assert (await bucket.get(subjects.cancel_key("r1"))).value == b"{}"
+    with pytest.raises(nats.errors.TimeoutError):  # reading, yes; writing, no
+        await bucket.put(subjects.cancel_key("r2"), b"{}")
+    assert "permissions violation for publish" in await observer.next_violation()
     with pytest.raises(nats.errors.TimeoutError):
         await js.get_msg(REQUESTS_STREAM, 1)
     assert "permissions violation for publish" in await observer.next_violation()
