@@ -73,23 +73,20 @@ GATEWAY = _service(
     subscribe=(_every(subjects.AUDIO_ROOT), ADVISORIES),
     deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
 
-DECODE = _service(
-    publish=(_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"), _kv(subjects.all_lease_keys()),
-             _objects(VOICES_STORE)),
-    subscribe=(f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES),
-    deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT)))
+_DECODE_PUBLISH = (_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"),
+                   _kv(subjects.all_lease_keys()), _objects(VOICES_STORE))
+_DECODE_SUBSCRIBE = (f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES)
+DECODE = _service(_DECODE_PUBLISH, _DECODE_SUBSCRIBE, deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT)))
 
-VOCODER = _service(
-    publish=(_every(subjects.AUDIO_ROOT), _every(subjects.EVENTS_ROOT), _kv(subjects.all_partition_keys()),
-             _kv(subjects.all_lease_keys())),
-    subscribe=(_every(subjects.REDECODE_ROOT), f"{subjects.ADMIN_ROOT}.vocoder.>", ADVISORIES),
-    deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT)))
+_VOCODER_PUBLISH = (_every(subjects.AUDIO_ROOT), _every(subjects.EVENTS_ROOT), _kv(subjects.all_partition_keys()),
+                    _kv(subjects.all_lease_keys()))
+_VOCODER_SUBSCRIBE = (_every(subjects.REDECODE_ROOT), f"{subjects.ADMIN_ROOT}.vocoder.>", ADVISORIES)
+VOCODER = _service(_VOCODER_PUBLISH, _VOCODER_SUBSCRIBE,
+                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT)))
 
 # decode and vocoder in one process (`voxmesh serve colocated`): their union, still never requests.
-COLOCATED = _service(
-    publish=DECODE.publish[len(_SERVICE_BASE_PUBLISH):] + VOCODER.publish[len(_SERVICE_BASE_PUBLISH):],
-    subscribe=DECODE.subscribe[len(_SERVICE_BASE_SUBSCRIBE):] + VOCODER.subscribe[len(_SERVICE_BASE_SUBSCRIBE):],
-    deny=(_every(subjects.REQUESTS_ROOT),))
+COLOCATED = _service(_DECODE_PUBLISH + _VOCODER_PUBLISH, _DECODE_SUBSCRIBE + _VOCODER_SUBSCRIBE,
+                     deny=(_every(subjects.REQUESTS_ROOT),))
 
 PROVISION = Permissions(publish=(f"{JS_API}.>",), subscribe=(INBOX,), allow_responses=False)
 
