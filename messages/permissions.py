@@ -48,8 +48,11 @@ def _objects(store: str) -> str:
 STREAM_ADMIN = (f"{JS_API}.STREAM.CREATE.>", f"{JS_API}.STREAM.UPDATE.>", f"{JS_API}.STREAM.DELETE.>",
                 *(f"{JS_API}.STREAM.PURGE.{name}" for name in (REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM,
                                                                  KV_STREAM)),
-                f"{JS_API}.STREAM.MSG.DELETE.>", f"{JS_API}.STREAM.RESTORE.>",
-                f"{JS_API}.CONSUMER.DELETE.>", f"{JS_API}.CONSUMER.DURABLE.CREATE.>")
+                *(f"{JS_API}.STREAM.MSG.DELETE.{name}" for name in (EVENTS_STREAM, CODES_STREAM, KV_STREAM)),
+                f"{JS_API}.STREAM.RESTORE.>", f"{JS_API}.CONSUMER.DELETE.>", f"{JS_API}.CONSUMER.DURABLE.CREATE.>")
+# Taking one request off the queue: the gateway's supervisor frees the slot of a request that ended before decode
+# took it (cancelled, past its deadline); no other service may drop a request.
+DROP_REQUEST = f"{JS_API}.STREAM.MSG.DELETE.{REQUESTS_STREAM}"
 
 # What every service needs of JetStream: the API (less the administration above), acks, flow control, discovery.
 ADVISORIES = "$JS.EVENT.ADVISORY.>"  # JetStream's own notes (max deliveries, terms): ids and counts, no texts
@@ -76,17 +79,18 @@ GATEWAY = _service(
 _DECODE_PUBLISH = (_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"),
                    _kv(subjects.all_lease_keys()), _objects(VOICES_STORE))
 _DECODE_SUBSCRIBE = (f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES)
-DECODE = _service(_DECODE_PUBLISH, _DECODE_SUBSCRIBE, deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT)))
+DECODE = _service(_DECODE_PUBLISH, _DECODE_SUBSCRIBE,
+                  deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT), DROP_REQUEST))
 
 _VOCODER_PUBLISH = (_every(subjects.AUDIO_ROOT), _every(subjects.EVENTS_ROOT), _kv(subjects.all_partition_keys()),
                     _kv(subjects.all_lease_keys()))
 _VOCODER_SUBSCRIBE = (_every(subjects.REDECODE_ROOT), f"{subjects.ADMIN_ROOT}.vocoder.>", ADVISORIES)
 VOCODER = _service(_VOCODER_PUBLISH, _VOCODER_SUBSCRIBE,
-                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT)))
+                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT), DROP_REQUEST))
 
 # decode and vocoder in one process (`voxmesh serve colocated`): their union, still never requests.
 COLOCATED = _service(_DECODE_PUBLISH + _VOCODER_PUBLISH, _DECODE_SUBSCRIBE + _VOCODER_SUBSCRIBE,
-                     deny=(_every(subjects.REQUESTS_ROOT),))
+                     deny=(_every(subjects.REQUESTS_ROOT), DROP_REQUEST))
 
 PROVISION = Permissions(publish=(f"{JS_API}.>",), subscribe=(INBOX,), allow_responses=False)
 

@@ -178,3 +178,14 @@ def test_provision_writes_a_clusters_users_and_provisions_as_its_own_user(tmp_pa
         done = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert written.password("provision") not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", ["decode", "vocoder", "colocated", "observer"])
+async def test_only_the_gateway_drops_a_request_from_the_queue(as_user, provisioned, name):
+    gateway = await as_user("gateway")
+    sequence = (await gateway.nc.jetstream().publish(subjects.request(MODEL), b"queued")).seq
+    user = await as_user(name)
+    with pytest.raises(nats.errors.TimeoutError):
+        await user.nc.jetstream(timeout=0.5).delete_msg(REQUESTS_STREAM, sequence)
+    assert "permissions violation for publish" in await user.next_violation()
+    assert await gateway.nc.jetstream().delete_msg(REQUESTS_STREAM, sequence)
