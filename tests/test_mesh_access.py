@@ -25,7 +25,7 @@ SECRET_TEXTS = [HTTP_TEXT, WS_TEXT, "Quiet zebras", "Marmalade lighthouses"]
 @pytest.fixture(scope="module")
 def mesh(tiny_checkpoint, tmp_path_factory):
     state_dir = tmp_path_factory.mktemp("access-mesh")
-    with run_mesh(tiny_checkpoint, state_dir) as running:
+    with run_mesh(tiny_checkpoint, state_dir, "--encrypt-store") as running:
         running.state_dir = state_dir
         yield running
 
@@ -52,8 +52,9 @@ async def test_requests_run_with_no_violation_and_no_log_line_holds_their_text_o
 
 
 async def test_the_stored_streams_hold_no_request_text_in_clear(mesh):
-    """The mesh's own store after a request (decode takes a request off REQUESTS at once, so this alone would pass
-    in clear too: tests/test_bus_store_encryption.py shows the key is what keeps a stored text out of the files)."""
+    """The mesh's own store (`--encrypt-store`) after a request (decode takes a request off REQUESTS at once, so this
+    alone would pass in clear too: tests/test_bus_store_encryption.py shows the key keeps a stored text out of the
+    files)."""
     text = "Penguins audit the velvet observatory."
     streamed = await stream_speech(mesh.gateway_url, {"input": text, "voice": "ryan", "max_new_tokens": 4})
     assert streamed.end["type"] == "audio.done", streamed.end

@@ -43,6 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint dir; default: a tiny random checkpoint made in the state dir on first run")
     parser.add_argument("--port", type=int, default=8000, help="gateway port on 127.0.0.1 (default 8000)")
     parser.add_argument("--nats-url", default=None, help="use this NATS server instead of an embedded one")
+    parser.add_argument("--encrypt-store", action="store_true",
+                        help="encrypt the embedded server's JetStream store at rest, under a key kept in the state "
+                             "dir (nats-store.key)")
     parser.add_argument("--state-dir", type=Path, default=None, help=f"default: {default_state_dir()}")
     parser.add_argument("--model-name", default=None,
                         help="the name clients ask for (default: the compose file's, `tiny`)")
@@ -74,15 +77,16 @@ def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict
     return {key: str(value) for key, value in values.items() if value is not None}
 
 
-def _server_config(state_dir: Path, auth: NatsAuth) -> Path:
-    """The embedded server's configuration: its users, and its store encrypted under the state dir's key."""
+def _server_config(state_dir: Path, auth: NatsAuth, encrypt_store: bool) -> Path:
+    """The embedded server's configuration: its users, and (asked for) its store encrypted under the state dir's
+    key."""
     from services.bus.store_key import encryption_block, ensure_store_key
 
     config = auth.directory / "server.conf"
-    key = ensure_store_key(state_dir / "nats-store.key")
+    encryption = encryption_block(ensure_store_key(state_dir / "nats-store.key")) if encrypt_store else ""
     descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(f"include ./{auth.config_file.name}\n" + encryption_block(key))
+        handle.write(f"include ./{auth.config_file.name}\n" + encryption)
     return config
 
 
@@ -160,7 +164,7 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> 
         from services.bus.nats_auth import write_auth
 
         auth = write_auth(state_dir / "nats-auth")  # fresh passwords each start; the old ones stop working
-        nats = EmbeddedNats(state_dir / "nats", config_file=_server_config(state_dir, auth))
+        nats = EmbeddedNats(state_dir / "nats", config_file=_server_config(state_dir, auth, args.encrypt_store))
         nats_url = nats.start()
         bus = f"NATS {nats_url}, monitoring {nats.monitor_url}, users in {auth.directory}"
     else:
