@@ -7,7 +7,9 @@ import os
 import signal
 
 from tests.fixtures.mesh import Mesh
-from tests.mesh_client import FAULT_BODIES, WAIT_S, LiveStream, follow, start_streams
+from messages import Finished
+from tests.mesh_client import (FAULT_BODIES, WAIT_S, LiveStream, assert_as_undisturbed, events_of, follow,
+                               start_streams)
 
 
 async def kill_the_gateway_then_resume(mesh: Mesh) -> list[LiveStream]:
@@ -30,3 +32,12 @@ async def kill_the_gateway_then_resume(mesh: Mesh) -> list[LiveStream]:
         assert rest.start["first_seq"] == len(live.frames) and rest.start["resumed"], rest.start
         resumed.append(LiveStream(start=live.start, frames=live.frames + rest.frames, end=rest.end))
     return resumed
+
+
+async def assert_a_killed_gateway_s_streams_resume_whole(mesh: Mesh, undisturbed) -> None:
+    """`kill_the_gateway_then_resume`, then: every request's whole stream equals the undisturbed run's and ended
+    `finished`, once."""
+    resumed = await kill_the_gateway_then_resume(mesh)
+    await assert_as_undisturbed(mesh.nats_url, resumed, undisturbed)
+    for live in resumed:
+        assert isinstance((await events_of(mesh.nats_url, live.request_id))[-1], Finished)

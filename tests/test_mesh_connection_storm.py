@@ -18,7 +18,7 @@ import websockets
 from tests.fixtures.gateway_fixtures import gateway_settings_on_mesh, watched_gateway_on
 from tests.fixtures.mesh import run_mesh
 from tests.http_client import sample, scrape
-from tests.ws_client import PATH, WAIT_S, ws_connect
+from tests.ws_client import PATH, WAIT_S, one_shot
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -36,13 +36,6 @@ def mesh(tiny_checkpoint, tmp_path_factory):
                   env={"VOXMESH_CODEC_BATCHING": "off"}) as running:
         yield running
 
-
-async def one_shot(url: str, body: dict) -> list[bytes]:
-    async with ws_connect(url) as client:
-        await client.socket.send(json.dumps(body))
-        got = await client.until("audio.done", "error")
-    assert got.event["type"] == "audio.done", got.event
-    return got.frames
 
 
 async def ws_streaming(url: str, n: int) -> asyncio.BaseTransport:

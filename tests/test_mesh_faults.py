@@ -24,12 +24,12 @@ import signal
 import nats
 import pytest
 
-from messages import Failed, Finished, subjects
+from messages import Failed, subjects
 from messages.events import Migrated
 from tests.fixtures.mesh import run_mesh
 from tests.mesh_client import (FAULT_BODIES as BODIES, WAIT_S, LiveStream, assert_as_undisturbed, events_of,
                                start_streams, stream_speech, terminal_count, undisturbed_run)
-from tests.mesh_kills import kill_the_gateway_then_resume
+from tests.mesh_kills import assert_a_killed_gateway_s_streams_resume_whole
 
 
 
@@ -87,10 +87,7 @@ async def test_killed_decode_then_vocoder_one_after_the_other(mesh, undisturbed)
 
 async def test_killed_gateway_ends_its_streams_once_and_a_resume_on_its_restarted_self_gets_the_rest(
         mesh, undisturbed):
-    resumed = await kill_the_gateway_then_resume(mesh)
-    await assert_as_undisturbed(mesh.nats_url, resumed, undisturbed)
-    for live in resumed:
-        assert isinstance((await events_of(mesh.nats_url, live.request_id))[-1], Finished)
+    await assert_a_killed_gateway_s_streams_resume_whole(mesh, undisturbed)
 
 
 async def test_stalled_vocoder_fails_its_request_with_stage_vocoder(mesh):

@@ -22,7 +22,7 @@ from tests.fixtures.gateway_fixtures import gateway_settings_on_mesh, watched_ga
 from tests.fixtures.mesh import run_mesh
 from tests.http_client import sample, scrape
 from tests.mesh_client import codes_on_bus, events_of
-from tests.ws_client import PATH, WsClient, ws_connect
+from tests.ws_client import PATH, WsClient, one_shot
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,13 +38,6 @@ def mesh(tiny_checkpoint, tmp_path_factory):
                   env={"VOXMESH_CODEC_BATCHING": "off"}) as running:
         yield running
 
-
-async def one_shot(url: str, body: dict) -> list[bytes]:
-    async with ws_connect(url) as client:
-        await client.socket.send(json.dumps(body))
-        got = await client.until("audio.done", "error")
-    assert got.event["type"] == "audio.done", got.event
-    return got.frames
 
 
 @contextlib.asynccontextmanager

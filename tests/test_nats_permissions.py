@@ -93,7 +93,8 @@ async def test_a_connection_without_credentials_or_with_a_wrong_password_is_refu
     ("observer", subjects.request(MODEL)), ("observer", subjects.event("r1", "started")),
     ("observer", subjects.audio("r1")),
     # operator actions are bus endpoints: only the operator may ask a replica to drain
-    ("gateway", subjects.admin("decode", "decode-1", "drain")), ("vocoder", subjects.admin("decode", "decode-1", "drain")),
+    ("gateway", subjects.admin("decode", "decode-1", "drain")),
+    ("vocoder", subjects.admin("decode", "decode-1", "drain")),
     ("observer", subjects.admin("decode", "decode-1", "drain")),
 ])
 async def test_a_service_may_not_publish_outside_its_subjects(as_user, name, subject):

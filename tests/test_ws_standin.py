@@ -161,7 +161,8 @@ async def test_resume_within_the_window_gets_exactly_the_missing_chunks(standin,
         request_id = start["request_id"]
         await finish(gateway_bus, request_id, chunk_count=6)  # it ends while the client is away
         async with ws_connect(url(port)) as client:
-            await client.send("resume", request_id=request_id, last_seq=1, resume_token=start["resume_token"])  # chunk 2 "got lost" on the way
+            # chunk 2 "got lost" on the way
+            await client.send("resume", request_id=request_id, last_seq=1, resume_token=start["resume_token"])
             resumed = await client.until("audio.done", "error")
     again = next(e for e in resumed.events if e["type"] == "audio.start")
     assert (again["request_id"], again["first_seq"], again["resumed"]) == (request_id, 2, True)
@@ -185,15 +186,20 @@ async def test_a_resume_on_another_gateway_after_its_own_died_gets_exactly_the_m
     await finish(gateway_bus, request_id, chunk_count=6)  # the mesh finishes it meanwhile
     async with served_gateway(resume_window_s=30.0, replica="gateway-heir") as port:  # the same resume secret
         async with ws_connect(url(port)) as client:
+            await client.send("resume", request_id=request_id, last_seq=6,
+                              resume_token=token)  # a chunk never made: refused, still resumable
+            beyond = (await client.until("error", "audio.start")).event
             await client.send("resume", request_id=request_id, last_seq=2, resume_token=token)
             resumed = await client.until("audio.done", "error")
-            await client.send("resume", request_id=request_id, last_seq=6, resume_token=token)
-            beyond = (await client.until("error", "audio.start")).event
+            # delivered in full here now
+            await client.send("resume", request_id=request_id, last_seq=2, resume_token=token)
+            delivered = (await client.until("error", "audio.start")).event
     again = next(e for e in resumed.events if e["type"] == "audio.start")
     assert (again["request_id"], again["first_seq"], again["resumed"]) == (request_id, 3, True)
     assert seen.pcm + resumed.pcm == expected_pcm(6)
     assert resumed.event["type"] == "audio.done" and resumed.event["chunk_count"] == 6
-    assert (beyond["code"], beyond["param"]) == ("invalid_request", "last_seq")
+    assert (beyond["code"], beyond["param"]) == ("out_of_range", "last_seq")
+    assert (delivered["code"], delivered["request_id"]) == ("not_resumable", request_id)
 
 
 async def test_resume_after_the_window_is_refused_with_a_clear_error(standin, served_gateway, gateway_bus):

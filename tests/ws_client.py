@@ -76,3 +76,12 @@ async def ws_connect(base_url: str, **options) -> AsyncIterator[WsClient]:
     url = base_url.replace("http://", "ws://").rstrip("/") + PATH
     async with websockets.connect(url, max_size=None, **options) as socket:
         yield WsClient(socket)
+
+
+async def one_shot(url: str, body: dict) -> list[bytes]:
+    """A one-shot request (its body sent as it is) on a socket of its own; its audio frames, once done."""
+    async with ws_connect(url) as client:
+        await client.socket.send(json.dumps(body))
+        got = await client.until("audio.done", "error")
+    assert got.event["type"] == "audio.done", got.event
+    return got.frames

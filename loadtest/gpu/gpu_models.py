@@ -19,7 +19,7 @@ from services.model.code_predictor import CodePredictor
 from services.model.codec import CodecConfig, CodecDecoder
 from services.model.config import load_config
 from services.model.layers import RMSNorm, fuse_projections
-from services.model.loader import TTSModel
+from services.model.loader import TTSModel, check_fused_kernels
 from services.model.talker import Talker
 from services.model.text_tokenizer import TextTokenizer
 from services.model.triton_support import compiles_for
@@ -76,6 +76,8 @@ def build_model(directory: Path, device: torch.device, dtype: torch.dtype, seed:
         module.eval()
         if compiles_for(device):  # as `load_model` does
             fuse_projections(module)
+    if compiles_for(device):
+        check_fused_kernels(config.talker.code_predictor, device, dtype)
     return TTSModel(directory, config, generation, talker, predictor, None)
 
 

@@ -70,7 +70,8 @@ class EmbeddedNats:
     """
 
     def __init__(self, store_dir: Path | None = None, *, port: int | None = None, monitor_port: int | None = None,
-                 name: str = "voxmesh", config_file: Path | None = None, ready_timeout_s: float = 30.0, stop_timeout_s: float = 10.0) -> None:
+                 name: str = "voxmesh", config_file: Path | None = None, ready_timeout_s: float = 30.0,
+                 stop_timeout_s: float = 10.0) -> None:
         self._store_dir = Path(store_dir) if store_dir is not None else None
         self._port = port
         self._monitor_port = monitor_port

@@ -11,8 +11,8 @@ from typing import Protocol
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from services.model import fused_small_attention
 from services.model.config import CodePredictorConfig, TalkerConfig
 from services.model.layers import DecoderStack
 
@@ -38,16 +38,10 @@ class _DenseCache:
         self.start = 0
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        # q [B, n, Hq, D], k and v [B, n, Hkv, D]
-        n = q.shape[1]
-        end = self.start + n
-        self.kv[layer, 0, :, :, self.start : end] = k.transpose(1, 2)
-        self.kv[layer, 1, :, :, self.start : end] = v.transpose(1, 2)
-        out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), self.kv[layer, 0, :, :, :end], self.kv[layer, 1, :, :, :end],
-            is_causal=self.start == 0 and n > 1, scale=self.scale, enable_gqa=k.shape[2] != q.shape[2],
-        )
-        return out.transpose(1, 2)
+        # q [B, n, Hq, D], k and v [B, n, Hkv, D]; one launch where the fused kernel serves, the torch form elsewhere
+        if fused_small_attention.serves(q.device, q.dtype) and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1:
+            return fused_small_attention.small_attention(self.kv[layer], self.start, q, k, v, self.scale)
+        return fused_small_attention.torch_form(self.kv[layer], self.start, q, k, v, self.scale)
 
 
 class CodePredictor(nn.Module):

@@ -43,7 +43,7 @@ async def adopt_orphan(synthesizer: Synthesizer, registry: ResumeRegistry, reque
                             f"{registry.window.length_s:g}s resume window: its audio is no longer kept; send the text "
                             "again as a new request", param="request_id")
     if terminal is not None and last_seq is not None and last_seq >= terminal.chunk_count:
-        raise ResumeRefused(ErrorCode.INVALID_REQUEST, f"last_seq {last_seq} was never sent: request {request_id} "
+        raise ResumeRefused(ErrorCode.OUT_OF_RANGE, f"last_seq {last_seq} was never sent: request {request_id} "
                             f"has chunks 0..{terminal.chunk_count - 1}", param="last_seq")
     count = 0 if last_seq is None else last_seq + 1
     parked = ParkedRequest(request_id, subjects.partition_for(request_id, synthesizer.num_partitions), sent=count,
