@@ -85,13 +85,7 @@ class CodecConfig:
     def from_dir(cls, speech_tokenizer_dir: str | Path) -> CodecConfig:
         """Read and validate `<dir>/config.json`; errors name the file and the field."""
         path = Path(speech_tokenizer_dir) / CONFIG_FILE
-        if not path.is_file():
-            raise CodecConfigError("missing_file", f"{path}: codec config not found")
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CodecConfigError("invalid_json", f"{path}: cannot read JSON: {exc}") from exc
-        return cls.from_dict(raw, source=str(path))
+        return cls.from_dict(read_config_json(path), source=str(path))
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = CONFIG_FILE) -> CodecConfig:
@@ -205,3 +199,13 @@ class _FieldReader:
         value = self.raw.get(name, expected)
         if value != expected:
             raise self._fail(name, f"{expected!r} (the only activation the codec uses)", value)
+
+
+def read_config_json(path: Path) -> Any:
+    """The parsed codec `config.json` at `path` (the decoder's and the encoder's configs both read it)."""
+    if not path.is_file():
+        raise CodecConfigError("missing_file", f"{path}: codec config not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CodecConfigError("invalid_json", f"{path}: cannot read JSON: {exc}") from exc

@@ -5,13 +5,12 @@ there. Only what encoding needs is read; the decoder half is `CodecConfig`'s.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.model.codec.config import CONFIG_FILE
+from services.model.codec.config import CONFIG_FILE, read_config_json
 from services.model.codec.errors import CodecConfigError
 
 _INT_FIELDS: dict[str, int] = {
@@ -71,11 +70,7 @@ class CodecEncoderConfig:
     @classmethod
     def from_dir(cls, speech_tokenizer_dir: str | Path) -> CodecEncoderConfig:
         path = Path(speech_tokenizer_dir) / CONFIG_FILE
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CodecConfigError("invalid_json", f"{path}: cannot read the codec config: {exc}") from exc
-        return cls.from_dict(raw, source=str(path))
+        return cls.from_dict(read_config_json(path), source=str(path))
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = CONFIG_FILE) -> CodecEncoderConfig:
