@@ -85,6 +85,19 @@ async def test_a_connection_without_credentials_or_with_a_wrong_password_is_refu
                            connect_timeout=5)
 
 
+async def test_a_service_with_refused_credentials_stops_at_once_and_says_why(server, auth):
+    """The service's own connect (it retries a server that is not up yet for a minute) gives up on the first
+    authorization violation, naming the credentials, instead of retrying silently until its timeout."""
+    from services.bus.connection import CredentialsRefused, connect
+
+    with pytest.raises(CredentialsRefused) as refused:
+        await asyncio.wait_for(connect(server.url, "decode-test", user="decode", password="not-its-password",
+                                       initial_timeout_s=60.0), 20.0)
+    assert "refused this service's credentials" in str(refused.value) and "VOXMESH_NATS_USER" in str(refused.value)
+    good = await connect(server.url, "decode-test", user="decode", password=auth.password("decode"))
+    await good.close()
+
+
 @pytest.mark.parametrize(("name", "subject"), [
     ("gateway", subjects.codes(0, "r1")), ("gateway", subjects.audio("r1")),
     ("decode", subjects.request(MODEL)), ("decode", subjects.audio("r1")),

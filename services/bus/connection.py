@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 from nats.aio.client import Client
 
 log = logging.getLogger(__name__)
@@ -35,9 +37,11 @@ async def connect(url: str | list[str], name: str, *, credentials_file: Path | N
     """Connect as `name` (shown by the server and `nats micro ls`); reconnect forever with `backoff`.
 
     The first connection is retried until `initial_timeout_s` (services may start before the server; None waits
-    forever), then ConnectionError. Credentials come from a creds file, a token, or a user and password that the
-    caller read from a file or the environment, never from a flag.
+    forever), then ConnectionError. A server that refuses the credentials ends it at once with CredentialsRefused
+    (retrying cannot help, and a minute of silence would hide the cause). Credentials come from a creds file, a
+    token, or a user and password that the caller read from a file or the environment, never from a flag.
     """
+    refused: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
     servers = [url] if isinstance(url, str) else list(url)
     options: dict[str, Any] = {
         "servers": servers,
@@ -48,7 +52,7 @@ async def connect(url: str | list[str], name: str, *, credentials_file: Path | N
         "reconnect_time_wait": backoff.base_s,  # paces first-connection retries; reconnects use the handler
         "drain_timeout": drain_timeout_s,
         "reconnect_to_server_handler": _reconnect_handler(backoff),
-        "error_cb": _log_error(name),
+        "error_cb": _log_error(name, refused),
         "disconnected_cb": _log_state(name, "disconnected"),
         "reconnected_cb": _log_state(name, "reconnected"),
         "closed_cb": _log_state(name, "closed"),
@@ -60,10 +64,22 @@ async def connect(url: str | list[str], name: str, *, credentials_file: Path | N
     if user is not None:
         options["user"] = user
         options["password"] = password
-    try:
-        return await asyncio.wait_for(nats.connect(**options), initial_timeout_s)
-    except asyncio.TimeoutError as exc:
-        raise ConnectionError(f"{name}: no NATS server answered at {servers} within {initial_timeout_s}s") from exc
+    connecting = asyncio.ensure_future(nats.connect(**options))
+    done, _ = await asyncio.wait({connecting, refused}, timeout=initial_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    if connecting in done:
+        return connecting.result()
+    connecting.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await connecting  # its reconnect loop ends with it
+    if refused in done:
+        raise CredentialsRefused(f"{name}: the NATS server at {servers} refused this service's credentials "
+                                 f"({refused.result()}); check VOXMESH_NATS_USER and its password file, or the creds "
+                                 "file") from refused.result()
+    raise ConnectionError(f"{name}: no NATS server answered at {servers} within {initial_timeout_s}s")
+
+
+class CredentialsRefused(ConnectionError):
+    """The NATS server refused the credentials (an authorization violation) while connecting."""
 
 
 def _reconnect_handler(backoff: Backoff):
@@ -76,11 +92,18 @@ def _reconnect_handler(backoff: Backoff):
     return choose
 
 
-def _log_error(name: str):
+def _log_error(name: str, refused: asyncio.Future):
     async def on_error(exc: Exception) -> None:
         log.warning("%s: NATS error: %r", name, exc)
+        if _is_authorization_error(exc) and not refused.done():
+            refused.set_result(exc)
 
     return on_error
+
+
+def _is_authorization_error(exc: Exception) -> bool:
+    """An authorization violation (bad user, password, token or creds), as nats-py reports one."""
+    return isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower()
 
 
 def _log_state(name: str, state: str):
