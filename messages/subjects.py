@@ -99,6 +99,11 @@ def events_of(request_id: str) -> str:
     return f"{EVENTS_ROOT}.{token(request_id)}.*"
 
 
+def events_of_kind(kind: str) -> str:
+    """Wildcard over one kind of event of every request (e.g. each `accepted`: the request is on REQUESTS)."""
+    return f"{EVENTS_ROOT}.*.{token(kind)}"
+
+
 def all_events() -> str:
     """Wildcard over every event (the EVENTS stream's subjects; what `voxmesh events` tails)."""
     return f"{EVENTS_ROOT}.>"

@@ -9,6 +9,8 @@ import asyncio
 import httpx
 import pytest
 
+from messages import subjects
+from messages.events import Accepted
 from messages.streams import REQUESTS_STREAM
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, watched_gateway...)
 from tests.fixtures.gateway_standin import Plan, expected_pcm
@@ -24,6 +26,8 @@ BURST = 12
 async def test_a_burst_past_the_limit_gets_429_at_once_and_nothing_piles_up(standin, watched_gateway, gateway_bus):
     standin.plan = Plan(num_chunks=2)
     # No consumer yet: admitted requests wait on REQUESTS, so every refusal below comes while they are live.
+    # The gateway announces `accepted` once the queue has stored a request: what the check below waits for.
+    accepted = await gateway_bus.nc.subscribe(subjects.events_of_kind(Accepted.KIND))
     async with watched_gateway(max_live_requests=LIMIT, retry_after_s=2) as served, \
             httpx.AsyncClient(base_url=served.url, timeout=30) as client:
         live = served.gateway.synthesizer.supervisor.live
@@ -31,6 +35,8 @@ async def test_a_burst_past_the_limit_gets_429_at_once_and_nothing_piles_up(stan
                                                                               "response_format": "pcm"}))
                  for n in range(BURST)]
         refused = await first_answers(burst, BURST - LIMIT)
+        for _ in range(LIMIT):
+            await accepted.next_msg(timeout=30)
         queued = (await gateway_bus.js.stream_info(REQUESTS_STREAM)).state.messages
         live_while_refusing = len(live)
         standin.start_consumer()

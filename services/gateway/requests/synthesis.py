@@ -108,15 +108,19 @@ class Synthesizer:
         try:
             request = self.admission.admit(fields, request_id=request_id)
             self._check_room()
-            clone = await voice_clone(fields, self.admission.catalog, self.voices)
         except GatewayError as error:
             self.metrics.refused(error)
             raise
-        if clone is not None:
-            request = msgspec.structs.replace(request, clone=clone)
         live = self.supervisor.live
         live.hold(request.id)  # in the same step as the check: concurrent admissions cannot overshoot the limit
         try:
+            try:  # a reference audio is stored (and checked) before the request is
+                clone = await voice_clone(fields, self.admission.catalog, self.voices)
+            except GatewayError as error:
+                self.metrics.refused(error)
+                raise
+            if clone is not None:
+                request = msgspec.structs.replace(request, clone=clone)
             async with self._started(request) as stream:
                 yield stream
         finally:
