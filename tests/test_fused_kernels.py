@@ -1,4 +1,4 @@
-"""The fused RMSNorm, norm + RoPE, silu-multiply and keyed-Gumbel kernels against the torch expressions they replace on CUDA.
+"""The fused RMSNorm, norm + RoPE and silu-multiply kernels against the torch expressions they replace on CUDA.
 
 The kernels are chosen by device (CUDA with Triton); on the CPU they run under Triton's interpreter, which is
 chosen when Triton is imported, so that check runs in a fresh process with TRITON_INTERPRET=1.
@@ -9,14 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.model import sampling
 from tests.triton_interpreter import interpreted
 
 
 @torch.no_grad()
 def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]:
-    """Largest differences of both kernels from the torch expressions, on fresh random inputs."""
-    from services.model.fused_gumbel import keyed_gumbel
+    """Largest differences of the kernels from the torch expressions, on fresh random inputs (the keyed Gumbel
+    noise's hash is checked draw for draw in test_fused_draw.py)."""
     from services.model.fused_rms_norm import rms_norm
     from services.model.layers import RMSNorm
 
@@ -32,17 +31,7 @@ def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]
         expected = (norm.weight * expected.to(dtype)).float()
         got = rms_norm(x, norm.weight.detach(), 1e-6).float()
         worst_norm = max(worst_norm, float((got - expected).abs().max() / expected.abs().max()))
-    keys = sampling.row_keys(torch.tensor([0, 5, -7, 2**62]), torch.tensor([0, 3, 9, 1000]))
-    ids = torch.stack([torch.randperm(3072, generator=generator)[:300] for _ in range(4)])
-    gumbel_worst = 0.0
-    for codebook in (0, 1, 15):
-        salts = sampling._codebook_salts(codebook)
-        expected = -torch.log(-torch.log(sampling._uniform(keys, codebook, ids)))
-        # Keys as RowSampling.build leaves them: a transposed view (lanes a column apart).
-        lanes = keys.T.contiguous().to(device).T
-        got = keyed_gumbel(lanes, salts, ids.to(device), block=128).cpu()
-        gumbel_worst = max(gumbel_worst, float((got - expected).abs().max()))
-    return {"rms_norm": worst_norm, "gumbel": gumbel_worst, "norm_rope": _norm_rope_error(device, dtype, generator),
+    return {"rms_norm": worst_norm, "norm_rope": _norm_rope_error(device, dtype, generator),
             "silu_mul": _silu_mul_error(device, dtype, generator)}
 
 
@@ -91,14 +80,14 @@ def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator
 
 def test_fused_kernels_equal_the_torch_expressions_under_the_interpreter():
     worst = interpreted("tests.test_fused_kernels.compare('cpu')")
-    assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12 and worst["norm_rope"] < 1e-5, worst
+    assert worst["rms_norm"] < 1e-6 and worst["norm_rope"] < 1e-5, worst
     assert worst["silu_mul"] < 1e-6, worst
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels need a CUDA device")
 def test_fused_kernels_equal_the_torch_expressions_on_cuda():
     worst = compare("cuda")
-    assert worst["rms_norm"] < 1e-6 and worst["gumbel"] < 1e-12 and worst["norm_rope"] < 1e-5, worst
+    assert worst["rms_norm"] < 1e-6 and worst["norm_rope"] < 1e-5, worst
     assert worst["silu_mul"] < 1e-6, worst
     in_bf16 = compare("cuda", torch.bfloat16)
     assert in_bf16["rms_norm"] < 1e-2 and in_bf16["norm_rope"] < 2e-2 and in_bf16["silu_mul"] < 1e-2, in_bf16

@@ -215,7 +215,7 @@ class Engine:
         """After a raising step: fail the request(s) that make it raise, apply the others' re-run (once)."""
         _log.error("decode step of %d requests failed (%s: %s); isolating the request that fails it",
                    len(scheduled.scheduled), type(error).__name__, error)
-        isolated = isolate_failure(lambda items: self.runner.launch(items).result(), scheduled.scheduled, error)
+        isolated = isolate_failure(self.runner.execute, scheduled.scheduled, error)
         cause = isolated.error
         _log.error("decode step failed for %s after %d re-runs", [item.seq.request_id for item in isolated.failed],
                    isolated.num_reruns, exc_info=cause)

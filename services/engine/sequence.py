@@ -129,12 +129,6 @@ class Sequence:
         """Every emitted frame, int64 [num_frames, 16] (a view; do not modify)."""
         return self._frames[: self._num_frames]
 
-    @property
-    def last_frame(self) -> torch.Tensor:
-        if self._num_frames == 0:
-            raise IndexError(f"request {self.request_id} has emitted no frame yet")
-        return self._frames[self._num_frames - 1]
-
     def append_frame(self, codes: torch.Tensor) -> None:
         """Record a frame's 16 codes (int64 [16])."""
         if self._num_frames == self._frames.shape[0]:
