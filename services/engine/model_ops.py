@@ -95,9 +95,17 @@ def sample_frames(
     process = TalkerLogitsProcessor.for_config(model.config.talker, repetition_penalty=1.0)
     first = sample(process(logits, seen, num_frames, min_new_frames), talker_rows, codebook=0)
     # Every row goes through the predictor (EOS rows too): static shapes, and no device sync to filter them.
+    rest = predict_rest(model, hidden, first, predictor_rows)
+    return torch.cat((first[:, None], rest), dim=1)
+
+
+def predict_rest(model: TTSModel, hidden: torch.Tensor, first: torch.Tensor,
+                 predictor_rows: RowSampling) -> torch.Tensor:
+    """Codebooks 1..15 [B, 15] of each row, from its talker hidden state [B, H] and codebook 0 [B]: the code
+    predictor's part of a frame, the same whether it runs here or on a remote `mtp` replica (which builds
+    `predictor_rows` from the rows' seeds and frame indices, so its draws are these draws)."""
 
     def choose(scores: torch.Tensor, codebook: int) -> torch.Tensor:
         return sample(scores, predictor_rows, codebook)
 
-    rest = model.code_predictor.predict(hidden, first, choose)
-    return torch.cat((first[:, None], rest), dim=1)
+    return model.code_predictor.predict(hidden, first, choose)
