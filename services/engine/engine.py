@@ -7,6 +7,7 @@ ended requests with their reasons) instead of printing or publishing anything.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -119,6 +120,8 @@ class Engine:
         ignore_eos: bool = False,
         min_new_frames: int | None = None,
         frames: torch.Tensor | None = None,
+        prompt_kv: torch.Tensor | None = None,
+        exports_kv: bool = False,
     ) -> RequestOutcome | None:
         """Queue a request. Returns its failed outcome at once (code `capacity`) if it can never fit the pool.
 
@@ -134,6 +137,12 @@ class Engine:
         `frames` (int [n, 16]): frames this request already emitted on another replica (a migration). It continues
         from frame n, its first prefill replaying them exactly as after a preemption; one whose n frames already
         reach its budget ends at once, finished (length).
+
+        `prompt_kv` (with `frames`): the KV of every token but the last frame's input, computed by a prefill
+        replica, as pool blocks [n, *block] (`ModelRunner.export_blocks`); it is written into the request's blocks
+        when it is first scheduled, so the request computes only the last frame's input. A preemption drops it and
+        replays locally, as any replay. `exports_kv`: the request's finished outcome carries its prompt's KV in
+        `prompt_kv` (a prefill replica's request: max_new_frames 1).
 
         Raises the model's `RequestError` for an unusable prompt (unknown speaker, empty text) and
         `InvalidRequestError` for bad engine fields; nothing is queued then.
@@ -159,8 +168,26 @@ class Engine:
                 seq.append_frame(codes)
             if seq.num_frames >= seq.max_new_frames:
                 return RequestOutcome(request_id, SequenceStatus.FINISHED_LENGTH, seq.num_frames)
+        if prompt_kv is not None:
+            seq.handed_kv = self._checked_handed_kv(seq, prompt_kv)
+        seq.exports_kv = exports_kv
         self.inbox.put(seq, self.scheduler)
         return None
+
+    def kv_block_shape(self) -> tuple[int, ...]:
+        """The shape of one pool block ([layers, 2, block_size, kv_heads, head_dim]): what a prefill replica's KV
+        must be made of to be handed to this engine."""
+        return tuple(self.runner.kv_pool.shape[1:])
+
+    def _checked_handed_kv(self, seq: Sequence, prompt_kv: torch.Tensor) -> torch.Tensor:
+        if seq.num_frames < 1:
+            raise InvalidRequestError("prompt_kv comes with the frames sampled from it (at least the first)")
+        num_blocks = self.scheduler.block_manager.num_blocks_for(seq.num_tokens - 1)
+        expected = (num_blocks, *self.kv_block_shape())
+        if tuple(prompt_kv.shape) != expected or prompt_kv.dtype != self.runner.kv_pool.dtype:
+            raise InvalidRequestError(f"prompt_kv is {tuple(prompt_kv.shape)} {prompt_kv.dtype}; this request's "
+                                      f"{seq.num_tokens - 1} tokens need {expected} {self.runner.kv_pool.dtype}")
+        return prompt_kv
 
     def abort_request(self, request_id: str) -> RequestOutcome | None:
         """Cancel a request; its blocks are free on return. None if the id is unknown or already ended."""
@@ -207,9 +234,17 @@ class Engine:
             return output
         scheduled, step = launched
         frames, outcomes = self.scheduler.update_from_output(scheduled, step.result())
+        outcomes = [self._exported(outcome) for outcome in outcomes]
         self._forget(outcomes, [])
         return StepOutput(output.frames + frames, output.outcomes + outcomes, output.preempted_ids,
                           output.num_batched_tokens + scheduled.num_batched_tokens)
+
+    def _exported(self, outcome: RequestOutcome) -> RequestOutcome:
+        """An exporting request's outcome with its prompt's KV copied out of its blocks: they were freed just now,
+        and no step that could reuse them has been queued yet (the one in flight was scheduled while it held them)."""
+        if not outcome.kv_blocks:
+            return outcome
+        return dataclasses.replace(outcome, prompt_kv=self.runner.export_blocks(outcome.kv_blocks), kv_blocks=())
 
     def _isolate(self, scheduled: SchedulerOutput, error: Exception) -> StepOutput:
         """After a raising step: fail the request(s) that make it raise, apply the others' re-run (once)."""

@@ -93,6 +93,7 @@ class ModelRunner:
         seqs = [scheduled[row].seq for row in rows]
         slots = self.seen.slots_of(seqs)  # before the inputs: a decoding row's input reads its last frame's row
         slot_of = dict(zip(rows, slots))
+        self._write_handed_kv(scheduled)
         hidden = self._talker(self._input_rows(scheduled, query_start, slot_of), batch)
         if not rows:
             return LaunchedStep.empty()
@@ -101,6 +102,23 @@ class ModelRunner:
         codes = self._sample(last_hidden, seqs, upload(torch.tensor(slots, dtype=torch.int64), device))
         return LaunchedStep.start([seq.request_id for seq in seqs], codes, self.eos_id,
                                   last_hidden if self.capture_hidden else None)
+
+    def _write_handed_kv(self, scheduled: list[ScheduledSequence]) -> None:
+        """Requests first scheduled with KV computed elsewhere (a remote prefill): their blocks get it now, on the
+        step's stream, before the talker reads them; the request computes only its last frame's input here."""
+        for item in scheduled:
+            handed = item.seq.handed_kv
+            if handed is None:
+                continue
+            blocks = torch.tensor(item.seq.block_table[: handed.shape[0]], dtype=torch.int64)
+            self.kv_pool.index_copy_(0, upload(blocks, self.kv_pool.device), handed.to(self.kv_pool.device))
+            item.seq.handed_kv = None
+
+    def export_blocks(self, blocks: tuple[int, ...]) -> torch.Tensor:
+        """A copy of these pool blocks [n, *block] (a prompt's KV for a decode replica), queued on the step stream
+        so it reads them after the step that wrote them and before any later step reuses them."""
+        index = torch.tensor(blocks, dtype=torch.int64)
+        return self.kv_pool.index_select(0, upload(index, self.kv_pool.device))
 
     def _talker(self, embeds: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
         """The talker's hidden states [T, H]: the graph of the step's token bucket when one fits, else eager."""

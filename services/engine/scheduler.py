@@ -98,11 +98,15 @@ class Scheduler:
     def _end(self, seq: Sequence, status: SequenceStatus, code: FailureCode | None = None,
              reason: str | None = None) -> RequestOutcome:
         """Release everything the request holds (it is already out of both queues) and report how it ended."""
+        exported = ()
+        if seq.exports_kv and status is SequenceStatus.FINISHED_LENGTH:
+            exported = tuple(seq.block_table[: self.block_manager.num_blocks_for(seq.num_prompt_tokens)])
         self.block_manager.free(seq.block_table)
         seq.prefill_embeds = None
+        seq.handed_kv = None
         seq.status = status
         del self._by_id[seq.request_id]
-        return RequestOutcome(seq.request_id, status, seq.num_frames, code, reason)
+        return RequestOutcome(seq.request_id, status, seq.num_frames, code, reason, kv_blocks=exported)
 
     # -- the step ------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -157,13 +161,17 @@ class Scheduler:
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            num_new = min(seq.num_uncomputed_tokens, budget)
-            if not self.block_manager.append(seq.block_table, num_new):
+            # A request whose KV was handed over computes only its last frame's input; the runner writes the rest.
+            start = seq.num_tokens - 1 if seq.handed_kv is not None else 0
+            num_new = min(seq.num_uncomputed_tokens - start, budget)
+            if not self.block_manager.append(seq.block_table, start + num_new):
                 break  # first come, first served: later requests wait behind it
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
+            seq.num_computed_tokens = start
+            seq.text_position = max(0, start - seq.num_prompt_tokens)
             self.running.append(seq)
-            out.scheduled.append(ScheduledSequence.of(seq, 0, num_new))
+            out.scheduled.append(ScheduledSequence.of(seq, start, num_new))
             budget -= num_new
 
     def launched(self, scheduled: list[ScheduledSequence]) -> None:

@@ -59,7 +59,7 @@ class Sequence:
         "request_id", "prompt", "num_prompt_tokens", "seed", "params", "predictor_params", "max_new_frames", "min_new_frames",
         "status",
         "num_computed_tokens", "text_position", "block_table", "prefill_embeds", "num_preemptions",
-        "num_pending_frames", "_frames", "_num_frames",
+        "num_pending_frames", "handed_kv", "exports_kv", "_frames", "_num_frames",
     )
 
     def __init__(
@@ -97,6 +97,11 @@ class Sequence:
         self.num_pending_frames = 0
         """Frames sampled by a step still running on the device (0 or 1): counted in `num_tokens` so the next
         step can be scheduled before their codes are back; applied by `append_frame` or dropped at a preemption."""
+        self.handed_kv: torch.Tensor | None = None
+        """KV of every token but the last frame's input, computed elsewhere (a remote prefill), in pool blocks
+        [n, *block]: written into this request's first blocks when it is first scheduled, instead of a prefill."""
+        self.exports_kv = False
+        """Whether its outcome carries the KV of its prompt (a prefill replica's request)."""
         self._frames = torch.zeros((8, NUM_CODEBOOKS), dtype=torch.int64)
         self._num_frames = 0
 
@@ -150,6 +155,7 @@ class Sequence:
         self.num_computed_tokens = 0
         self.text_position = 0
         self.prefill_embeds = None
+        self.handed_kv = None  # the replay computes every token here
         self.num_pending_frames = 0  # a frame still on the device is dropped: the replay draws it again, the same
         self.num_preemptions += 1
         self.status = SequenceStatus.PREEMPTED
@@ -168,6 +174,11 @@ class RequestOutcome:
     """Set when status is FAILED."""
     reason: str | None = None
     """For a failure: what happened and what to change, in words a person can act on."""
+    kv_blocks: tuple[int, ...] = ()
+    """For a request that exports its KV: the pool blocks of its prompt, freed but not yet reused (the engine
+    gathers them into `prompt_kv` before its next step)."""
+    prompt_kv: torch.Tensor | None = None
+    """For a request that exports its KV and finished: its prompt's KV, pool blocks [n, *block] (a copy)."""
 
     @property
     def is_failed(self) -> bool:
