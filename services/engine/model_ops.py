@@ -89,14 +89,22 @@ def sample_frames(
     (penalty, EOS before min frames, control ids), then drawn with `sample(talker_rows, codebook=0)`;
     the code predictor draws codebook j with `sample(predictor_rows, codebook=j)`.
     """
+    first = sample_codebook0(model, hidden, seen, num_frames, repetition_penalty, talker_rows, min_new_frames)
+    # Every row goes through the predictor (EOS rows too): static shapes, and no device sync to filter them.
+    rest = predict_rest(model, hidden, first, predictor_rows)
+    return torch.cat((first[:, None], rest), dim=1)
+
+
+def sample_codebook0(
+    model: TTSModel, hidden: torch.Tensor, seen: torch.Tensor, num_frames: torch.Tensor,
+    repetition_penalty: torch.Tensor, talker_rows: RowSampling, min_new_frames: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Codebook 0 [B] of each row's next frame: the talker's part of `sample_frames` (same arguments)."""
     logits = model.talker.logits(hidden).float()
     logits = apply_repetition_penalty(logits, seen, repetition_penalty)
     # The per-row penalty is applied above; the processor adds EOS and control-id suppression only.
     process = TalkerLogitsProcessor.for_config(model.config.talker, repetition_penalty=1.0)
-    first = sample(process(logits, seen, num_frames, min_new_frames), talker_rows, codebook=0)
-    # Every row goes through the predictor (EOS rows too): static shapes, and no device sync to filter them.
-    rest = predict_rest(model, hidden, first, predictor_rows)
-    return torch.cat((first[:, None], rest), dim=1)
+    return sample(process(logits, seen, num_frames, min_new_frames), talker_rows, codebook=0)
 
 
 def predict_rest(model: TTSModel, hidden: torch.Tensor, first: torch.Tensor,

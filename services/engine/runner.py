@@ -15,6 +15,8 @@ wait for them to reach the host either.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from services.engine import model_ops
@@ -27,8 +29,15 @@ from services.engine.sequence import NUM_CODEBOOKS, Sequence
 from services.engine.talker_graphs import PaddedTalkerStep, TalkerGraphSpec
 from services.model.attention_batch import AttentionBatch
 from services.model.loader import TTSModel
-from services.model.sampling import RowSampling
+from services.model.sampling import RowSampling, SamplingParams
 from services.model.uploads import upload
+
+
+class RemotePredictorLike(Protocol):
+    """Codebooks 1..15 from elsewhere (services.mtp.client.RemotePredictor): blocking, called on the engine thread."""
+
+    def predict_rest(self, hidden: torch.Tensor, c0: torch.Tensor, seeds: list[int], frames: list[int],
+                     params: list[SamplingParams]) -> torch.Tensor: ...
 
 
 class ModelRunner:
@@ -58,10 +67,19 @@ class ModelRunner:
         self.eos_id = model_ops.eos_id(model)
         self.talker_step = (None if graphs is None
                             else PaddedTalkerStep(model.talker, self.kv_pool, num_blocks, graphs))
+        self.remote_predictor: RemotePredictorLike | None = None
+        """Where codebooks 1..15 come from when not from this process (`use_remote_predictor`)."""
         self.frame_sampler = (None if graphs is None
                               else PaddedFrameSampler(model, graphs.max_num_seqs, graphs.capture))
         rows = max_num_seqs or (graphs.max_num_seqs if graphs is not None else 64)
         self.seen = SeenTable(rows, model.config.talker.vocab_size, model.device)
+
+    def use_remote_predictor(self, predictor: RemotePredictorLike) -> None:
+        """From now on codebooks 1..15 come from `predictor`, remote code-predictor replicas (the `mtp` topology;
+        set before the first step): the talker and codebook 0 stay here, frame sampling runs eagerly (a graph cannot
+        hold the round trip), and each step waits for the replicas' reply."""
+        self.remote_predictor = predictor
+        self.frame_sampler = None
 
     def prepare_graphs(self) -> None:
         """Capture every graph a step can need now (start-up), so that the first requests run as fast as the rest."""
@@ -168,7 +186,12 @@ class ModelRunner:
                                     [s.min_new_frames for s in seqs]], dtype=torch.float64), device)
         penalty, counts, min_frames = host[0].float(), host[1].long(), host[2].long()
         sampler = self.frame_sampler
-        if sampler is not None and sampler.bucket(len(seqs)) is not None:
+        if self.remote_predictor is not None:
+            first = model_ops.sample_codebook0(self.model, hidden, seen, counts, penalty, talker_rows, min_frames)
+            rest = self.remote_predictor.predict_rest(hidden, first, seeds, frames,
+                                                      [s.predictor_params for s in seqs])
+            codes = torch.cat((first[:, None], rest.to(first.device)), dim=1)
+        elif sampler is not None and sampler.bucket(len(seqs)) is not None:
             codes = sampler.run(hidden, seen, counts, penalty, talker_rows, predictor_rows, min_frames)
         else:
             codes = model_ops.sample_frames(self.model, hidden, seen, counts, penalty, talker_rows, predictor_rows,

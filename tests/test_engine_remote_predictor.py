@@ -1,0 +1,54 @@
+"""An engine whose codebooks 1..15 come from a predictor outside the runner (the `mtp` topology's seam) gives the
+codes of the local predictor: the predictor is handed only what a remote replica gets (hidden states, codebook 0,
+seeds, frame indices and per-row parameters) and rebuilds the keyed sampler from them, as `services.mtp` does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.engine import model_ops
+from services.model.sampling import RowSampling, SamplingParams
+from tests.engine_helpers import TEXTS, load_tiny, make_request, new_engine, run_to_end
+
+NUM_FRAMES = 10
+PARAMS = (SamplingParams(temperature=0.0), SamplingParams(temperature=0.9, top_k=20),
+          SamplingParams(temperature=0.7, top_p=0.8))
+
+
+class RebuildingPredictor:
+    """Runs the code predictor from the rows' wire fields alone, and counts the rows it was asked for."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.num_rows = 0
+
+    def predict_rest(self, hidden, c0, seeds, frames, params):
+        self.num_rows += len(seeds)
+        rows = RowSampling.build(params, seeds, frames, hidden.device)
+        return model_ops.predict_rest(self.model, hidden.clone(), c0.clone(), rows)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_checkpoint):
+    return load_tiny(tiny_checkpoint)
+
+
+def run(tiny, predictor=None):
+    model, tokenizer = tiny
+    engine = new_engine(model, blocks=96)
+    if predictor is not None:
+        engine.runner.use_remote_predictor(predictor)
+    for index, params in enumerate(PARAMS):
+        assert engine.add_request(f"r{index}", make_request(tokenizer, TEXTS[index]), 100 + index, params,
+                                  NUM_FRAMES, predictor_params=PARAMS[(index + 1) % len(PARAMS)]) is None
+    return run_to_end(engine)
+
+
+def test_codes_from_an_outside_predictor_equal_the_local_ones(tiny):
+    model, _ = tiny
+    predictor = RebuildingPredictor(model)
+    local, remote = run(tiny), run(tiny, predictor)
+    for index in range(len(PARAMS)):
+        assert torch.equal(remote.stacked(f"r{index}"), local.stacked(f"r{index}")), index
+    assert predictor.num_rows == sum(len(codes) for codes in remote.codes.values())
