@@ -87,13 +87,20 @@ class PrefillHandoff(Message, tag="prefill_handoff", kw_only=True, frozen=True):
         fingerprint: the model fingerprint the KV was computed with.
         prefill_replica: the sender.
         prompt_tokens: prompt positions whose KV is transferred.
+        attempt: the prefill's delivery count of the request (a redelivered request is prefilled again: a new
+            attempt, whose KV carries another transfer tag).
         transfer: opaque transfer descriptor (UCX address/tag), interpreted by the KV-transfer layer.
-        first_frame: the first frame's 16 codes if the prefill sampled it, else None.
+        first_frame: the first frame's 16 codes, sampled by the prefill from the prompt's last hidden state.
     """
 
     request: SynthesisRequest
     fingerprint: str
     prefill_replica: ReplicaName
     prompt_tokens: PosInt
+    attempt: PosInt = 1
     transfer: bytes
-    first_frame: list[int] | None = None
+    first_frame: list[int]
+
+    def __post_init__(self) -> None:
+        if len(self.first_frame) != 16:
+            raise InvalidMessage(f"first_frame has {len(self.first_frame)} codes, a frame has 16")

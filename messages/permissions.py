@@ -88,6 +88,13 @@ _VOCODER_SUBSCRIBE = (_every(subjects.REDECODE_ROOT), f"{subjects.ADMIN_ROOT}.vo
 VOCODER = _service(_VOCODER_PUBLISH, _VOCODER_SUBSCRIBE,
                    deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT), DROP_REQUEST))
 
+# prefill: puts prefilled requests (and those it leaves to decode) on decode's queue; never codes, audio or events.
+PREFILL = _service(
+    publish=(f"{subjects.REQUESTS_ROOT}.*", f"{subjects.REQUESTS_ROOT}.*.handoff", _kv(subjects.all_lease_keys())),
+    subscribe=(f"{subjects.ADMIN_ROOT}.prefill.>",),
+    deny=(f"{subjects.REQUESTS_ROOT}.*.prefill", _every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT),
+          _every(subjects.EVENTS_ROOT), DROP_REQUEST))
+
 # decode and vocoder in one process (`voxmesh serve colocated`): their union, still never requests.
 COLOCATED = _service(_DECODE_PUBLISH + _VOCODER_PUBLISH, _DECODE_SUBSCRIBE + _VOCODER_SUBSCRIBE,
                      deny=(_every(subjects.REQUESTS_ROOT), DROP_REQUEST))
@@ -109,7 +116,7 @@ OBSERVER = Permissions(
 
 # User name -> permissions; `operator` (no entry) has every permission: the person running the mesh.
 SERVICE_USERS: dict[str, Permissions] = {
-    "gateway": GATEWAY, "decode": DECODE, "vocoder": VOCODER, "colocated": COLOCATED,
+    "gateway": GATEWAY, "decode": DECODE, "vocoder": VOCODER, "colocated": COLOCATED, "prefill": PREFILL,
     "provision": PROVISION, "observer": OBSERVER,
 }
 OPERATOR_USER = "operator"

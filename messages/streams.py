@@ -26,6 +26,11 @@ def requests_consumer(model: str) -> str:
     return f"decode-{subjects.slug(model)}"
 
 
+def prefill_consumer(model: str) -> str:
+    """The durable pull consumer of one model's requests routed to remote prefill, shared by its prefill replicas."""
+    return f"prefill-{subjects.slug(model)}"
+
+
 def codes_consumer(partition: int) -> str:
     """The durable pull consumer of one vocoder partition's codes."""
     if partition < 0:
@@ -54,7 +59,7 @@ class ConsumerSpec:
 
     stream: str
     durable: str
-    filter_subject: str
+    filter_subjects: tuple[str, ...]
     max_deliver: int
     ack_wait_s: float
     max_ack_pending: int
@@ -128,14 +133,22 @@ class BusConfig:
         ]
 
     def consumers(self) -> list[ConsumerSpec]:
-        """One REQUESTS consumer per model, one CODES consumer per vocoder partition."""
+        """Per model: the REQUESTS consumers of decode (requests and prefilled requests) and of prefill; one CODES
+        consumer per vocoder partition."""
         found = [
-            ConsumerSpec(REQUESTS_STREAM, requests_consumer(m), subjects.request(m), self.request_max_deliver,
-                         self.request_ack_wait_s, self.max_queued_requests, f"decode replicas of {m}")
+            # One consumer for both kinds of decode's work, so a replica's room is never promised twice.
+            ConsumerSpec(REQUESTS_STREAM, requests_consumer(m), (subjects.request(m), subjects.handoff_queue(m)),
+                         self.request_max_deliver, self.request_ack_wait_s, self.max_queued_requests,
+                         f"decode replicas of {m}: requests, and requests prefilled remotely")
             for m in self.models
         ]
         found += [
-            ConsumerSpec(CODES_STREAM, codes_consumer(p), subjects.codes_of_partition(p), -1, self.codes_ack_wait_s,
+            ConsumerSpec(REQUESTS_STREAM, prefill_consumer(m), (subjects.prefill_request(m),), self.request_max_deliver,
+                         self.request_ack_wait_s, self.max_queued_requests, f"prefill replicas of {m}")
+            for m in self.models
+        ]
+        found += [
+            ConsumerSpec(CODES_STREAM, codes_consumer(p), (subjects.codes_of_partition(p),), -1, self.codes_ack_wait_s,
                          self.codes_max_ack_pending, f"vocoder owning partition {p}")
             for p in range(self.num_partitions)
         ]

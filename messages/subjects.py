@@ -21,7 +21,6 @@ CODES_ROOT = "tts.codes"
 AUDIO_ROOT = "tts.audio"
 REDECODE_ROOT = "tts.redecode"
 MTP_ROOT = "tts.mtp"
-HANDOFF_ROOT = "tts.handoff"
 ADMIN_ROOT = "tts.admin"
 VOICE_ROOT = "tts.voice"
 
@@ -76,6 +75,18 @@ def _partition(partition: int) -> str:
 def request(model: str) -> str:
     """Where the gateway publishes a model's synthesis requests (stream REQUESTS)."""
     return f"{REQUESTS_ROOT}.{slug(model)}"
+
+
+def prefill_request(model: str) -> str:
+    """Where the gateway publishes a model's requests for a prefill replica (stream REQUESTS): long prompts, while a
+    prefill replica is waiting for work."""
+    return f"{REQUESTS_ROOT}.{slug(model)}.prefill"
+
+
+def handoff_queue(model: str) -> str:
+    """Where prefill replicas put prefilled requests (stream REQUESTS); decode replicas pull them when they have
+    room, then fetch the prompt's KV from the prefill replica by UCX."""
+    return f"{REQUESTS_ROOT}.{slug(model)}.handoff"
 
 
 def all_requests() -> str:
@@ -149,11 +160,6 @@ def mtp_step(model: str) -> str:
 def voice_create(model: str) -> str:
     """Core NATS request/reply to a model's decode replicas (queue group): compute and save a voice."""
     return f"{VOICE_ROOT}.{slug(model)}.create"
-
-
-def handoff(replica: str) -> str:
-    """Core NATS request to one decode replica: take over a remotely prefilled request."""
-    return f"{HANDOFF_ROOT}.{token(replica)}"
 
 
 def admin(service: str, replica: str, verb: str) -> str:

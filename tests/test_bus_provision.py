@@ -36,7 +36,10 @@ async def test_provision_creates_everything_and_is_idempotent(nats_client) -> No
     assert after[EVENTS_STREAM].max_age == 24 * 3600
     consumer = await js.consumer_info(REQUESTS_STREAM, "decode-qwen3-tts-0_6b")
     assert consumer.config.max_deliver == 3 and consumer.config.ack_policy == api.AckPolicy.EXPLICIT
-    assert consumer.config.filter_subject == subjects.request("Qwen3-TTS-0.6B")
+    assert consumer.config.filter_subjects == [subjects.request("Qwen3-TTS-0.6B"),
+                                               subjects.handoff_queue("Qwen3-TTS-0.6B")]
+    prefill = await js.consumer_info(REQUESTS_STREAM, "prefill-qwen3-tts-0_6b")
+    assert prefill.config.filter_subject == subjects.prefill_request("Qwen3-TTS-0.6B")
     await js.consumer_info(CODES_STREAM, "vocoder-p1")
     await open_bucket(js)
     assert (await (await open_object_store(js, REF_AUDIO_STORE)).status()).ttl == CONFIG.ref_audio_ttl_s

@@ -19,7 +19,10 @@ from tests.fixtures.docker_engine import compose_or_unavailable
 
 REPO = COMPOSE_DIR.parent
 TOPOLOGIES = sorted(path.stem for path in COMPOSE_DIR.glob("*.yml"))
-GPU_SERVICES = {"single": ("decode", "vocoder"), "colocated": ("decode-vocoder",), "replicas": ("decode", "vocoder")}
+GPU_SERVICES = {"single": ("decode", "vocoder"), "colocated": ("decode-vocoder",), "replicas": ("decode", "vocoder"),
+                "1p1d": ("prefill", "decode", "vocoder"), "split": ("decode", "vocoder"),
+                "1pNd": ("prefill", "decode-1", "decode-2", "vocoder"),
+                "MpNd": ("prefill-1", "prefill-2", "decode-1", "decode-2", "vocoder")}
 
 
 def compose_config(*files: Path, cwd: Path = REPO, profiles: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
@@ -45,7 +48,7 @@ def test_the_compose_cli_is_the_binary_itself():
     assert compose_or_unavailable().read_bytes()[:4] == b"\x7fELF"
 
 
-def test_the_topologies_are_single_colocated_and_replicas():
+def test_every_topology_is_checked_here():
     assert TOPOLOGIES == sorted(GPU_SERVICES)
 
 

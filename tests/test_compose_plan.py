@@ -113,3 +113,27 @@ def test_voxmesh_commands_run_through_this_interpreter():
 
     assert local_command(("voxmesh", "serve", "decode")) == [sys.executable, "-m", "services.cli", "serve", "decode"]
     assert local_command(("echo", "hi")) == ["echo", "hi"]
+
+
+def test_a_topology_that_extends_single_runs_single_s_services_with_its_own_changes():
+    single = {s.name: s for s in load_plan("single").services}
+    plan = {s.name: s for s in load_plan("1p1d", env={}).services}
+    assert list(plan) == ["gateway", "prefill", "decode", "vocoder"]
+    assert plan["vocoder"] == single["vocoder"]
+    assert plan["gateway"].environment == {**single["gateway"].environment, "VOXMESH_PREFILL_MIN_CHARS": "1"}
+    prefill = plan["prefill"]
+    assert prefill.command == ("voxmesh", "serve", "prefill") and prefill.restart == "unless-stopped"
+    assert prefill.environment["VOXMESH_KV_CACHE_BLOCKS"] == "128"  # its own value over decode's
+    assert prefill.environment["VOXMESH_MODEL_DIR"] == single["decode"].environment["VOXMESH_MODEL_DIR"]
+    assert plan["decode"].environment["UCX_TLS"] == "tcp,self"
+
+
+def test_extending_a_service_that_does_not_exist_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(compose_plan, "COMPOSE_DIR", tmp_path)
+    (tmp_path / "base.yml").write_text("services:\n  decode:\n    command: [voxmesh, serve, decode]\n")
+    (tmp_path / "child.yml").write_text("services:\n  prefill:\n    extends: {file: base.yml, service: pre}\n")
+    with pytest.raises(ComposeError, match="extends 'pre', which .*base.yml does not define"):
+        load_plan("child")
+    (tmp_path / "loop.yml").write_text("services:\n  a:\n    extends: b\n  b:\n    extends: a\n")
+    with pytest.raises(ComposeError, match="deeper than 8 levels"):
+        load_plan("loop")

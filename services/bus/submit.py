@@ -12,8 +12,8 @@ from services.bus.errors import JS_MAX_MESSAGES_EXCEEDED, NotProvisioned, QueueF
 
 
 async def submit_request(js: JetStreamContext, request: SynthesisRequest, *, headers: dict[str, str] | None = None,
-                         timeout_s: float = 5.0, msg_id: str | None = None) -> int:
-    """Publish `request` on `tts.req.<model>`; returns its REQUESTS sequence.
+                         timeout_s: float = 5.0, msg_id: str | None = None, subject: str | None = None) -> int:
+    """Publish `request` on `subject` (default `tts.req.<model>`, decode's queue); returns its REQUESTS sequence.
 
     The Msg-Id (the request id unless `msg_id` names another, as a requeue for migration does) makes a retried submit
     within the duplicate window stored once. Raises QueueFull when REQUESTS is at its bound, NotProvisioned when the
@@ -22,7 +22,7 @@ async def submit_request(js: JetStreamContext, request: SynthesisRequest, *, hea
     all_headers = dict(headers or {})
     all_headers[api.Header.MSG_ID.value] = msg_id or request.id
     try:
-        ack = await js.publish(subjects.request(request.model), encode(request), timeout=timeout_s,
+        ack = await js.publish(subject or subjects.request(request.model), encode(request), timeout=timeout_s,
                                stream=REQUESTS_STREAM, headers=all_headers)
     except APIError as exc:
         if exc.err_code == JS_MAX_MESSAGES_EXCEEDED:

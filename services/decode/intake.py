@@ -23,7 +23,8 @@ from opentelemetry.trace import Span, SpanKind
 from messages import DecodeError, subjects
 from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
-from messages.events import Failed, Migrated, Started
+from messages.events import Failed, FirstFrame, Migrated, Started
+from messages.mtp import PrefillHandoff
 from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM, requests_consumer
 from services.bus.claims import ClaimKind, OwnerClaim, RequestClaim, resolve_request_claim
@@ -36,10 +37,11 @@ from services.bus.trace_context import REQUEST_ID, extract, inject, span_context
 from services.decode.active import ActiveRequest
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.core import DecodeCore, Ending
+from services.decode.handoffs import HandoffFetcher, first_frame
 from services.decode.migration import Resume, has_ended, past_limit_error, read_resume
 from services.decode.worker import EngineWorker
 from services.decode.request_check import Admission, AdmissionError, admit
-from services.engine.engine import Engine
+from services.engine.engine import Engine, InvalidRequestError
 from services.engine.sequence import RequestOutcome
 from services.model.errors import ModelError
 
@@ -57,9 +59,11 @@ class Intake:
         self.core = core
         self.consumer = PullConsumer(
             core.js, core.nc, stream=REQUESTS_STREAM, durable=requests_consumer(core.served.name),
-            message_type=SynthesisRequest, handler=self.handle, capacity=core.capacity,
+            message_type=SynthesisRequest | PrefillHandoff, handler=self.handle, capacity=core.capacity,
             max_batch=core.settings.max_num_seqs, fetch_timeout_s=fetch_timeout_s, concurrent=True,
-            on_refused=self._refused)
+            on_refused=self._refused, request_id_of=_request_id_of)
+        self.handoffs = HandoffFetcher(core)
+        """Fetches the prompt KV of requests prefilled remotely."""
         self.admission = EngineWorker("decode-admission")
         """Builds prompts and queues requests in the engine, beside the engine thread's steps."""
 
@@ -71,13 +75,17 @@ class Intake:
         finally:
             await self._unsubscribe()
             self.admission.close()
+            await self.handoffs.close()
 
     async def _unsubscribe(self) -> None:
         """Drop the pull subscription before the connection drains (see PullConsumer.close)."""
         await self.consumer.close()
 
-    async def handle(self, request: SynthesisRequest, delivery: Delivery) -> None:
-        """One delivered request (this call holds one capacity slot; it is released when the request ends)."""
+    async def handle(self, message: SynthesisRequest | PrefillHandoff, delivery: Delivery) -> None:
+        """One delivered request, or one prefilled remotely (this call holds one capacity slot; it is released when
+        the request ends)."""
+        handoff = message if isinstance(message, PrefillHandoff) else None
+        request = message.request if handoff is not None else message
         core = self.core
         await self._while_paused(delivery)
         # The request's span continues the gateway's (its context came in the message's headers); it lives until
@@ -111,7 +119,13 @@ class Intake:
             return
         await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
                                 queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
-        await self._start(active, admission, resume.frames)
+        frames, prompt_kv = resume.frames, None
+        if handoff is not None and resume.num_frames == 0:  # a takeover continues from CODES instead
+            prompt_kv = await self.handoffs.fetch(handoff)
+            frames = first_frame(handoff)
+            active.stream.add_frame(0, frames[0])
+            await core.emit(FirstFrame(request_id=request.id, at=core.now(), replica=core.replica))
+        await self._start(active, admission, frames, prompt_kv)
 
     async def _own(self, request: SynthesisRequest, delivery: Delivery, span: Span
                    ) -> tuple[ActiveRequest, Admission | AdmissionError, Resume, RequestClaim] | None:
@@ -221,7 +235,8 @@ class Intake:
         core.stats.requests_started += 1
         return active, resume
 
-    async def _start(self, active: ActiveRequest, admission: Admission, frames: np.ndarray) -> None:
+    async def _start(self, active: ActiveRequest, admission: Admission, frames: np.ndarray,
+                     prompt_kv: torch.Tensor | None = None) -> None:
         """Queue the request in the engine (continuing from `frames` its earlier owner emitted, if any), unless it
         was cancelled while it waited on REQUESTS."""
         core = self.core
@@ -243,7 +258,7 @@ class Intake:
         try:
             # On the admission thread: the prompt is built while the engine thread steps.
             outcome, active.num_prompt_tokens = await self.admission.run(_add_to_engine, core.engine, admission,
-                                                                         frames)
+                                                                         frames, prompt_kv)
         except ModelError as exc:
             code = ErrorCode.INVALID_REQUEST if exc.code.startswith(("unknown", "empty")) else ErrorCode.MODEL_ERROR
             await core.end(active, Ending(error=ErrorInfo(code=code, stage=Stage.DECODE, message=exc.message)))
@@ -263,12 +278,28 @@ class Intake:
         core.wake()
 
 
-def _add_to_engine(engine: Engine, admission: Admission, frames: np.ndarray) -> tuple[RequestOutcome | None, int]:
-    """(On the engine thread.) Queue the request, continuing from `frames` (a migration) when there are any; its
-    immediate outcome if any, and its prompt length."""
-    outcome = engine.add_request(admission.request_id, admission.prompt, admission.request.seed, admission.params,
-                                 admission.max_new_frames, predictor_params=admission.predictor_params,
-                                 ignore_eos=admission.request.ignore_eos,
-                                 min_new_frames=admission.request.min_new_tokens,
-                                 frames=torch.from_numpy(frames) if len(frames) else None)
+def _add_to_engine(engine: Engine, admission: Admission, frames: np.ndarray,
+                   prompt_kv: torch.Tensor | None = None) -> tuple[RequestOutcome | None, int]:
+    """(On the engine thread.) Queue the request, continuing from `frames` (a migration, or a remote prefill's first
+    frame with its prompt KV) when there are any; its immediate outcome if any, and its prompt length. A handed-over
+    KV that does not fit this prompt (another block size, another checkpoint) is dropped: the prompt is prefilled
+    here instead."""
+    def add(kv: torch.Tensor | None) -> RequestOutcome | None:
+        return engine.add_request(admission.request_id, admission.prompt, admission.request.seed, admission.params,
+                                  admission.max_new_frames, predictor_params=admission.predictor_params,
+                                  ignore_eos=admission.request.ignore_eos,
+                                  min_new_frames=admission.request.min_new_tokens,
+                                  frames=torch.from_numpy(frames) if len(frames) else None, prompt_kv=kv)
+
+    try:
+        outcome = add(prompt_kv)
+    except InvalidRequestError as exc:
+        if prompt_kv is None:
+            raise
+        log.warning("request %s: the handed-over KV does not fit (%s); prefilling it here", admission.request_id, exc)
+        outcome = add(None)
     return outcome, engine.num_prompt_tokens(admission.request_id) or 0
+
+
+def _request_id_of(message: SynthesisRequest | PrefillHandoff) -> str:
+    return message.request.id if isinstance(message, PrefillHandoff) else message.id

@@ -35,6 +35,8 @@ class DecodeSettings(CommonSettings):
     max_migrations: int = setting(
         1, "times a request may be taken over from a dead decode replica and continued from its frames in CODES; "
            "past this it fails with code replica_lost (a request that crashes its replica must not crash them all)")
+    handoff_timeout_s: float = setting(
+        10.0, "watchdog of a remotely prefilled prompt's KV fetch (by UCX): past it the prompt is prefilled here")
     shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
     metrics_port: int = setting(0, "port of the Prometheus /metrics listener (0: off)",
                                 env="VOXMESH_DECODE_METRICS_PORT")
@@ -58,6 +60,8 @@ class DecodeSettings(CommonSettings):
         if self.gpu_memory_fraction > 0 and not self.device.startswith("cuda"):
             raise SettingsError(f"--gpu-memory-fraction needs a CUDA --device (got {self.device}); "
                                 "set --kv-cache-blocks instead")
+        if not (math.isfinite(self.handoff_timeout_s) and self.handoff_timeout_s > 0):
+            raise SettingsError(f"--handoff-timeout-s: must be a finite number > 0, got {self.handoff_timeout_s}")
         if not (math.isfinite(self.shutdown_grace_s) and self.shutdown_grace_s >= 0):
             raise SettingsError(f"--shutdown-grace-s: must be a finite number >= 0, got {self.shutdown_grace_s}")
         if not (math.isfinite(self.runaway_frames_per_char) and self.runaway_frames_per_char >= 0):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from services.gateway.http.auth import parse_keys
 from services.gateway.requests.catalog import VoiceCatalog
+from services.gateway.requests.prefill_route import PrefillRoute
 from services.gateway.requests.repair import RepairPolicy
 from services.gateway.requests.supervisor import Supervisor, SupervisorPolicy
 from services.gateway.requests.synthesis import Synthesizer
@@ -57,7 +58,9 @@ def build_gateway(settings: GatewaySettings, catalog: VoiceCatalog, context: Ser
                               RepairPolicy(arrival_timeout_s=settings.redecode_timeout_s), settings.retry_after_s,
                               segment_chars=settings.segment_chars, max_live_requests=settings.max_live_requests,
                               client_buffer_s=settings.client_buffer_s,
-                              voices=VoiceStore(context.nc, context.js, catalog.model))
+                              voices=VoiceStore(context.nc, context.js, catalog.model),
+                              prefill_route=PrefillRoute(context.js, context.kv, catalog.model, settings.prefill_min_chars,
+                                                         settings.prefill_max_queue))
     tokens = ResumeTokens(settings.resume_secret.encode()) if settings.resume_secret else ResumeTokens.random()
     return Gateway(synthesizer, catalog, parse_keys(settings.api_keys), context.replica,
                    parse_keys(settings.admin_api_keys), tokens)

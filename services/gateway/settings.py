@@ -34,6 +34,10 @@ class GatewaySettings(CommonSettings):
     client_buffer_s: float = setting(DEFAULT_CLIENT_BUFFER_S, "seconds of a request's audio the gateway holds for a "
                                      "client that reads slower than the mesh makes it; past them the request is "
                                      "cancelled in every stage and fails with code slow_client")
+    prefill_min_chars: int = setting(0, "texts at least this long are prefilled on a prefill replica when one is "
+                                        "free (remote prefill); 0: decode prefills every prompt")
+    prefill_max_queue: int = setting(2, "remote prefill: prompts per live prefill replica that may wait or be "
+                                        "prefilled there before the next long prompt is prefilled on decode instead")
     retry_after_s: int = setting(1, "Retry-After seconds sent with a 429 (the request queue full, or "
                                     "--max-live-requests reached)")
     vocoder_grace_s: float = setting(5.0, "seconds a partition may lack a live vocoder before its requests fail "
@@ -58,6 +62,9 @@ class GatewaySettings(CommonSettings):
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"--port / VOXMESH_PORT: {self.port} is not a TCP port (0..65535)")
+        if self.prefill_min_chars < 0 or self.prefill_max_queue < 1:
+            raise SettingsError(f"--prefill-min-chars ({self.prefill_min_chars}) must be >= 0 and --prefill-max-queue "
+                                f"({self.prefill_max_queue}) >= 1")
         if self.segment_chars < 1:
             raise SettingsError(f"--segment-chars / VOXMESH_SEGMENT_CHARS: {self.segment_chars} must be >= 1")
         if not 1 <= self.max_text_chars <= MAX_TEXT_CHARS:

@@ -1,7 +1,8 @@
 """Read a topology's compose file into a launch plan of local processes.
 
 `voxmesh up` must run exactly what users deploy, so the plan comes from the compose file
-itself: each service's `command` and `environment`, its replica count, and whether it is a
+itself: each service's `command` and `environment` (with what it `extends` from another file's
+service merged in, as compose merges it), its replica count, and whether it is a
 one-shot step (`restart: "no"`, like provisioning) that must finish before the others
 start. The file is read as `docker compose` reads it: `${VAR:-default}` interpolated from the
 environment (compose_interpolation.py), and services under a profile (the `tools` profile's
@@ -65,15 +66,9 @@ def compose_path(topology: str) -> Path:
 def load_plan(topology: str, env: Mapping[str, str] | None = None) -> LaunchPlan:
     """The plan of compose/<topology>.yml, its variables taken from `env` (default: this process's environment)."""
     path = compose_path(topology)
-    try:
-        document = interpolate(yaml.safe_load(path.read_text(encoding="utf-8")), os.environ if env is None else env)
-    except yaml.YAMLError as error:
-        raise ComposeError(f"{path}: not valid YAML: {error}") from None
-    except InterpolationError as error:
-        raise ComposeError(f"{path}: {error}") from None
-    services = (document or {}).get("services")
-    if not isinstance(services, dict) or not services:
-        raise ComposeError(f"{path}: has no services")
+    variables = os.environ if env is None else env
+    services = _services(path, variables)
+    services = {name: _extended(path, name, spec, variables) for name, spec in services.items()}
     plans = [_service_plan(path, name, spec) for name, spec in services.items()
              if not _is_nats(spec) and not spec.get("profiles")]
     return LaunchPlan(
@@ -82,6 +77,56 @@ def load_plan(topology: str, env: Mapping[str, str] | None = None) -> LaunchPlan
         one_shot=tuple(p for p in plans if p.one_shot),
         services=tuple(p for p in plans if not p.one_shot),
     )
+
+
+def _services(path: Path, variables: Mapping[str, str]) -> dict:
+    """The interpolated `services` of one compose file."""
+    try:
+        document = interpolate(yaml.safe_load(path.read_text(encoding="utf-8")), variables)
+    except OSError as error:
+        raise ComposeError(f"{path}: cannot be read: {error}") from None
+    except yaml.YAMLError as error:
+        raise ComposeError(f"{path}: not valid YAML: {error}") from None
+    except InterpolationError as error:
+        raise ComposeError(f"{path}: {error}") from None
+    services = (document or {}).get("services")
+    if not isinstance(services, dict) or not services:
+        raise ComposeError(f"{path}: has no services")
+    return services
+
+
+def _extended(path: Path, name: str, spec: dict, variables: Mapping[str, str], depth: int = 0) -> dict:
+    """`spec` with its `extends` (another file's service, or one of this file's) merged under it as compose merges
+    them: mappings key by key (environment, deploy...), anything else replaced by the local value; `depends_on`
+    never inherited."""
+    extends = spec.get("extends")
+    if extends is None:
+        return spec
+    if depth > 8:
+        raise ComposeError(f"{path}: service {name!r}: `extends` goes deeper than 8 levels (a cycle?)")
+    if isinstance(extends, str):
+        extends = {"service": extends}
+    if not isinstance(extends, dict) or not isinstance(extends.get("service"), str):
+        raise ComposeError(f"{path}: service {name!r}: `extends` needs a `service` (and optionally a `file`)")
+    source = (path.parent / extends["file"]).resolve() if extends.get("file") else path
+    base_services = _services(source, variables)
+    base = base_services.get(extends["service"])
+    if not isinstance(base, dict):
+        raise ComposeError(f"{path}: service {name!r} extends {extends['service']!r}, which {source} does not define")
+    base = {key: value for key, value in _extended(source, extends["service"], base, variables, depth + 1).items()
+            if key != "depends_on"}
+    local = {key: value for key, value in spec.items() if key != "extends"}
+    return _merged(base, local)
+
+
+def _merged(base: dict, local: dict) -> dict:
+    merged = dict(base)
+    for key, value in local.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _is_nats(spec: dict) -> bool:

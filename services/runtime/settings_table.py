@@ -11,9 +11,15 @@ from services.runtime.settings_schema import markdown_table
 
 def settings_markdown() -> str:
     parts = ["### every service\n", markdown_table(CommonSettings)]
-    for name in SERVICES:
-        module = importlib.import_module(f"services.{name}.service")
-        parts += [f"\n### {name}\n", markdown_table(module.SETTINGS, skip=CommonSettings)]
+    settings = {name: importlib.import_module(f"services.{name}.service").SETTINGS for name in SERVICES}
+    for name, cls in settings.items():
+        # A service whose settings extend another's (prefill runs decode's engine) lists only its own.
+        parent = next((other for other, base in settings.items() if base is not cls and issubclass(cls, base)), None)
+        if parent is None:
+            parts += [f"\n### {name}\n", markdown_table(cls, skip=CommonSettings)]
+        else:
+            parts += [f"\n### {name}\n", f"Every {parent} setting above, and:\n",
+                      markdown_table(cls, skip=settings[parent])]
     return "\n".join(parts) + "\n"
 
 

@@ -31,6 +31,7 @@ from messages.streams import EVENTS_STREAM
 from services.bus.errors import NotProvisioned, QueueFull
 from services.bus.logs import request_context
 from services.bus.submit import submit_request
+from services.gateway.requests.prefill_route import PrefillRoute
 from services.bus.trace_context import REQUEST_ID, inject, span_context, tracer
 from services.gateway.errors import GatewayError, Overloaded
 from services.gateway.requests.audio_stream import AudioStream, ClientBuffer
@@ -96,6 +97,8 @@ class Synthesizer:
         return AudioStream(self.nc, self.supervisor.terminals, request_id, partition, self.repair,
                            ClientBuffer(self.client_buffer_s, on_overflow))
     voices: VoiceStore | None = None
+    prefill_route: PrefillRoute | None = None
+    """Sends long prompts to a free prefill replica (None: decode prefills every prompt)."""
 
     @contextlib.asynccontextmanager
     async def synthesize(self, fields: SynthesisFields, *,
@@ -170,7 +173,9 @@ class Synthesizer:
 
     async def _submit(self, request: SynthesisRequest, span: Span) -> int:
         try:  # the request carries its span's W3C trace context: decode and the vocoder continue the trace
-            return await submit_request(self.js, request, headers=inject(context=span_context(span)))
+            subject = await self.prefill_route.subject_for(request) if self.prefill_route is not None else None
+            return await submit_request(self.js, request, headers=inject(context=span_context(span)),
+                                        subject=subject)
         except QueueFull as exc:
             raise Overloaded(f"the request queue is full; retry in {self.retry_after_s}s", self.retry_after_s) \
                 from exc

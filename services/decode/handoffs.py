@@ -1,0 +1,69 @@
+"""Requests prefilled remotely, decode's side: fetch the prompt's KV into a staging buffer, then continue.
+
+A `PrefillHandoff` comes through decode's own consumer (with requests; one consumer, so a replica's room is never
+promised twice), and is owned exactly as a request is (claim, marker, ack). Then the prompt's KV is fetched by UCX
+from the prefill replica into a buffer of this replica's (never into the live pool: the engine writes it into the
+request's blocks when the request is first scheduled), and the request joins the engine with its first frame, so it
+computes one token instead of its prompt. If the fetch fails (the prefill replica died or restarted, the KV expired,
+the transfer stalled past its watchdog), nothing is lost: the request is prefilled here, replaying the first frame
+exactly, as after a preemption. The agent (a UCX worker) starts with the first hand-off, so replicas that never get
+one never start UCX.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import numpy as np
+import torch
+
+from messages.mtp import PrefillHandoff
+from services.decode.core import DecodeCore
+from services.transfer.agent import KvTransferAgent, TransferFailed
+
+log = logging.getLogger(__name__)
+
+
+class HandoffFetcher:
+    """Fetches handed-over prompt KV for one decode replica; counts what happened."""
+
+    def __init__(self, core: DecodeCore) -> None:
+        self.core = core
+        self._agent: KvTransferAgent | None = None
+        self._starting = asyncio.Lock()
+        self.num_fetched = 0
+        self.num_failed = 0
+
+    async def fetch(self, handoff: PrefillHandoff) -> torch.Tensor | None:
+        """The prompt's KV as pool blocks, or None when it could not be had (then the request prefills here)."""
+        core = self.core
+        engine = core.engine
+        num_blocks = -(-handoff.prompt_tokens // core.settings.block_size)
+        pool = engine.runner.kv_pool
+        staging = torch.empty((num_blocks, *engine.kv_block_shape()), dtype=pool.dtype, device=pool.device)
+        try:
+            agent = await self._started()
+            await agent.fetch(handoff.transfer, staging, core.settings.handoff_timeout_s)
+        except TransferFailed as exc:
+            self.num_failed += 1
+            log.warning("request %s: its prompt KV could not be fetched from %s (%s: %s); prefilling it here",
+                        handoff.request.id, handoff.prefill_replica, exc.code, exc)
+            return None
+        self.num_fetched += 1
+        return staging
+
+    async def _started(self) -> KvTransferAgent:
+        async with self._starting:
+            if self._agent is None:
+                self._agent = await KvTransferAgent.start(self.core.nc, self.core.replica, offers=False)
+            return self._agent
+
+    async def close(self) -> None:
+        if self._agent is not None:
+            await self._agent.close()
+
+
+def first_frame(handoff: PrefillHandoff) -> np.ndarray:
+    """The prefill's first frame, int64 [1, 16] (the `frames` the engine continues from)."""
+    return np.asarray(handoff.first_frame, dtype=np.int64)[None]

@@ -1,0 +1,91 @@
+"""Taking requests from the prefill queue: prefill each, offer its KV by UCX, hand it to decode, ack.
+
+A request this replica cannot prefill (another model, bad fields, a cloned voice, a prompt its pool cannot hold) is
+put on decode's own queue unchanged: decode serves it or ends it with the one terminal event it owes, as for any
+request, so prefill never ends a request itself. A replica that dies mid-prefill leaves the message unacked: it
+is redelivered (a new attempt) to a live replica. A hand-off published twice (redelivery after a publish whose ack
+was lost) is harmless: decode's ownership claim takes the first, and acks the second.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext, api
+
+from messages import encode, subjects
+from messages.mtp import PrefillHandoff
+from messages.requests import SynthesisRequest
+from messages.streams import REQUESTS_STREAM
+from services.bus.errors import QueueFull
+from services.bus.pull_consumer import Capacity, Delivery
+from services.bus.submit import submit_request
+from services.decode.request_check import Admission, AdmissionError, ServedModel, admit
+from services.prefill.prefiller import PrefillRefused, Prefiller
+from services.prefill.settings import PrefillSettings
+from services.transfer.agent import KvTransferAgent
+
+log = logging.getLogger(__name__)
+
+REQUEUE_RETRY_S = 1.0  # decode's queue was full: try again after this
+
+
+@dataclass(slots=True)
+class PrefillCounts:
+    handed_over: int = 0
+    sent_to_decode: int = 0
+
+
+class PrefillIntake:
+    """The handler of the prefill queue's pull consumer."""
+
+    def __init__(self, js: JetStreamContext, prefiller: Prefiller, agent: KvTransferAgent, served: ServedModel,
+                 settings: PrefillSettings, replica: str, capacity: Capacity) -> None:
+        self.js, self.prefiller, self.agent = js, prefiller, agent
+        self.served, self.settings, self.replica, self.capacity = served, settings, replica, capacity
+        self.counts = PrefillCounts()
+
+    async def handle(self, request: SynthesisRequest, delivery: Delivery) -> None:
+        try:
+            admission = self._admitted(request)
+            if admission is None:
+                await self._to_decode(request, delivery, "decode serves or refuses it itself")
+                return
+            attempt = delivery.num_delivered
+            try:
+                done = await self.prefiller.prefill(f"{request.id}:{attempt}", admission)
+            except PrefillRefused as exc:
+                await self._to_decode(request, delivery, str(exc))
+                return
+            transfer = self.agent.offer(request.id, attempt, done.prompt_kv, self.settings.handoff_ttl_s)
+            handoff = PrefillHandoff(request=request, fingerprint=self.settings.model_name,
+                                     prefill_replica=self.replica, prompt_tokens=done.num_prompt_tokens,
+                                     attempt=attempt, transfer=transfer, first_frame=done.first_frame.tolist())
+            headers = {**delivery.headers, api.Header.MSG_ID.value: f"{request.id}:handoff:{attempt}"}
+            await self.js.publish(subjects.handoff_queue(request.model), encode(handoff), stream=REQUESTS_STREAM,
+                                  headers=headers)
+            await delivery.ack()
+            self.counts.handed_over += 1
+        finally:
+            self.capacity.release()
+
+    def _admitted(self, request: SynthesisRequest) -> Admission | None:
+        """The request ready for the engine, or None when decode should have it (it says why in its log)."""
+        if request.clone is not None:
+            return None  # the voice prompt is built where the reference audio is read: on decode
+        try:
+            return admit(request, self.served, self.settings)
+        except AdmissionError as exc:
+            log.info("request %s goes to decode unprefilled: %s", request.id, exc.message)
+            return None
+
+    async def _to_decode(self, request: SynthesisRequest, delivery: Delivery, why: str) -> None:
+        log.info("request %s goes to decode unprefilled (%s)", request.id, why)
+        try:
+            await submit_request(self.js, request, headers=delivery.headers, msg_id=f"{request.id}:unprefilled")
+        except QueueFull:
+            await delivery.nak(REQUEUE_RETRY_S)
+            return
+        await delivery.ack()
+        self.counts.sent_to_decode += 1

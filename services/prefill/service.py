@@ -1,0 +1,72 @@
+"""voxmesh prefill: pulls long prompts routed to it, runs their prefill and first frame on its own engine, offers the
+prompt's KV blocks by UCX and hands the request to decode (`PrefillHandoff`), which fetches the blocks into its own
+pool and continues from the first frame. The KV never travels over NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from contextlib import AsyncExitStack
+from typing import Any
+
+from messages.requests import SynthesisRequest
+from messages.streams import REQUESTS_STREAM, prefill_consumer
+from services.bus.pull_consumer import PullConsumer
+from services.decode.capacity import EngineCapacity
+from services.decode.request_check import ServedModel
+from services.decode.service import load_engine
+from services.decode.worker import EngineWorker
+from services.engine.engine import Engine
+from services.prefill.intake import PrefillIntake
+from services.prefill.prefiller import Prefiller
+from services.prefill.settings import PrefillSettings
+from services.runtime.lifecycle import ServiceContext, ServiceParts, ServiceTask, run_service
+from services.runtime.settings_schema import SettingsError
+from services.transfer.agent import KvTransferAgent
+
+log = logging.getLogger(__name__)
+
+SETTINGS = PrefillSettings
+
+
+async def serve(settings: PrefillSettings, stop: asyncio.Event) -> None:
+    """Serve until `stop`; then stop pulling and finish the prompts in hand (their hand-offs go out)."""
+    if settings.model_dir is None:
+        raise SettingsError("--model-dir / VOXMESH_MODEL_DIR: prefill needs a checkpoint directory")
+    worker = EngineWorker("prefill-engine")
+    try:
+        engine, served = await worker.run(load_engine, settings)
+        build = functools.partial(build_prefill, settings, engine, served, worker)
+        await run_service(settings, "prefill", build, stop)
+    finally:
+        worker.close()
+
+
+async def build_prefill(settings: PrefillSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
+                        context: ServiceContext, stack: AsyncExitStack) -> ServiceParts:
+    agent = await KvTransferAgent.start(context.nc, context.replica, offers=True)
+    stack.push_async_callback(agent.close)
+    prefiller = Prefiller(engine, worker)
+    capacity = EngineCapacity(engine)
+    intake = PrefillIntake(context.js, prefiller, agent, served, settings, context.replica, capacity)
+    consumer = PullConsumer(context.js, context.nc, stream=REQUESTS_STREAM, durable=prefill_consumer(served.name),
+                            message_type=SynthesisRequest, handler=intake.handle, capacity=capacity,
+                            max_batch=settings.max_num_seqs, concurrent=True)
+
+    async def pull(stop: asyncio.Event) -> None:
+        await consumer.bind()
+        try:
+            await consumer.run(stop)
+        finally:
+            await consumer.close()
+
+    def stats() -> dict[str, Any]:
+        return {"prefilled": prefiller.num_prefilled, "refused": prefiller.num_refused,
+                "handed_over": intake.counts.handed_over, "sent_to_decode": intake.counts.sent_to_decode,
+                "kv_blocks": engine.num_blocks, "free_kv_blocks": engine.stats().num_free_kv_blocks}
+
+    log.info("prefill %s serving %s (%d KV blocks, max %d prompts at once)", context.replica, settings.model_name,
+             engine.num_blocks, settings.max_num_seqs)
+    return ServiceParts(description="voxmesh prefill (remote prompt prefill, KV by UCX)", stats=stats,
+                        tasks=[ServiceTask("intake", pull)], background=[ServiceTask("engine-loop", prefiller.run)])

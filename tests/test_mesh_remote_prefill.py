@@ -1,0 +1,108 @@
+"""The `1p1d` topology (compose/1p1d.yml) under `voxmesh up` on the tiny CPU model: prompts prefilled on the prefill
+replica, their KV moved by UCX over loopback TCP into decode's pool, give the codes of an offline run (greedy and
+seeded, several at once, some prefilled remotely and some by decode); when the KV cannot be had (the prefill replica
+killed, or stalled past decode's fetch watchdog, after it handed the request over), decode prefills the prompt
+itself and the codes are still those of the offline run; and the preemption contract holds for a request whose
+prompt KV came by remote prefill (`fail`: one `preempted` terminal after the audio made; `allow`: a faithful replay).
+
+Decode is held still (SIGSTOP) where a test needs a hand-off to wait on the queue: nothing is timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import nats
+import numpy as np
+import pytest
+
+from messages import subjects
+from messages.events import Failed, Finished, Preempted
+from messages.streams import REQUESTS_STREAM
+from tests.fixtures.mesh import run_mesh
+from tests.mesh_client import WAIT_S, codes_on_bus, events_of, service_stats, stream_speech, terminal_count
+from tests.test_mesh_e2e import synth_codes
+
+FRAMES = 16
+BODIES = (
+    {"input": "The prefill replica runs this prompt first.", "voice": "vivian", "max_new_tokens": FRAMES},
+    {"input": "A second prompt, greedy too, beside it.", "voice": "ryan", "max_new_tokens": FRAMES},
+    {"input": "A third prompt is sampled with a seed.", "voice": "eric", "seed": 99, "max_new_tokens": FRAMES},
+)
+
+
+def oracle(checkpoint, tmp_path, body: dict, ignore_eos: bool = False) -> np.ndarray:
+    return synth_codes(checkpoint, tmp_path, body["input"], body["voice"], seed=body.get("seed"),
+                       frames=body["max_new_tokens"], ignore_eos=ignore_eos)
+
+
+async def stats_of(mesh, service: str) -> dict:
+    [stats] = await service_stats(mesh.nats_url, service)
+    return stats
+
+
+async def handoffs_queued(mesh, count: int) -> None:
+    """Wait until `count` prefilled requests wait on decode's queue (decode is stopped meanwhile)."""
+    nc = await nats.connect(mesh.nats_url)
+    try:
+        js = nc.jetstream()
+        subject = subjects.handoff_queue("tiny")
+        async with asyncio.timeout(WAIT_S):
+            sub = await nc.subscribe(subject)  # wakes the wait; the stream's count is the truth
+            while True:
+                info = await js.stream_info(REQUESTS_STREAM, subjects_filter=subject)
+                if (info.state.subjects or {}).get(subject, 0) >= count:
+                    return
+                await sub.next_msg(timeout=WAIT_S)
+    finally:
+        await nc.close()
+
+
+@pytest.fixture(scope="module")
+def mesh(tiny_checkpoint, tmp_path_factory):
+    with run_mesh(tiny_checkpoint, tmp_path_factory.mktemp("1p1d-mesh"), "--topology", "1p1d",
+                  env={"VOXMESH_HANDOFF_TIMEOUT_S": "3"}) as running:
+        yield running
+
+
+async def test_prefilled_remotely_or_not_the_codes_are_the_offline_ones(mesh, tiny_checkpoint, tmp_path):
+    results = await asyncio.gather(*[stream_speech(mesh.gateway_url, body) for body in BODIES])
+    for body, result in zip(BODIES, results):
+        assert result.end["type"] == "audio.done", result.end
+        codes, _ = await codes_on_bus(mesh.nats_url, result.request_id)
+        np.testing.assert_array_equal(codes, oracle(tiny_checkpoint, tmp_path, body), err_msg=body["input"])
+    prefill, decode = await stats_of(mesh, "voxmesh-prefill"), await stats_of(mesh, "voxmesh-decode")
+    assert prefill["handed_over"] >= 1, prefill
+    assert decode["handoffs_fetched"] >= 1, decode
+
+
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["prefill-killed", "prefill-stalled"])
+async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, tiny_checkpoint, tmp_path):
+    body = {"input": "Its prefill replica goes away after the hand-off.", "voice": "ryan", "seed": 5,
+            "max_new_tokens": FRAMES}
+    await stats_of(mesh, "voxmesh-prefill")  # serving (a killed one restarted): the request is routed to it
+    before = await stats_of(mesh, "voxmesh-decode")
+    prefill_restarted = mesh.expect_restart("prefill")
+    os.kill(mesh.pids["decode"], signal.SIGSTOP)
+    try:
+        stream = asyncio.create_task(stream_speech(mesh.gateway_url, body))
+        await handoffs_queued(mesh, 1)
+        prefill_pid = mesh.pids["prefill"]
+        os.kill(prefill_pid, fault)
+    finally:
+        os.kill(mesh.pids["decode"], signal.SIGCONT)
+    try:
+        result = await stream
+    finally:
+        if fault == signal.SIGSTOP:
+            os.kill(prefill_pid, signal.SIGCONT)
+    assert result.end["type"] == "audio.done", result.end
+    codes, _ = await codes_on_bus(mesh.nats_url, result.request_id)
+    np.testing.assert_array_equal(codes, oracle(tiny_checkpoint, tmp_path, body))
+    after = await stats_of(mesh, "voxmesh-decode")
+    assert after["handoffs_fetch_failed"] == before["handoffs_fetch_failed"] + 1, after
+    assert await terminal_count(mesh.nats_url, result.request_id) == 1
+    if fault == signal.SIGKILL:
+        assert await asyncio.to_thread(prefill_restarted.wait, WAIT_S), "voxmesh up restarts the killed prefill"
