@@ -24,6 +24,7 @@ MTP_ROOT = "tts.mtp"
 HANDOFF_ROOT = "tts.handoff"
 ADMIN_ROOT = "tts.admin"
 VOICE_ROOT = "tts.voice"
+KV_TRANSFER_ROOT = "tts.kvxfer"
 
 TERMINAL_KIND = "terminal"
 
@@ -154,6 +155,11 @@ def voice_create(model: str) -> str:
 def handoff(replica: str) -> str:
     """Core NATS request to one decode replica: take over a remotely prefilled request."""
     return f"{HANDOFF_ROOT}.{token(replica)}"
+
+
+def kv_transfer(replica: str) -> str:
+    """Core NATS request to the replica that offered KV (prefill): send the offered tensor to the asking worker."""
+    return f"{KV_TRANSFER_ROOT}.{token(replica)}"
 
 
 def admin(service: str, replica: str, verb: str) -> str:
