@@ -2,7 +2,8 @@
 
 The server enforces these lists (`services.bus.nats_auth` writes them into its configuration). The rules they make
 true: the gateway never publishes codes or audio; decode never publishes requests or audio; the vocoder never
-publishes requests or codes; only `provision` creates, changes or deletes streams and the KV bucket; `observer`
+publishes requests or codes; prefill never publishes requests, codes or audio; only prefill answers on a KV transfer
+subject (decode asks there, and may not subscribe: it cannot pose as the replica holding an offer); only `provision` creates, changes or deletes streams and the KV bucket; `observer`
 only reads (events, `$SRV` discovery, stream and KV listings), and never a request's text.
 Replies to requests a user received (micro endpoints, `$SRV` pings) are allowed by `allow_responses`, so no user
 needs to publish on `_INBOX.>`.
@@ -77,7 +78,7 @@ GATEWAY = _service(
     deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
 
 _DECODE_PUBLISH = (_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"),
-                   _kv(subjects.all_lease_keys()), _objects(VOICES_STORE))
+                   _kv(subjects.all_lease_keys()), _objects(VOICES_STORE), _every(subjects.KV_TRANSFER_ROOT))
 _DECODE_SUBSCRIBE = (f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES)
 DECODE = _service(_DECODE_PUBLISH, _DECODE_SUBSCRIBE,
                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT), DROP_REQUEST))
@@ -91,6 +92,13 @@ VOCODER = _service(_VOCODER_PUBLISH, _VOCODER_SUBSCRIBE,
 # decode and vocoder in one process (`voxmesh serve colocated`): their union, still never requests.
 COLOCATED = _service(_DECODE_PUBLISH + _VOCODER_PUBLISH, _DECODE_SUBSCRIBE + _VOCODER_SUBSCRIBE,
                      deny=(_every(subjects.REQUESTS_ROOT), DROP_REQUEST))
+
+# Remote prefill: pulls its requests through JetStream, hands prefilled requests to decode, and answers decode's
+# requests for the KV it offers (services.transfer); never requests, codes or audio.
+PREFILL = _service(
+    publish=(_every(subjects.EVENTS_ROOT), _every(subjects.HANDOFF_ROOT), _kv(subjects.all_lease_keys())),
+    subscribe=(_every(subjects.KV_TRANSFER_ROOT), f"{subjects.ADMIN_ROOT}.prefill.>", ADVISORIES),
+    deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT), DROP_REQUEST))
 
 PROVISION = Permissions(publish=(f"{JS_API}.>",), subscribe=(INBOX,), allow_responses=False)
 
@@ -109,7 +117,7 @@ OBSERVER = Permissions(
 
 # User name -> permissions; `operator` (no entry) has every permission: the person running the mesh.
 SERVICE_USERS: dict[str, Permissions] = {
-    "gateway": GATEWAY, "decode": DECODE, "vocoder": VOCODER, "colocated": COLOCATED,
+    "gateway": GATEWAY, "decode": DECODE, "vocoder": VOCODER, "colocated": COLOCATED, "prefill": PREFILL,
     "provision": PROVISION, "observer": OBSERVER,
 }
 OPERATOR_USER = "operator"

@@ -7,6 +7,7 @@ explicitly (tcp and self on lo) in both, so the tests run the same on any machin
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -202,3 +203,61 @@ async def test_a_killed_peer_fails_the_fetch_clearly(peers, fetcher):
     # the server notices the dead connection at once (no responders) unless the request beats it there (no answer)
     assert failed.value.code in (TransferCode.UNREACHABLE, TransferCode.STALLED)
     assert "prefill-f" in str(failed.value) and untouched(out)
+
+
+class _Dropped(logging.Handler):
+    """Sets `event` when the offers' log says an unfetched offer was dropped."""
+
+    def __init__(self, event: asyncio.Event) -> None:
+        super().__init__(logging.WARNING)
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("dropped the unfetched KV offer"):
+            self.event.set()
+
+
+async def test_an_unfetched_offer_is_dropped_when_its_time_runs_out(nats_client, fetcher):
+    offering = await KvTransferAgent.start(nats_client, "prefill-g", offers=True)
+    dropped = asyncio.Event()
+    handler = _Dropped(dropped)
+    logging.getLogger("services.transfer.offers").addHandler(handler)
+    try:
+        tensor = sample_tensors()["bf16"]
+        descriptor = offering.offer("req-ttl", 0, tensor, ttl_s=0.2)
+        assert offering.num_offers == 1
+        await asyncio.wait_for(dropped.wait(), 10)
+        assert offering.num_offers == 0
+        with pytest.raises(TransferFailed) as failed:
+            await fetcher.fetch(descriptor, patterned_like(tensor), timeout_s=10)
+        assert failed.value.code == TransferCode.UNKNOWN
+    finally:
+        logging.getLogger("services.transfer.offers").removeHandler(handler)
+        await offering.close()
+
+
+async def test_bad_descriptors_and_wrong_sizes_fail_before_anything_is_asked(nats_client, fetcher):
+    offering = await KvTransferAgent.start(nats_client, "prefill-h", offers=True)
+    try:
+        tensor = sample_tensors()["f32"]
+        descriptor = offering.offer("req-sizes", 0, tensor, ttl_s=60)
+        with pytest.raises(TransferFailed) as malformed:
+            await fetcher.fetch(b"\x01not a descriptor", patterned_like(tensor), timeout_s=10)
+        assert malformed.value.code == TransferCode.MALFORMED
+        smaller = torch.full((tensor.numel() - 1,), 0.0)
+        with pytest.raises(TransferFailed) as mismatch:
+            await fetcher.fetch(descriptor, smaller, timeout_s=10)
+        assert mismatch.value.code == TransferCode.MISMATCH and offering.num_offers == 1
+        # an asker that lies about its size is refused by the offering side, and the offer stays
+        lying = encode(msgspec.structs.replace(describe(descriptor), nbytes=smaller.numel() * 4,
+                                               shape=list(smaller.shape)))
+        with pytest.raises(TransferFailed) as refused:
+            await fetcher.fetch(lying, smaller, timeout_s=10)
+        assert refused.value.code == TransferCode.MISMATCH and offering.num_offers == 1
+        with pytest.raises(ValueError, match="already offered"):
+            offering.offer("req-sizes", 0, tensor, ttl_s=60)
+        with pytest.raises(ValueError, match="contiguous"):
+            offering.offer("req-sizes", 1, tensor.transpose(0, 2), ttl_s=60)
+    finally:
+        await offering.close()
+    assert offering.num_offers == 0

@@ -23,7 +23,7 @@ from services.transfer.fetch import Fetcher
 from services.transfer.offers import Offer, OfferTable
 from services.transfer.sender import Sender
 from services.transfer.tags import tag_of
-from services.transfer.worker import UcxWorker
+from services.transfer.ucx_worker import UcxWorker
 
 
 class KvTransferAgent:

@@ -24,7 +24,7 @@ from messages.kv_transfer import FetchReply, FetchRequest, TransferDescriptor
 from services.transfer.buffers import byte_view
 from services.transfer.descriptor import describe
 from services.transfer.errors import TransferFailed
-from services.transfer.worker import UcxWorker
+from services.transfer.ucx_worker import UcxWorker
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Fetcher:
     async def _cancel(self, offer: TransferDescriptor, landing: asyncio.Future, out: torch.Tensor) -> bool:
         """Cancel the posted receive; whether it settled (else `out` stays fenced until it does)."""
         self._worker.discard(offer.worker_address)
-        settled, _ = await asyncio.shield(asyncio.wait({landing}, timeout=CANCEL_GRACE_S))
+        settled, _ = await asyncio.wait({landing}, timeout=CANCEL_GRACE_S)
         if landing in settled:
             landing.exception()  # retrieved: a cancelled receive's error is expected
             return True

@@ -16,7 +16,7 @@ from messages.codec import decode, encode
 from messages.errors import DecodeError, TransferCode
 from messages.kv_transfer import FetchReply, FetchRequest
 from services.transfer.offers import Offer, OfferTable
-from services.transfer.worker import UcxWorker
+from services.transfer.ucx_worker import UcxWorker
 
 log = logging.getLogger(__name__)
 

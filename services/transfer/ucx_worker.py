@@ -52,9 +52,10 @@ class UcxWorker:
                 break
             if state == ucx_api.PythonRequestNotifierWaitState.Timeout:
                 continue
-            if self._loop.is_closed():
+            try:
+                asyncio.run_coroutine_threadsafe(self._run_notifier(), self._loop)
+            except RuntimeError:  # the loop closed under a worker nobody closed: nothing is left to notify
                 break
-            asyncio.run_coroutine_threadsafe(self._run_notifier(), self._loop)
         self._worker.clear_python_futures_pool()
 
     async def _run_notifier(self) -> None:
