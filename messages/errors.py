@@ -85,6 +85,16 @@ class FaultCode(StrEnum):
     NATS_SERVER = "nats_server"  # the embedded nats-server could not be found, started or stopped
 
 
+class TransferCode(StrEnum):
+    """Why a KV transfer (services.transfer) failed: a fetch's typed error, and the offering replica's refusal."""
+
+    STALLED = "stalled"  # the watchdog fired: no reply, or the data did not arrive, within the fetch's timeout
+    UNKNOWN = "unknown"  # the offering replica does not hold that tag (expired, fetched, restarted, a stale attempt)
+    UNREACHABLE = "unreachable"  # no replica answers on the offer's subject, or UCX lost the connection to it
+    MISMATCH = "mismatch"  # the offer and the receiving buffer disagree in size
+    MALFORMED = "malformed"  # a transfer descriptor or reply that does not decode
+
+
 class MessageError(ValueError):
     """Base of the message layer's errors; `code` is machine-readable."""
 

@@ -2,7 +2,10 @@
 
 The server enforces these lists (`services.bus.nats_auth` writes them into its configuration). The rules they make
 true: the gateway never publishes codes or audio; decode never publishes requests or audio; the vocoder never
-publishes requests or codes; only `provision` creates, changes or deletes streams and the KV bucket; `observer`
+publishes requests or codes; prefill publishes requests only onto decode's queue (prefilled, or left to decode),
+never codes, audio or events; only prefill answers on a KV transfer subject (decode asks there, and may not
+subscribe: it cannot pose as the replica holding an offer); only `provision` creates, changes or deletes streams and
+the KV bucket; `observer`
 only reads (events, `$SRV` discovery, stream and KV listings), and never a request's text.
 Replies to requests a user received (micro endpoints, `$SRV` pings) are allowed by `allow_responses`, so no user
 needs to publish on `_INBOX.>`.
@@ -77,7 +80,7 @@ GATEWAY = _service(
     deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
 
 _DECODE_PUBLISH = (_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"),
-                   _kv(subjects.all_lease_keys()), _objects(VOICES_STORE))
+                   _kv(subjects.all_lease_keys()), _objects(VOICES_STORE), _every(subjects.KV_TRANSFER_ROOT))
 _DECODE_SUBSCRIBE = (f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES)
 DECODE = _service(_DECODE_PUBLISH, _DECODE_SUBSCRIBE,
                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT), DROP_REQUEST))
@@ -88,10 +91,11 @@ _VOCODER_SUBSCRIBE = (_every(subjects.REDECODE_ROOT), f"{subjects.ADMIN_ROOT}.vo
 VOCODER = _service(_VOCODER_PUBLISH, _VOCODER_SUBSCRIBE,
                    deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT), DROP_REQUEST))
 
-# prefill: puts prefilled requests (and those it leaves to decode) on decode's queue; never codes, audio or events.
+# prefill: puts prefilled requests (and those it leaves to decode) on decode's queue, and answers decode's requests
+# for the KV it offers (services.transfer); never codes, audio or events, never a request onto the prefill queue.
 PREFILL = _service(
     publish=(f"{subjects.REQUESTS_ROOT}.*", f"{subjects.REQUESTS_ROOT}.*.handoff", _kv(subjects.all_lease_keys())),
-    subscribe=(f"{subjects.ADMIN_ROOT}.prefill.>",),
+    subscribe=(_every(subjects.KV_TRANSFER_ROOT), f"{subjects.ADMIN_ROOT}.prefill.>", ADVISORIES),
     deny=(f"{subjects.REQUESTS_ROOT}.*.prefill", _every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT),
           _every(subjects.EVENTS_ROOT), DROP_REQUEST))
 

@@ -23,6 +23,7 @@ REDECODE_ROOT = "tts.redecode"
 MTP_ROOT = "tts.mtp"
 ADMIN_ROOT = "tts.admin"
 VOICE_ROOT = "tts.voice"
+KV_TRANSFER_ROOT = "tts.kvxfer"
 
 TERMINAL_KIND = "terminal"
 
@@ -160,6 +161,11 @@ def mtp_step(model: str) -> str:
 def voice_create(model: str) -> str:
     """Core NATS request/reply to a model's decode replicas (queue group): compute and save a voice."""
     return f"{VOICE_ROOT}.{slug(model)}.create"
+
+
+def kv_transfer(replica: str) -> str:
+    """Core NATS request to the replica that offered KV (prefill): send the offered tensor to the asking worker."""
+    return f"{KV_TRANSFER_ROOT}.{token(replica)}"
 
 
 def admin(service: str, replica: str, verb: str) -> str:

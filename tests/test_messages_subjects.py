@@ -26,6 +26,7 @@ def test_subject_builders() -> None:
     assert subjects.cancel_key("abc") == "cancel.abc"
     assert subjects.lease_key("decode-a") == "lease.decode-a"
     assert subjects.partition_key(2) == "part.2"
+    assert subjects.kv_transfer("prefill-1") == "tts.kvxfer.prefill-1"
     assert subjects.micro_ping() == "$SRV.PING"
     assert subjects.micro_ping_instance("voxmesh-decode", "ABC123") == "$SRV.PING.voxmesh-decode.ABC123"
     assert subjects.micro_info() == "$SRV.INFO"

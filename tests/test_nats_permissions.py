@@ -103,6 +103,9 @@ async def test_a_service_with_refused_credentials_stops_at_once_and_says_why(ser
     ("decode", subjects.request(MODEL)), ("decode", subjects.audio("r1")),
     ("vocoder", subjects.request(MODEL)), ("vocoder", subjects.codes(0, "r1")),
     ("colocated", subjects.request(MODEL)),
+    ("prefill", subjects.prefill_request(MODEL)), ("prefill", subjects.codes(0, "r1")),
+    ("prefill", subjects.audio("r1")), ("prefill", subjects.event("r1", "started")),
+    ("gateway", subjects.kv_transfer("prefill-1")), ("vocoder", subjects.kv_transfer("prefill-1")),
     ("observer", subjects.request(MODEL)), ("observer", subjects.event("r1", "started")),
     ("observer", subjects.audio("r1")),
     # operator actions are bus endpoints: only the operator may ask a replica to drain
@@ -119,6 +122,9 @@ async def test_a_service_may_not_publish_outside_its_subjects(as_user, name, sub
 @pytest.mark.parametrize(("name", "subject"), [
     ("gateway", subjects.all_requests()), ("gateway", subjects.codes_of_partition(0)),
     ("decode", subjects.audio("r1")), ("vocoder", subjects.all_requests()),
+    # only a prefill replica answers on a transfer subject: decode cannot pose as the replica holding an offer
+    ("decode", subjects.kv_transfer("prefill-1")), ("gateway", subjects.kv_transfer("prefill-1")),
+    ("prefill", subjects.all_requests()),
     ("observer", subjects.all_requests()), ("observer", subjects.all_codes()), ("observer", subjects.audio("r1")),
 ])
 async def test_a_service_may_not_subscribe_outside_its_subjects(as_user, name, subject):
@@ -129,7 +135,8 @@ async def test_a_service_may_not_subscribe_outside_its_subjects(as_user, name, s
 
 @pytest.mark.parametrize(("name", "subject", "reader"), [
     ("gateway", subjects.request(MODEL), "operator"), ("decode", subjects.codes(1, "r1"), "operator"),
-    ("vocoder", subjects.audio("r1"), "gateway"),
+    ("vocoder", subjects.audio("r1"), "gateway"), ("prefill", subjects.handoff_queue(MODEL), "operator"),
+    ("prefill", subjects.request(MODEL), "operator"),
 ])
 async def test_a_service_reaches_its_own_subjects(as_user, provisioned, name, subject, reader):
     listener = await as_user(reader)
@@ -140,7 +147,22 @@ async def test_a_service_reaches_its_own_subjects(as_user, provisioned, name, su
     assert (await received.next_msg(VIOLATION_TIMEOUT_S)).data == b"allowed"
 
 
-@pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "observer"])
+async def test_decode_asks_a_prefill_replica_for_its_kv_and_gets_the_answer(as_user):
+    """The KV transfer's request/reply (services.transfer): decode publishes on the prefill replica's subject, the
+    prefill replica answers on decode's inbox (allowed as a response, never as a publish of its own)."""
+    prefill = await as_user("prefill")
+
+    async def answer(msg) -> None:
+        await msg.respond(b"sending")
+
+    await prefill.nc.subscribe(subjects.kv_transfer("prefill-1"), cb=answer)
+    await prefill.nc.flush()
+    decode = await as_user("decode")
+    assert (await decode.nc.request(subjects.kv_transfer("prefill-1"), b"fetch", timeout=VIOLATION_TIMEOUT_S)).data \
+        == b"sending"
+
+
+@pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "prefill", "observer"])
 async def test_only_provision_creates_or_deletes_streams_and_the_bucket(as_user, provisioned, name):
     user = await as_user(name)
     js = user.nc.jetstream(timeout=0.5)  # the refusal comes as a violation; the reply never does
@@ -194,7 +216,7 @@ def test_provision_writes_a_clusters_users_and_provisions_as_its_own_user(tmp_pa
         assert written.password("provision") not in done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("name", ["decode", "vocoder", "colocated", "observer"])
+@pytest.mark.parametrize("name", ["decode", "vocoder", "colocated", "prefill", "observer"])
 async def test_only_the_gateway_drops_a_request_from_the_queue(as_user, provisioned, name):
     gateway = await as_user("gateway")
     sequence = (await gateway.nc.jetstream().publish(subjects.request(MODEL), b"queued")).seq
