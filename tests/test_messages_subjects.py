@@ -57,8 +57,12 @@ def test_bus_config_specs_follow_the_design() -> None:
     assert by_name[streams.EVENTS_STREAM].max_age_s == 24 * 3600
     assert by_name[streams.CODES_STREAM].retention == "limits"
     durables = {c.durable: c for c in config.consumers()}
-    assert set(durables) == {"decode-tiny", "decode-qwen3-tts-0_6b", "vocoder-p0", "vocoder-p1"}
+    assert set(durables) == {"decode-tiny", "decode-qwen3-tts-0_6b", "prefill-tiny", "prefill-qwen3-tts-0_6b",
+                             "vocoder-p0", "vocoder-p1"}
     assert durables["decode-tiny"].max_deliver == 3
+    # decode's one consumer takes requests and prefilled hand-offs; prefill's, the prefill queue: disjoint subjects
+    assert durables["decode-tiny"].filter_subjects == (subjects.request("tiny"), subjects.handoff_queue("tiny"))
+    assert durables["prefill-tiny"].filter_subjects == (subjects.prefill_request("tiny"),)
     assert config.bucket().name == "voxmesh"
 
 
