@@ -27,8 +27,9 @@ from tests.test_mesh_e2e import synth_codes
 
 FRAMES = 16
 BODIES = (
-    {"input": "The prefill replica runs this prompt first.", "voice": "vivian", "max_new_tokens": FRAMES},
-    {"input": "A second prompt, greedy too, beside it.", "voice": "ryan", "max_new_tokens": FRAMES},
+    {"input": "The prefill replica runs this prompt first.", "voice": "vivian", "temperature": 0,
+     "max_new_tokens": FRAMES},
+    {"input": "A second prompt, greedy too, beside it.", "voice": "ryan", "temperature": 0, "max_new_tokens": FRAMES},
     {"input": "A third prompt is sampled with a seed.", "voice": "eric", "seed": 99, "max_new_tokens": FRAMES},
 )
 

@@ -20,7 +20,7 @@ import torch
 
 from messages.mtp import PrefillHandoff
 from services.decode.core import DecodeCore
-from services.transfer.agent import KvTransferAgent, TransferFailed
+from services.transfer import KvTransferAgent, TransferFailed
 
 log = logging.getLogger(__name__)
 

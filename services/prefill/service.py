@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
+from nats.micro.request import Request
+
+from messages import subjects
 from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM, prefill_consumer
 from services.bus.pull_consumer import PullConsumer
@@ -21,9 +25,9 @@ from services.engine.engine import Engine
 from services.prefill.intake import PrefillIntake
 from services.prefill.prefiller import Prefiller
 from services.prefill.settings import PrefillSettings
-from services.runtime.lifecycle import ServiceContext, ServiceParts, ServiceTask, run_service
+from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, run_service
 from services.runtime.settings_schema import SettingsError
-from services.transfer.agent import KvTransferAgent
+from services.transfer import KvTransferAgent
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +70,11 @@ async def build_prefill(settings: PrefillSettings, engine: Engine, served: Serve
                 "handed_over": intake.counts.handed_over, "sent_to_decode": intake.counts.sent_to_decode,
                 "kv_blocks": engine.num_blocks, "free_kv_blocks": engine.stats().num_free_kv_blocks}
 
+    async def status(request: Request) -> None:
+        await request.respond(json.dumps(stats()).encode())
+
     log.info("prefill %s serving %s (%d KV blocks, max %d prompts at once)", context.replica, settings.model_name,
              engine.num_blocks, settings.max_num_seqs)
     return ServiceParts(description="voxmesh prefill (remote prompt prefill, KV by UCX)", stats=stats,
+                        endpoints=[Endpoint("status", subjects.admin("prefill", context.replica, "status"), status)],
                         tasks=[ServiceTask("intake", pull)], background=[ServiceTask("engine-loop", prefiller.run)])
