@@ -2,8 +2,9 @@
 
 The server enforces these lists (`services.bus.nats_auth` writes them into its configuration). The rules they make
 true: the gateway never publishes codes or audio; decode never publishes requests or audio; the vocoder never
-publishes requests or codes; only `provision` creates, changes or deletes streams and the KV bucket; `observer`
-only reads (events, `$SRV` discovery, stream and KV listings), and never a request's text.
+publishes requests or codes; an mtp replica publishes only its lease (and its replies); only `provision` creates,
+changes or deletes streams and the KV bucket; `observer` only reads (events, `$SRV` discovery, stream and KV
+listings), and never a request's text.
 Replies to requests a user received (micro endpoints, `$SRV` pings) are allowed by `allow_responses`, so no user
 needs to publish on `_INBOX.>`.
 """
@@ -76,8 +77,9 @@ GATEWAY = _service(
     subscribe=(_every(subjects.AUDIO_ROOT), ADVISORIES),
     deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
 
+# decode asks the mtp replicas for code-predictor steps (the `mtp` topology), on each replica's own subject.
 _DECODE_PUBLISH = (_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"),
-                   _kv(subjects.all_lease_keys()), _objects(VOICES_STORE))
+                   _kv(subjects.all_lease_keys()), _objects(VOICES_STORE), subjects.all_mtp_steps())
 _DECODE_SUBSCRIBE = (f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES)
 DECODE = _service(_DECODE_PUBLISH, _DECODE_SUBSCRIBE,
                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT), DROP_REQUEST))
@@ -91,6 +93,11 @@ VOCODER = _service(_VOCODER_PUBLISH, _VOCODER_SUBSCRIBE,
 # decode and vocoder in one process (`voxmesh serve colocated`): their union, still never requests.
 COLOCATED = _service(_DECODE_PUBLISH + _VOCODER_PUBLISH, _DECODE_SUBSCRIBE + _VOCODER_SUBSCRIBE,
                      deny=(_every(subjects.REQUESTS_ROOT), DROP_REQUEST))
+
+# A code-predictor replica answers steps on its own subject and keeps its lease; it publishes nothing else.
+MTP = _service(publish=(_kv(subjects.all_lease_keys()),), subscribe=(subjects.all_mtp_steps(),),
+               deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT),
+                     _every(subjects.EVENTS_ROOT), DROP_REQUEST))
 
 PROVISION = Permissions(publish=(f"{JS_API}.>",), subscribe=(INBOX,), allow_responses=False)
 
@@ -110,6 +117,6 @@ OBSERVER = Permissions(
 # User name -> permissions; `operator` (no entry) has every permission: the person running the mesh.
 SERVICE_USERS: dict[str, Permissions] = {
     "gateway": GATEWAY, "decode": DECODE, "vocoder": VOCODER, "colocated": COLOCATED,
-    "provision": PROVISION, "observer": OBSERVER,
+    "mtp": MTP, "provision": PROVISION, "observer": OBSERVER,
 }
 OPERATOR_USER = "operator"

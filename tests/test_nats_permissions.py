@@ -103,6 +103,9 @@ async def test_a_service_with_refused_credentials_stops_at_once_and_says_why(ser
     ("decode", subjects.request(MODEL)), ("decode", subjects.audio("r1")),
     ("vocoder", subjects.request(MODEL)), ("vocoder", subjects.codes(0, "r1")),
     ("colocated", subjects.request(MODEL)),
+    ("mtp", subjects.request(MODEL)), ("mtp", subjects.codes(0, "r1")), ("mtp", subjects.audio("r1")),
+    ("mtp", subjects.event("r1", "started")), ("mtp", subjects.mtp_step("mtp-b")),
+    ("gateway", subjects.mtp_step("mtp-a")), ("vocoder", subjects.mtp_step("mtp-a")),
     ("observer", subjects.request(MODEL)), ("observer", subjects.event("r1", "started")),
     ("observer", subjects.audio("r1")),
     # operator actions are bus endpoints: only the operator may ask a replica to drain
@@ -120,6 +123,7 @@ async def test_a_service_may_not_publish_outside_its_subjects(as_user, name, sub
     ("gateway", subjects.all_requests()), ("gateway", subjects.codes_of_partition(0)),
     ("decode", subjects.audio("r1")), ("vocoder", subjects.all_requests()),
     ("observer", subjects.all_requests()), ("observer", subjects.all_codes()), ("observer", subjects.audio("r1")),
+    ("mtp", subjects.all_requests()), ("mtp", subjects.audio("r1")), ("gateway", subjects.all_mtp_steps()),
 ])
 async def test_a_service_may_not_subscribe_outside_its_subjects(as_user, name, subject):
     user = await as_user(name)
@@ -130,6 +134,7 @@ async def test_a_service_may_not_subscribe_outside_its_subjects(as_user, name, s
 @pytest.mark.parametrize(("name", "subject", "reader"), [
     ("gateway", subjects.request(MODEL), "operator"), ("decode", subjects.codes(1, "r1"), "operator"),
     ("vocoder", subjects.audio("r1"), "gateway"),
+    ("decode", subjects.mtp_step("mtp-a"), "mtp"),  # decode asks an mtp replica on its own subject
 ])
 async def test_a_service_reaches_its_own_subjects(as_user, provisioned, name, subject, reader):
     listener = await as_user(reader)
@@ -140,7 +145,7 @@ async def test_a_service_reaches_its_own_subjects(as_user, provisioned, name, su
     assert (await received.next_msg(VIOLATION_TIMEOUT_S)).data == b"allowed"
 
 
-@pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "observer"])
+@pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "mtp", "observer"])
 async def test_only_provision_creates_or_deletes_streams_and_the_bucket(as_user, provisioned, name):
     user = await as_user(name)
     js = user.nc.jetstream(timeout=0.5)  # the refusal comes as a violation; the reply never does
