@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import torch
 from messages import subjects
 from messages.streams import BusConfig
 from services.bus.connection import connect
+from services.bus.provision import open_bucket
 from services.engine.model_ops import predict_rest
 from services.model.loader import TTSModel, load_model
 from services.model.sampling import RowSampling, SamplingParams
@@ -40,12 +41,14 @@ async def provision_bus(url: str) -> None:
         await nc.close()
 
 
-def start_replica(url: str, model_dir: Path, replica: str, *, lease_ttl_s: float = 3.0) -> subprocess.Popen:
-    """One replica, `python -m services.mtp`, configured through the environment."""
+def start_replica(url: str, model_dir: Path, replica: str, *, lease_ttl_s: float = 3.0,
+                  via_cli: bool = False) -> subprocess.Popen:
+    """One replica, `python -m services.mtp` (or `voxmesh serve mtp`), configured through the environment."""
     env = dict(os.environ, VOXMESH_NATS_URL=url, VOXMESH_MODEL_DIR=str(model_dir), VOXMESH_REPLICA=replica,
                VOXMESH_LEASE_TTL_S=str(lease_ttl_s), VOXMESH_TICK_S=str(lease_ttl_s / 5),
                VOXMESH_LOG_LEVEL="WARNING", OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", "services.mtp"], cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+    command = ["-m", "services.cli", "serve", "mtp"] if via_cli else ["-m", "services.mtp"]
+    return subprocess.Popen([sys.executable, *command], cwd=REPO, env=env, stdin=subprocess.DEVNULL)
 
 
 def stop_replica(process: subprocess.Popen) -> None:
@@ -60,8 +63,11 @@ def stop_replica(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def replicas(url: str, model_dir: Path, *names: str, lease_ttl_s: float = 3.0) -> Iterator[dict[str, subprocess.Popen]]:
-    started = {name: start_replica(url, model_dir, name, lease_ttl_s=lease_ttl_s) for name in names}
+def replicas(url: str, model_dir: Path, *names: str, lease_ttl_s: float = 3.0,
+             via_cli: tuple[str, ...] = ()) -> Iterator[dict[str, subprocess.Popen]]:
+    """Replica processes by name (those in `via_cli` started as `voxmesh serve mtp`); stopped on exit."""
+    started = {name: start_replica(url, model_dir, name, lease_ttl_s=lease_ttl_s, via_cli=name in via_cli)
+               for name in names}
     try:
         yield started
     finally:
@@ -124,6 +130,20 @@ def local_codes(model: TTSModel, rows: Rows) -> torch.Tensor:
 
 def load_local(model_dir: Path) -> TTSModel:
     return load_model(model_dir, dtype=torch.float32, device="cpu")
+
+
+async def until(url: str, condition: Callable[[], bool]) -> None:
+    """Return once `condition()` holds, checked again at each lease renewal in the bus (the replicas renew several
+    times a second), bounded by WAIT_S."""
+    nc = await nats.connect(url)
+    watcher = await (await open_bucket(nc.jetstream())).watch(subjects.all_lease_keys())
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while not condition():
+                await watcher.updates(timeout=WAIT_S)
+    finally:
+        await watcher.stop()
+        await nc.close()
 
 
 async def replica_stats(url: str, count: int) -> dict[str, dict]:

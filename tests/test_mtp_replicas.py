@@ -5,6 +5,7 @@ and a malformed step or one for other weights is answered with an error while th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 
 import nats
@@ -13,7 +14,7 @@ import torch
 
 from messages import ErrorCode, StepReply, decode, encode, subjects
 from services.model.checkpoint_summary import checkpoint_fingerprint
-from services.mtp.errors import RemoteStepFailed
+from services.mtp.errors import RemoteStepFailed, StepRejected
 from services.mtp.step_rows import pack_step
 from tests.mtp_support import (STEP_S, load_local, local_codes, make_rows, predictor_client, provision_bus,
                                replica_stats, replicas)
@@ -118,3 +119,16 @@ async def test_a_client_for_other_weights_is_refused_by_every_replica_naming_the
         assert client.replicas.live() == [], "a replica serving other weights is no candidate any more"
     assert sorted(failed.value.replicas) == ["mtp-a", "mtp-b"]
     assert str(failed.value).count("fingerprint_mismatch") == 2
+
+
+async def test_a_step_the_model_cannot_take_is_rejected_at_once_not_resent(running, nats_server, tiny_checkpoint,
+                                                                           model):
+    rows = make_rows(model, 2, seed=40, sampled=False)
+    bad = dataclasses.replace(rows, c0=torch.tensor([1, model.config.talker.vocab_size + 5]))
+    async with predictor_client(nats_server.url, checkpoint_fingerprint(tiny_checkpoint), timeout_s=STEP_S,
+                                attempts=3) as client:
+        with pytest.raises(StepRejected) as rejected:
+            await asyncio.to_thread(client.predict_rest, *bad.args())
+        assert sum(stats["sent"] for stats in client.stats()["replicas"].values()) == 1
+        assert torch.equal(await asyncio.to_thread(client.predict_rest, *rows.args()), local_codes(model, rows))
+    assert rejected.value.code == ErrorCode.INVALID_REQUEST and "outside" in str(rejected.value)

@@ -84,7 +84,7 @@ class RemotePredictor:
             raise InvalidConfig(f"mtp timeout_s must be > 0, got {timeout_s}")
         if attempts < 1:
             raise InvalidConfig(f"mtp attempts must be >= 1, got {attempts}")
-        self._nc = nc
+        self.nc = nc
         self._loop = loop
         self.fingerprint = fingerprint
         self.timeout_s = timeout_s
@@ -102,8 +102,8 @@ class RemotePredictor:
         """Listen for replies and follow the mtp replicas' leases (`kv`: the bucket, opened here when None)."""
         if self._follower is not None:
             return
-        self._subscription = await self._nc.subscribe(subjects.mtp_replies(self._inbox), cb=self._on_reply)
-        self._follower = LeaseFollower(kv if kv is not None else await open_bucket(self._nc.jetstream()),
+        self._subscription = await self.nc.subscribe(subjects.mtp_replies(self._inbox), cb=self._on_reply)
+        self._follower = LeaseFollower(kv if kv is not None else await open_bucket(self.nc.jetstream()),
                                        self.replicas)
         await self._follower.start()
 
@@ -133,6 +133,10 @@ class RemotePredictor:
         reasons: list[str] = []
         try:
             payload = encode(request)
+            if len(payload) > self.nc.max_payload:
+                raise MtpClientError(f"mtp step {request.step_id}: {request.num_rows} rows make {len(payload)} bytes, "
+                                     f"over the server's {self.nc.max_payload}-byte message limit: send fewer rows "
+                                     f"per step (or raise max_payload)")
             for index in range(self.attempts):
                 replica = self.replicas.choose({a.replica for a in state.attempts})
                 if replica is None:
@@ -140,7 +144,7 @@ class RemotePredictor:
                 state.attempts.append(_Attempt(replica))
                 reasons.append("no reply")
                 self.replicas.sent(replica, request.num_rows)
-                await self._nc.publish(subjects.mtp_step(replica), payload,
+                await self.nc.publish(subjects.mtp_step(replica), payload,
                                        reply=subjects.mtp_reply(self._inbox, request.step_id, index))
                 codes = await self._await_attempt(state, index, reasons)
                 if codes is not None:
