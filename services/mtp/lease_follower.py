@@ -50,6 +50,12 @@ class LeaseFollower:
             await self._changed.wait_for(condition)
 
     async def _follow(self, synced: asyncio.Event) -> None:
+        try:
+            await self._apply_updates(synced)
+        except Exception:  # noqa: BLE001 - said once, loudly: the leases known so far age out, steps then fail typed
+            log.exception("mtp lease follower stopped; no replica joins until the client is restarted")
+
+    async def _apply_updates(self, synced: asyncio.Event) -> None:
         async for entry in self._watcher:
             if entry is None:  # the watcher's marker: every current lease has been delivered
                 synced.set()
