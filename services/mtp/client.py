@@ -128,6 +128,8 @@ class RemotePredictor:
         """Run one step to its codes (int64 [B, 15]): up to `attempts` replicas, each given `timeout_s`."""
         if self._follower is None:
             raise MtpClientError("RemotePredictor.start() was not awaited: no replica is known")
+        if request.step_id in self._steps:
+            raise MtpClientError(f"mtp step {request.step_id} is already in flight: step ids must be unique")
         state = _Step(request)
         self._steps[request.step_id] = state
         reasons: list[str] = []
