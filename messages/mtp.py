@@ -58,21 +58,30 @@ class StepRequest(HotMessage, tag="mtp_step", kw_only=True, frozen=True):
 
 
 class StepReply(HotMessage, tag="mtp_reply", kw_only=True, frozen=True):
-    """Codebooks 1..15 for each row of a StepRequest, or the error.
+    """Codebooks 1..15 for each row of a StepRequest, or the error; always with the replica's load, so a caller
+    can send its next step to the least-loaded replica (a queue group would pick one at random).
 
     Attributes:
-        step_id: the request's step_id.
+        step_id: the request's step_id; None when the request could not be read at all.
+        replica: the replica that answered.
+        queued_steps: steps this replica has taken and not yet answered, this one excluded.
+        queued_rows: the rows of those steps.
         codes: int16 little-endian [B, 15] (empty on error).
         error: the failure, or None.
     """
 
-    step_id: NonNegInt
+    step_id: NonNegInt | None
+    replica: ReplicaName
+    queued_steps: NonNegInt = 0
+    queued_rows: NonNegInt = 0
     codes: bytes = b""
     error: ErrorInfo | None = None
 
     def __post_init__(self) -> None:
         if self.error is None and (not self.codes or len(self.codes) % 30):
             raise InvalidMessage(f"codes has {len(self.codes)} bytes: not a positive multiple of [.,15] int16")
+        if self.error is None and self.step_id is None:
+            raise InvalidMessage("a reply with codes must name its step_id")
 
     def rows(self) -> np.ndarray:
         """The codes as an int64 array [B, 15]."""

@@ -4,9 +4,9 @@ The server enforces these lists (`services.bus.nats_auth` writes them into its c
 true: the gateway never publishes codes or audio; decode never publishes requests or audio; the vocoder never
 publishes requests or codes; prefill publishes requests only onto decode's queue (prefilled, or left to decode),
 never codes, audio or events; only prefill answers on a KV transfer subject (decode asks there, and may not
-subscribe: it cannot pose as the replica holding an offer); only `provision` creates, changes or deletes streams and
-the KV bucket; `observer`
-only reads (events, `$SRV` discovery, stream and KV listings), and never a request's text.
+subscribe: it cannot pose as the replica holding an offer); an mtp replica publishes only its lease (and its
+replies); only `provision` creates, changes or deletes streams and the KV bucket; `observer` only reads (events,
+`$SRV` discovery, stream and KV listings), and never a request's text.
 Replies to requests a user received (micro endpoints, `$SRV` pings) are allowed by `allow_responses`, so no user
 needs to publish on `_INBOX.>`.
 """
@@ -79,8 +79,10 @@ GATEWAY = _service(
     subscribe=(_every(subjects.AUDIO_ROOT), ADVISORIES),
     deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
 
+# decode asks the mtp replicas for code-predictor steps (the `mtp` topology), on each replica's own subject.
 _DECODE_PUBLISH = (_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"),
-                   _kv(subjects.all_lease_keys()), _objects(VOICES_STORE), _every(subjects.KV_TRANSFER_ROOT))
+                   _kv(subjects.all_lease_keys()), _objects(VOICES_STORE), _every(subjects.KV_TRANSFER_ROOT),
+                   subjects.all_mtp_steps())
 _DECODE_SUBSCRIBE = (f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES)
 DECODE = _service(_DECODE_PUBLISH, _DECODE_SUBSCRIBE,
                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT), DROP_REQUEST))
@@ -103,6 +105,11 @@ PREFILL = _service(
 COLOCATED = _service(_DECODE_PUBLISH + _VOCODER_PUBLISH, _DECODE_SUBSCRIBE + _VOCODER_SUBSCRIBE,
                      deny=(_every(subjects.REQUESTS_ROOT), DROP_REQUEST))
 
+# A code-predictor replica answers steps on its own subject and keeps its lease; it publishes nothing else.
+MTP = _service(publish=(_kv(subjects.all_lease_keys()),), subscribe=(subjects.all_mtp_steps(),),
+               deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT),
+                     _every(subjects.EVENTS_ROOT), DROP_REQUEST))
+
 PROVISION = Permissions(publish=(f"{JS_API}.>",), subscribe=(INBOX,), allow_responses=False)
 
 # Read-only: stream, consumer and KV listings, events (tailed through an ephemeral consumer of EVENTS), `$SRV`
@@ -121,6 +128,6 @@ OBSERVER = Permissions(
 # User name -> permissions; `operator` (no entry) has every permission: the person running the mesh.
 SERVICE_USERS: dict[str, Permissions] = {
     "gateway": GATEWAY, "decode": DECODE, "vocoder": VOCODER, "colocated": COLOCATED, "prefill": PREFILL,
-    "provision": PROVISION, "observer": OBSERVER,
+    "mtp": MTP, "provision": PROVISION, "observer": OBSERVER,
 }
 OPERATOR_USER = "operator"

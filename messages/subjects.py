@@ -153,9 +153,34 @@ def redecode(partition: int) -> str:
     return f"{REDECODE_ROOT}.{_partition(partition)}"
 
 
-def mtp_step(model: str) -> str:
-    """Core NATS request/reply to the code-predictor (mtp) replicas of a model (queue group)."""
-    return f"{MTP_ROOT}.{slug(model)}.step"
+def mtp_step(replica: str) -> str:
+    """Core NATS request/reply to one code-predictor (mtp) replica: each replica listens on its own subject, so the
+    caller picks the least-loaded one (found by its lease) instead of a queue group picking at random."""
+    return f"{MTP_ROOT}.{token(replica)}.step"
+
+
+def all_mtp_steps() -> str:
+    """Wildcard over every mtp replica's step subject."""
+    return f"{MTP_ROOT}.*.step"
+
+
+def mtp_reply(inbox: str, step_id: int, attempt: int) -> str:
+    """Where one attempt of a step is answered: under the client's own inbox (`nc.new_inbox()`), so each attempt's
+    reply, or the server's no-responders notice for it, says which attempt it answers."""
+    return f"{inbox}.{int(step_id)}.{int(attempt)}"
+
+
+def mtp_replies(inbox: str) -> str:
+    """Wildcard over every `mtp_reply` under a client's inbox."""
+    return f"{inbox}.*.*"
+
+
+def mtp_reply_address(subject: str) -> tuple[int, int] | None:
+    """(step_id, attempt) of an `mtp_reply` subject; None when it is not one."""
+    parts = subject.rsplit(".", 2)
+    if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    return int(parts[1]), int(parts[2])
 
 
 def voice_create(model: str) -> str:

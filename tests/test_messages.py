@@ -46,8 +46,8 @@ SAMPLES = [
     m.StepRequest(fingerprint="abc123", step_id=9, num_rows=2, hidden_size=4, hidden_dtype="bfloat16",
                   hidden=bytes(16), c0=[1, 2], seeds=[5, 6], frames=[0, 7], temperature=[0.0, 0.9], top_k=[0, 50],
                   top_p=[1.0, 0.8]),
-    m.StepReply(step_id=9, codes=np.arange(30, dtype="<i2").tobytes()),
-    m.StepReply(step_id=9, error=ERR),
+    m.StepReply(step_id=9, replica="mtp-a", queued_steps=2, queued_rows=5, codes=np.arange(30, dtype="<i2").tobytes()),
+    m.StepReply(step_id=None, replica="mtp-a", error=ERR),
     m.PrefillHandoff(request=m.SynthesisRequest(id="req-1", model="tiny", text="x"), fingerprint="abc123",
                      prefill_replica="prefill-a", prompt_tokens=12, transfer=b"\x01\x02", first_frame=list(range(16))),
 ]

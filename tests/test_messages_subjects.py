@@ -33,6 +33,8 @@ def test_subject_builders() -> None:
     assert subjects.micro_info("voxmesh-vocoder") == "$SRV.INFO.voxmesh-vocoder"
     assert subjects.micro_stats() == "$SRV.STATS"
     assert subjects.micro_stats("voxmesh-decode") == "$SRV.STATS.voxmesh-decode"
+    assert subjects.mtp_step("mtp-a") == "tts.mtp.mtp-a.step"
+    assert subjects.all_mtp_steps() == "tts.mtp.*.step"
 
 
 @pytest.mark.parametrize("bad", ["", "a.b", "a*", "a>", "a b", "x" * 129])

@@ -106,6 +106,9 @@ async def test_a_service_with_refused_credentials_stops_at_once_and_says_why(ser
     ("prefill", subjects.prefill_request(MODEL)), ("prefill", subjects.codes(0, "r1")),
     ("prefill", subjects.audio("r1")), ("prefill", subjects.event("r1", "started")),
     ("gateway", subjects.kv_transfer("prefill-1")), ("vocoder", subjects.kv_transfer("prefill-1")),
+    ("mtp", subjects.request(MODEL)), ("mtp", subjects.codes(0, "r1")), ("mtp", subjects.audio("r1")),
+    ("mtp", subjects.event("r1", "started")), ("mtp", subjects.mtp_step("mtp-b")),
+    ("gateway", subjects.mtp_step("mtp-a")), ("vocoder", subjects.mtp_step("mtp-a")),
     ("observer", subjects.request(MODEL)), ("observer", subjects.event("r1", "started")),
     ("observer", subjects.audio("r1")),
     # operator actions are bus endpoints: only the operator may ask a replica to drain
@@ -126,6 +129,7 @@ async def test_a_service_may_not_publish_outside_its_subjects(as_user, name, sub
     ("decode", subjects.kv_transfer("prefill-1")), ("gateway", subjects.kv_transfer("prefill-1")),
     ("prefill", subjects.all_requests()),
     ("observer", subjects.all_requests()), ("observer", subjects.all_codes()), ("observer", subjects.audio("r1")),
+    ("mtp", subjects.all_requests()), ("mtp", subjects.audio("r1")), ("gateway", subjects.all_mtp_steps()),
 ])
 async def test_a_service_may_not_subscribe_outside_its_subjects(as_user, name, subject):
     user = await as_user(name)
@@ -137,6 +141,7 @@ async def test_a_service_may_not_subscribe_outside_its_subjects(as_user, name, s
     ("gateway", subjects.request(MODEL), "operator"), ("decode", subjects.codes(1, "r1"), "operator"),
     ("vocoder", subjects.audio("r1"), "gateway"), ("prefill", subjects.handoff_queue(MODEL), "operator"),
     ("prefill", subjects.request(MODEL), "operator"),
+    ("decode", subjects.mtp_step("mtp-a"), "mtp"),  # decode asks an mtp replica on its own subject
 ])
 async def test_a_service_reaches_its_own_subjects(as_user, provisioned, name, subject, reader):
     listener = await as_user(reader)
@@ -163,6 +168,7 @@ async def test_decode_asks_a_prefill_replica_for_its_kv_and_gets_the_answer(as_u
 
 
 @pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "prefill", "observer"])
+@pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "mtp", "observer"])
 async def test_only_provision_creates_or_deletes_streams_and_the_bucket(as_user, provisioned, name):
     user = await as_user(name)
     js = user.nc.jetstream(timeout=0.5)  # the refusal comes as a violation; the reply never does

@@ -24,7 +24,7 @@ from typing import Any
 from services.runtime import settings_schema as settings_lib
 from services.runtime.lifecycle import ServiceFailed
 
-SERVICES = ("gateway", "decode", "vocoder", "prefill")
+SERVICES = ("gateway", "decode", "vocoder", "prefill", "mtp")
 COMPOSITES = ("colocated",)
 """Processes that run several services' lifecycles together (their settings are one service's: see each module)."""
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
