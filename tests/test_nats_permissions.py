@@ -167,8 +167,7 @@ async def test_decode_asks_a_prefill_replica_for_its_kv_and_gets_the_answer(as_u
         == b"sending"
 
 
-@pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "prefill", "observer"])
-@pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "mtp", "observer"])
+@pytest.mark.parametrize("name", ["gateway", "decode", "vocoder", "colocated", "prefill", "mtp", "observer"])
 async def test_only_provision_creates_or_deletes_streams_and_the_bucket(as_user, provisioned, name):
     user = await as_user(name)
     js = user.nc.jetstream(timeout=0.5)  # the refusal comes as a violation; the reply never does
@@ -222,7 +221,7 @@ def test_provision_writes_a_clusters_users_and_provisions_as_its_own_user(tmp_pa
         assert written.password("provision") not in done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("name", ["decode", "vocoder", "colocated", "prefill", "observer"])
+@pytest.mark.parametrize("name", ["decode", "vocoder", "colocated", "prefill", "mtp", "observer"])
 async def test_only_the_gateway_drops_a_request_from_the_queue(as_user, provisioned, name):
     gateway = await as_user("gateway")
     sequence = (await gateway.nc.jetstream().publish(subjects.request(MODEL), b"queued")).seq

@@ -22,7 +22,7 @@ from services.decode.request_check import ServedModel
 from services.decode.service import load_engine
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
-from services.prefill.intake import PrefillIntake
+from services.prefill.prompt_intake import PrefillIntake
 from services.prefill.prefiller import Prefiller
 from services.prefill.settings import PrefillSettings
 from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, run_service
