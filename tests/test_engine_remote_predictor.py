@@ -52,3 +52,32 @@ def test_codes_from_an_outside_predictor_equal_the_local_ones(tiny):
     for index in range(len(PARAMS)):
         assert torch.equal(remote.stacked(f"r{index}"), local.stacked(f"r{index}")), index
     assert predictor.num_rows == sum(len(codes) for codes in remote.codes.values())
+
+
+class SilentPredictor:
+    """Replicas that never answer: the client's error, as RemotePredictor raises it after its attempts."""
+
+    def __init__(self) -> None:
+        self.num_calls = 0
+
+    def predict_rest(self, hidden, c0, seeds, frames, params):
+        self.num_calls += 1
+        raise TimeoutError("no mtp replica answered step 0 (tried mtp-a, mtp-b)")
+
+
+def test_a_step_the_remote_predictor_cannot_serve_ends_its_requests_at_once(tiny):
+    model, tokenizer = tiny
+    engine = new_engine(model, blocks=96)
+    silent = SilentPredictor()
+    engine.runner.use_remote_predictor(silent)
+    for index in range(2):
+        assert engine.add_request(f"r{index}", make_request(tokenizer, TEXTS[index]), index, PARAMS[0],
+                                  NUM_FRAMES) is None
+    run = run_to_end(engine)
+    assert silent.num_calls == 1, "no re-runs to find a culprit: the replicas failed, not a request"
+    assert sorted(o.request_id for o in run.outcomes) == ["r0", "r1"]
+    assert all(o.code == "step_failed" and "code-predictor replicas" in o.reason for o in run.outcomes)
+    assert engine.stats().num_free_kv_blocks == engine.stats().num_kv_blocks
+    engine.runner.use_remote_predictor(RebuildingPredictor(model))  # the replicas are back: it serves on
+    assert engine.add_request("after", make_request(tokenizer, TEXTS[2]), 7, PARAMS[0], 3) is None
+    assert len(run_to_end(engine).stacked("after")) == 3

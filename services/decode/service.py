@@ -27,16 +27,19 @@ from services.engine.config import StageConfig, StageKind
 from services.engine.engine import Engine
 from services.metrics.from_stats import decode_families, stats_registry
 from services.metrics.listener import metrics_listener
+from services.model.checkpoint_summary import checkpoint_fingerprint
 from services.model.config import load_config
 from services.model.loader import DTYPES, load_model
 from services.model.text_tokenizer import TextTokenizer
 from services.model.voice.cloner import VoiceCloner
+from services.mtp.client import RemotePredictor
 from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, micro_name, run_service
 from services.runtime.settings_schema import SettingsError
 
 log = logging.getLogger(__name__)
 
 SETTINGS = DecodeSettings
+MTP_START_TIMEOUT_S = 300.0  # the mtp replicas load the same checkpoint as decode, beside it
 SERVICE_NAME = micro_name("decode")
 
 
@@ -94,11 +97,28 @@ async def _voice_prompts(settings: DecodeSettings, engine: Engine, served: Serve
     return voices
 
 
+async def _remote_predictor(settings: DecodeSettings, engine: Engine, worker: EngineWorker, context: ServiceContext,
+                            stack: AsyncExitStack) -> RemotePredictor | None:
+    """The `mtp` topology: codebooks 1..15 from remote replicas, once `mtp_replicas` of them are live."""
+    if settings.mtp_replicas == 0:
+        return None
+    fingerprint = await asyncio.to_thread(checkpoint_fingerprint, settings.model_dir)
+    predictor = RemotePredictor(context.nc, asyncio.get_running_loop(), fingerprint, timeout_s=settings.mtp_timeout_s,
+                                attempts=settings.mtp_attempts)
+    stack.push_async_callback(predictor.close)
+    await predictor.start(context.kv)
+    log.info("waiting for %d mtp replica(s)", settings.mtp_replicas)
+    await predictor.wait_for_replicas(settings.mtp_replicas, timeout_s=MTP_START_TIMEOUT_S)
+    await worker.run(engine.runner.use_remote_predictor, predictor)
+    return predictor
+
+
 async def build_decode(settings: DecodeSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
                        context: ServiceContext, stack: AsyncExitStack) -> ServiceParts:
     """Decode's parts: intake pulls until stop; the frame loop and cancel watch serve owned requests until they
     are finished or ended (`finish_or_end`); the `drain` endpoint; STATS with the engine's counters."""
     voices = await _voice_prompts(settings, engine, served, worker, context, stack)
+    predictor = await _remote_predictor(settings, engine, worker, context, stack)
     core = DecodeCore(nc=context.nc, js=context.js, kv=context.kv, engine=engine, worker=worker, served=served,
                       settings=settings, replica=context.replica, voices=voices)
     parts = DecodeParts(core, Intake(core), FrameLoop(core), CancelWatcher(core), Drainer(core, context.stop))

@@ -35,6 +35,12 @@ class DecodeSettings(CommonSettings):
     max_migrations: int = setting(
         1, "times a request may be taken over from a dead decode replica and continued from its frames in CODES; "
            "past this it fails with code replica_lost (a request that crashes its replica must not crash them all)")
+    mtp_replicas: int = setting(
+        0, "0: the code predictor runs in this process; k >= 1: codebooks 1..15 come from remote mtp replicas (the "
+           "mtp topology), and decode waits for k of them to be live before it serves")
+    mtp_timeout_s: float = setting(5.0, "mtp topology: seconds one mtp replica gets to answer a step before it is "
+                                        "resent to another")
+    mtp_attempts: int = setting(3, "mtp topology: replicas one step is sent to before its requests fail")
     handoff_timeout_s: float = setting(
         10.0, "watchdog of a remotely prefilled prompt's KV fetch (by UCX): past it the prompt is prefilled here")
     shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
@@ -60,6 +66,11 @@ class DecodeSettings(CommonSettings):
         if self.gpu_memory_fraction > 0 and not self.device.startswith("cuda"):
             raise SettingsError(f"--gpu-memory-fraction needs a CUDA --device (got {self.device}); "
                                 "set --kv-cache-blocks instead")
+        if self.mtp_replicas < 0 or self.mtp_attempts < 1:
+            raise SettingsError(f"--mtp-replicas ({self.mtp_replicas}) must be >= 0 and --mtp-attempts "
+                                f"({self.mtp_attempts}) >= 1")
+        if not (math.isfinite(self.mtp_timeout_s) and self.mtp_timeout_s > 0):
+            raise SettingsError(f"--mtp-timeout-s: must be a finite number > 0, got {self.mtp_timeout_s}")
         if not (math.isfinite(self.handoff_timeout_s) and self.handoff_timeout_s > 0):
             raise SettingsError(f"--handoff-timeout-s: must be a finite number > 0, got {self.handoff_timeout_s}")
         if not (math.isfinite(self.shutdown_grace_s) and self.shutdown_grace_s >= 0):

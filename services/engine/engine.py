@@ -20,7 +20,7 @@ from services.engine import model_ops
 from services.engine.config import EngineConfig, StageConfig, StageKind
 from services.engine.engine_stats import EngineStats
 from services.engine.talker_graphs import TalkerGraphSpec
-from services.engine.errors import ConfigError, EngineError
+from services.engine.errors import ConfigError, EngineError, RemoteStageFailed
 from services.engine.launched_step import LaunchedStep
 from services.engine.outputs import SchedulerOutput, StepOutput
 from services.engine.request_inbox import RequestInbox
@@ -217,6 +217,8 @@ class Engine:
         except Exception as error:  # noqa: BLE001 - a failed step ends the request that failed it, not the replica
             output = self._collect(output)  # the step before it first: its frames are the inputs of this one
             still_running = [item for item in scheduled.scheduled if item.seq.status is SequenceStatus.RUNNING]
+            if isinstance(error, RemoteStageFailed):
+                return _merged(output, self._fail_step(SchedulerOutput(still_running), error))
             return _merged(output, self._isolate(SchedulerOutput(still_running), error))
         self.scheduler.launched(scheduled.scheduled)
         previous, self._in_flight = self._in_flight, (scheduled, launched)
@@ -245,6 +247,14 @@ class Engine:
         if not outcome.kv_blocks:
             return outcome
         return dataclasses.replace(outcome, prompt_kv=self.runner.export_blocks(outcome.kv_blocks), kv_blocks=())
+
+    def _fail_step(self, scheduled: SchedulerOutput, error: RemoteStageFailed) -> StepOutput:
+        """After a step a remote stage could not serve: its requests end (blocks freed); the engine serves on."""
+        _log.error("decode step of %d requests failed: %s", len(scheduled.scheduled), error)
+        reason = f"{error}; the output generated so far is truncated; retry the request"
+        failed = self.scheduler.fail_scheduled(scheduled.scheduled, reason)
+        self._forget(failed, [])
+        return StepOutput([], scheduled.outcomes + failed, scheduled.preempted_ids, 0)
 
     def _isolate(self, scheduled: SchedulerOutput, error: Exception) -> StepOutput:
         """After a raising step: fail the request(s) that make it raise, apply the others' re-run (once)."""

@@ -25,3 +25,10 @@ class BlockPoolError(EngineError, RuntimeError):
     """The block manager was asked for something its state forbids (e.g. freeing a free block)."""
 
     code = "block_pool"
+
+
+class RemoteStageFailed(EngineError, RuntimeError):
+    """A stage outside this process (the remote code predictor) gave no answer for a step: no request's fault, so
+    the step's requests end at once instead of being re-run to find a culprit."""
+
+    code = "remote_stage_failed"

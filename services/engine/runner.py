@@ -20,6 +20,7 @@ from typing import Protocol
 import torch
 
 from services.engine import model_ops
+from services.engine.errors import RemoteStageFailed
 from services.engine.batch_builder import build_attention_batch, on_device, sampling_rows
 from services.engine.launched_step import LaunchedStep
 from services.engine.outputs import ModelRunnerOutput, ScheduledSequence
@@ -188,8 +189,11 @@ class ModelRunner:
         sampler = self.frame_sampler
         if self.remote_predictor is not None:
             first = model_ops.sample_codebook0(self.model, hidden, seen, counts, penalty, talker_rows, min_frames)
-            rest = self.remote_predictor.predict_rest(hidden, first, seeds, frames,
-                                                      [s.predictor_params for s in seqs])
+            try:
+                rest = self.remote_predictor.predict_rest(hidden, first, seeds, frames,
+                                                          [s.predictor_params for s in seqs])
+            except Exception as exc:  # noqa: BLE001 - whatever the client raises, the step cannot go on
+                raise RemoteStageFailed(f"the code-predictor replicas gave no codes for this step ({exc})") from exc
             codes = torch.cat((first[:, None], rest.to(first.device)), dim=1)
         elif sampler is not None and sampler.bucket(len(seqs)) is not None:
             codes = sampler.run(hidden, seen, counts, penalty, talker_rows, predictor_rows, min_frames)
