@@ -70,7 +70,8 @@ async def test_the_stored_streams_hold_no_request_text_in_clear_by_default(tiny_
             await nc.close()
     files = [path for path in (tmp_path / "nats").rglob("*") if path.is_file()]
     assert any(path.suffix == ".blk" for path in files), "the streams are stored in files"
-    in_clear = {words for words in (text, "Penguins audit", kept) for path in files if words.encode() in path.read_bytes()}
+    in_clear = {words for words in (text, "Penguins audit", kept) for path in files
+                if words.encode() in path.read_bytes()}
     if flags:
         assert kept in in_clear
     else:

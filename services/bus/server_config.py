@@ -48,6 +48,22 @@ def tls_block(tls: ServerTls) -> str:
     return "tls {\n" + "\n".join(lines) + "\n}\n"
 
 
+CONFIG_NAME = "nats.conf"
+STORE_KEY_NAME = "store.key"
+
+
+def write_cluster_config(directory: Path) -> Path:
+    """A nats-server's whole configuration in `directory` (the compose files' `nats-config` step): its users
+    (auth.conf; passwords kept from an earlier run), a password file per user, the store key (made once, kept), and
+    `nats.conf`, which the server loads with `-c`. Returns nats.conf's path."""
+    from services.bus.nats_auth import ensure_auth
+    from services.bus.store_key import ensure_store_key
+
+    ensure_auth(directory)
+    key = ensure_store_key(directory / STORE_KEY_NAME)
+    return write_server_config(directory / CONFIG_NAME, server_config(store_key=key, tls=None))
+
+
 def write_server_config(path: Path, text: str) -> Path:
     """Write the configuration readable by its owner only (it holds the store key)."""
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
