@@ -9,6 +9,7 @@ import ssl
 import httpx
 import pytest
 
+from services.mesh.tls_dir import TlsDir, TlsDirError
 from tests.fixtures.certificates import answer_to_plain_client, make_certificates
 from tests.fixtures.mesh import run_mesh
 from tests.mesh_client import stream_speech
@@ -45,3 +46,9 @@ async def test_plain_http_and_plain_nats_are_refused(mesh, certs):
             await client.get(mesh.gateway_url.replace("https://", "http://") + "/health")
     password = (mesh.state_dir / "nats-auth" / "operator.password").read_text().strip()
     assert await answer_to_plain_client(mesh.nats_url, "operator", password) != b"PONG"
+
+
+def test_a_tls_dir_without_its_files_is_refused_naming_them(tmp_path):
+    (tmp_path / "client.pem").write_text("")
+    with pytest.raises(TlsDirError, match="ca.pem, server.pem, server-key.pem, client-key.pem missing"):
+        TlsDir.open(tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 from nats.aio.client import Client
@@ -20,6 +21,6 @@ async def connect_service(settings: CommonSettings, name: str) -> Client:
                          user=settings.nats_user, password=settings.nats_password, tls=nats_tls(settings))
 
 
-def nats_tls(settings: CommonSettings):
+def nats_tls(settings: CommonSettings) -> ssl.SSLContext | None:
     """The TLS context these settings ask for, or None (plain)."""
     return client_context(settings.nats_tls_ca_file, settings.nats_tls_cert_file, settings.nats_tls_key_file)
