@@ -5,6 +5,8 @@
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 COPY nats-server /usr/local/bin/nats-server
-COPY --chown=10002:10002 data /data
-USER 10002:10002
+# The uid of the voxmesh image's user: the configuration the nats-config step writes (users, store key) is readable by
+# its owner only, and the official image reads it as root.
+COPY --chown=10001:10001 data /data
+USER 10001:10001
 ENTRYPOINT ["nats-server"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,12 +35,13 @@ class StreamResult:
 
 
 async def stream_speech(gateway_url: str, body: dict, first_audio: asyncio.Event | None = None,
-                        started: dict | None = None) -> StreamResult:
+                        started: dict | None = None, tls: ssl.SSLContext | None = None) -> StreamResult:
     """Send one request over `/v1/audio/speech/stream`; collect PCM until `audio.done` or `error`.
 
-    `first_audio` is set at the first PCM frame; `started` is filled with the `audio.start` event."""
-    url = gateway_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-    async with websockets.connect(url, max_size=None) as socket:
+    `first_audio` is set at the first PCM frame; `started` is filled with the `audio.start` event; `tls` verifies an
+    https gateway (its socket is wss)."""
+    url = gateway_url.replace("http", "ws", 1) + "/v1/audio/speech/stream"
+    async with websockets.connect(url, max_size=None, ssl=tls) as socket:
         await socket.send(json.dumps(body))
         start = json.loads(await asyncio.wait_for(socket.recv(), WAIT_S))
         if start.get("type") != "audio.start":

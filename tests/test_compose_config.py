@@ -77,7 +77,7 @@ def test_each_topology_is_valid_alone_and_with_its_overrides(topology):
 
 def test_the_root_file_is_the_single_topology():
     model = resolved(REPO / "docker-compose.yml")
-    assert set(model["services"]) == {"nats", "provision", "gateway", "decode", "vocoder"}
+    assert set(model["services"]) == {"nats-config", "nats", "provision", "gateway", "decode", "vocoder"}
 
 
 def test_a_broken_compose_file_is_refused(tmp_path):
@@ -85,9 +85,33 @@ def test_a_broken_compose_file_is_refused(tmp_path):
     shutil.copytree(COMPOSE_DIR, broken)
     single = broken / "single.yml"
     text = single.read_text()
-    single.write_text(text.replace("condition: service_completed_successfully", "condition: service_finished", 1))
+    single.write_text(text.replace("provision: {condition: service_completed_successfully}",
+                                   "provision: {condition: service_finished}", 1))
     done = compose_config(single, cwd=tmp_path)
     assert done.returncode != 0 and "depends_on.provision.condition" in done.stderr, done.stderr
     single.write_text(text.replace("    restart: unless-stopped\n", "    restart: unless-stopped\n    colour: red\n", 1))
     done = compose_config(single, cwd=tmp_path)
     assert done.returncode != 0 and "colour" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_every_service_runs_as_its_own_nats_user_with_its_password_from_the_config_volume(topology):
+    """The nats service loads the configuration nats-config wrote (users, store encrypted at rest); each voxmesh
+    service names its own user and password file in the read-only volume; no credential on a command line."""
+    base, host = COMPOSE_DIR / f"{topology}.yml", COMPOSE_DIR / "host-network" / f"{topology}.yml"
+    for model in (resolved(base), resolved(base, host)):
+        services = model["services"]
+        assert services["nats-config"]["command"][1:] == ["provision", "--write-nats-config", "/etc/voxmesh/nats"]
+        assert services["nats"]["command"][:2] == ["-c", "/etc/voxmesh/nats/nats.conf"]
+        assert services["nats"]["depends_on"]["nats-config"]["condition"] == "service_completed_successfully"
+        users = set()
+        for name, spec in services.items():
+            if name in ("nats", "nats-config"):
+                continue
+            user = spec["environment"]["VOXMESH_NATS_USER"]
+            assert spec["environment"]["VOXMESH_NATS_PASSWORD_FILE"] == f"/etc/voxmesh/nats/{user}.password", name
+            mounts = {(v["source"], v["target"], v.get("read_only", False)) for v in spec["volumes"]}
+            assert ("nats-config", "/etc/voxmesh/nats", True) in mounts, name
+            assert not [word for word in spec["command"] if "password" in word.lower()], name
+            users.add(user)
+        assert "provision" in users and "gateway" in users and len(users) == len(services) - 2

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
+import nats
+import nats.errors
 import pytest
 
 from tests.fixtures.docker_engine import DockerEngine, private_engine
@@ -136,3 +138,10 @@ async def test_websocket_speech_from_the_containers(deployment):
                                                           "max_new_tokens": 16})
     assert result.end["type"] == "audio.done", result.end
     assert result.pcm and len(result.pcm) == 2 * result.end["samples"]
+
+
+async def test_the_containers_nats_refuses_a_client_without_a_user(deployment):
+    """The services got in as their own users (they are healthy); a stranger does not."""
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(f"nats://127.0.0.1:{deployment.env['VOXMESH_NATS_PORT']}", allow_reconnect=False,
+                           connect_timeout=5)

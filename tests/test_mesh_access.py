@@ -1,6 +1,6 @@
 """Access and privacy on the whole mesh under `voxmesh up`: every service runs as its own NATS user without one
 permission violation, a stranger is refused, the observer tails events, no log line holds a request's text or a
-secret, and the stored streams are encrypted (no request text in their files)."""
+secret, and the stored streams are encrypted by default (no request text in their files)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import nats
 import pytest
 
 from messages.permissions import SERVICE_USERS
+from messages.streams import BUCKET
 from tests.fixtures.mesh import run_mesh
 from tests.mesh_client import stream_speech
 
@@ -26,7 +27,7 @@ SECRET_TEXTS = [HTTP_TEXT, WS_TEXT, "Quiet zebras", "Marmalade lighthouses"]
 @pytest.fixture(scope="module")
 def mesh(tiny_checkpoint, tmp_path_factory):
     state_dir = tmp_path_factory.mktemp("access-mesh")
-    with run_mesh(tiny_checkpoint, state_dir, "--encrypt-store") as running:
+    with run_mesh(tiny_checkpoint, state_dir) as running:  # the default configuration: the store encrypted
         running.state_dir = state_dir
         yield running
 
@@ -52,19 +53,31 @@ async def test_requests_run_with_no_violation_and_no_log_line_holds_their_text_o
     assert not [line for line in log if any(secret in line for secret in secrets)]
 
 
-async def test_the_stored_streams_hold_no_request_text_in_clear(mesh):
-    """The mesh's own store (`--encrypt-store`) after a request (decode takes a request off REQUESTS at once, so this
-    alone would pass in clear too: tests/test_bus_store_encryption.py shows the key keeps a stored text out of the
-    files)."""
-    text = "Penguins audit the velvet observatory."
-    streamed = await stream_speech(mesh.gateway_url, {"input": text, "voice": "ryan", "max_new_tokens": 4})
-    assert streamed.end["type"] == "audio.done", streamed.end
-    store = mesh.state_dir / "nats"
-    files = [path for path in store.rglob("*") if path.is_file()]
+@pytest.mark.parametrize("flags", [(), ("--no-encrypt-store",)], ids=["default", "in-clear-control"])
+async def test_the_stored_streams_hold_no_request_text_in_clear_by_default(tiny_checkpoint, tmp_path, flags):
+    """A mesh in its default configuration, after a request and with a text kept in its bucket (decode takes a
+    request off REQUESTS at once: the kept text is what makes the check bite), read once stopped (the server has
+    written everything): no file of the store holds either text. The control, `--no-encrypt-store`, holds the kept
+    one in clear."""
+    text, kept = "Penguins audit the velvet observatory.", "Velvet penguins keep the observatory's ledger."
+    with run_mesh(tiny_checkpoint, tmp_path, *flags) as mesh:
+        async with httpx.AsyncClient(base_url=mesh.gateway_url, timeout=60) as client:
+            spoken = await client.post("/v1/audio/speech", json={"input": text, "voice": "ryan", "max_new_tokens": 4})
+        assert spoken.status_code == 200, spoken.text
+        nc = await nats.connect(mesh.nats_url)
+        try:
+            await (await nc.jetstream().key_value(BUCKET)).put("privacy-probe", kept.encode())
+        finally:
+            await nc.close()
+    files = [path for path in (tmp_path / "nats").rglob("*") if path.is_file()]
     assert any(path.suffix == ".blk" for path in files), "the streams are stored in files"
-    for words in (text, "Penguins audit"):
-        assert not [path for path in files if words.encode() in path.read_bytes()], "stored in clear"
-    assert (mesh.state_dir / "nats-store.key").stat().st_mode & 0o077 == 0
+    in_clear = {words for words in (text, "Penguins audit", kept) for path in files
+                if words.encode() in path.read_bytes()}
+    if flags:
+        assert kept in in_clear
+    else:
+        assert not in_clear, f"stored in clear: {in_clear}"
+        assert (tmp_path / "nats-store.key").stat().st_mode & 0o077 == 0
 
 
 async def test_a_stranger_is_refused_and_the_observer_reads_a_requests_events(mesh):

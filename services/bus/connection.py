@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ class Backoff:
 
 async def connect(url: str | list[str], name: str, *, credentials_file: Path | None = None,
                   token: str | None = None, user: str | None = None, password: str | None = None,
+                  tls: ssl.SSLContext | None = None,
                   backoff: Backoff = Backoff(), connect_timeout_s: float = 5.0,
                   initial_timeout_s: float | None = 60.0, drain_timeout_s: float = 30.0) -> Client:
     """Connect as `name` (shown by the server and `nats micro ls`); reconnect forever with `backoff`.
@@ -39,7 +41,9 @@ async def connect(url: str | list[str], name: str, *, credentials_file: Path | N
     The first connection is retried until `initial_timeout_s` (services may start before the server; None waits
     forever), then ConnectionError. A server that refuses the credentials ends it at once with CredentialsRefused
     (retrying cannot help, and a minute of silence would hide the cause). Credentials come from a creds file, a
-    token, or a user and password that the caller read from a file or the environment, never from a flag.
+    token, or a user and password that the caller read from a file or the environment, never from a flag. With `tls`
+    the connection is TLS from its first byte, the server verified by it: a server without TLS (or without
+    `handshake_first`) is never sent anything in clear, and no connection comes.
     """
     refused: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
     servers = [url] if isinstance(url, str) else list(url)
@@ -64,6 +68,10 @@ async def connect(url: str | list[str], name: str, *, credentials_file: Path | N
     if user is not None:
         options["user"] = user
         options["password"] = password
+    if tls is not None:
+        # TLS from the first byte (the server's `handshake_first`): nats-py would otherwise upgrade only when the
+        # server asks, and send the credentials in clear to one that does not.
+        options.update(tls=tls, tls_handshake_first=True)
     connecting = asyncio.ensure_future(nats.connect(**options))
     done, _ = await asyncio.wait({connecting, refused}, timeout=initial_timeout_s, return_when=asyncio.FIRST_COMPLETED)
     if connecting in done:

@@ -43,10 +43,21 @@ def users() -> list[str]:
 
 def write_auth(directory: Path) -> NatsAuth:
     """Fresh passwords for every user and the server's authorization block, all readable by the owner only."""
-    directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+    return _write(NatsAuth(directory), {user: secrets.token_urlsafe(24) for user in users()})
+
+
+def ensure_auth(directory: Path) -> NatsAuth:
+    """As write_auth, but a user whose password file is there keeps that password: a step that runs again (the
+    compose files' `nats-config` at every `up`) leaves a running server's users as they were."""
     auth = NatsAuth(directory)
-    passwords = {user: secrets.token_urlsafe(24) for user in users()}
+    passwords = {user: auth.password(user) if auth.password_file(user).is_file() else secrets.token_urlsafe(24)
+                 for user in users()}
+    return _write(auth, passwords)
+
+
+def _write(auth: NatsAuth, passwords: dict[str, str]) -> NatsAuth:
+    auth.directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(auth.directory, 0o700)
     for user, password in passwords.items():
         _write_private(auth.password_file(user), password + "\n")
     _write_private(auth.config_file, authorization_block(passwords))

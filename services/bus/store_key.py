@@ -1,7 +1,8 @@
 """JetStream encryption at rest for the embedded server: a key made once per store, and the server's `jetstream`
 block that uses it.
 
-The key lives beside the store (`voxmesh up --encrypt-store` keeps it in its state directory, mode 0600) and must outlive restarts:
+The key lives beside the store (`voxmesh up` keeps it in its state directory, the compose files' nats-config step in
+the server's configuration volume; mode 0600) and must outlive restarts:
 a store is unreadable without the key it was written with. A store written in clear before is converted by the
 server at its first start with a key.
 """

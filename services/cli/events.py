@@ -42,11 +42,12 @@ def format_event(subject: str, data: bytes, as_json: bool) -> str:
 async def _tail(args: argparse.Namespace) -> int:
     from services.bus.connection import connect
     from services.runtime.common_settings import CommonSettings
+    from services.runtime.nats_connect import nats_tls
     from services.runtime.settings_schema import resolve
 
     credentials = resolve(CommonSettings)  # VOXMESH_NATS_USER and _PASSWORD(_FILE): the read-only observer will do
     nc = await connect(args.nats_url, "voxmesh-events", user=credentials.nats_user,
-                       password=credentials.nats_password, token=credentials.nats_token,
+                       password=credentials.nats_password, token=credentials.nats_token, tls=nats_tls(credentials),
                        credentials_file=Path(credentials.nats_creds_file) if credentials.nats_creds_file else None)
     done = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -35,9 +35,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "its subjects only) and DIR/<user>.password for each user, then exit; include auth.conf "
                              "in the server's configuration and give each service its VOXMESH_NATS_USER and "
                              "VOXMESH_NATS_PASSWORD_FILE")
+    parser.add_argument("--write-nats-config", type=Path, default=None, metavar="DIR",
+                        help="only write a nats-server's whole configuration into DIR, then exit: DIR/nats.conf (load "
+                             "it with -c), the users' auth.conf and password files (a user's existing password is "
+                             "kept) and the key that encrypts its store at rest (store.key, made once); the compose "
+                             "files' nats-config step")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.write_nats_config is not None:
+        from services.bus.server_config import write_cluster_config
+
+        print(f"wrote {write_cluster_config(args.write_nats_config)} and the users' password files beside it")
+        return 0
     if args.write_nats_auth is not None:
         from services.bus.nats_auth import users, write_auth
 

@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -21,11 +22,12 @@ from pathlib import Path
 import httpx
 
 from services.bus.nats_auth import NatsAuth
-from services.mesh.compose_plan import ComposeError, LaunchPlan, ServicePlan, load_plan
+from services.mesh.compose_plan import ComposeError, LaunchPlan, ServicePlan, container_only_removed, load_plan
 from services.mesh.resume_secret import ensure_resume_secret
 from services.mesh.roles import nats_user_of, role_of
 from services.mesh.processes import ProcessGroup, child_environment
 from services.mesh.state_lock import StateDirInUse, StateLock
+from services.mesh.tls_dir import TlsDir, TlsDirError
 
 log = logging.getLogger("voxmesh.up")
 
@@ -43,9 +45,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint dir; default: a tiny random checkpoint made in the state dir on first run")
     parser.add_argument("--port", type=int, default=8000, help="gateway port on 127.0.0.1 (default 8000)")
     parser.add_argument("--nats-url", default=None, help="use this NATS server instead of an embedded one")
-    parser.add_argument("--encrypt-store", action="store_true",
+    parser.add_argument("--encrypt-store", action=argparse.BooleanOptionalAction, default=True,
                         help="encrypt the embedded server's JetStream store at rest, under a key kept in the state "
-                             "dir (nats-store.key)")
+                             "dir (nats-store.key); on by default")
+    parser.add_argument("--tls-dir", type=Path, default=None,
+                        help="TLS for the gateway (HTTPS) and NATS, from DIR/ca.pem, server.pem, server-key.pem "
+                             "(and client.pem, client-key.pem: the server then verifies its clients)")
     parser.add_argument("--state-dir", type=Path, default=None, help=f"default: {default_state_dir()}")
     parser.add_argument("--model-name", default=None,
                         help="the name clients ask for (default: the compose file's, `tiny`)")
@@ -77,25 +82,27 @@ def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict
     return {key: str(value) for key, value in values.items() if value is not None}
 
 
-def _server_config(state_dir: Path, auth: NatsAuth, encrypt_store: bool) -> Path:
-    """The embedded server's configuration: its users, and (asked for) its store encrypted under the state dir's
-    key."""
-    from services.bus.store_key import encryption_block, ensure_store_key
+def _server_config(state_dir: Path, auth: NatsAuth, encrypt_store: bool, tls: TlsDir | None) -> Path:
+    """The embedded server's configuration: its users, its store encrypted under the state dir's key (unless told
+    not to), and TLS when given."""
+    from services.bus.server_config import server_config, write_server_config
+    from services.bus.store_key import ensure_store_key
 
-    config = auth.directory / "server.conf"
-    encryption = encryption_block(ensure_store_key(state_dir / "nats-store.key")) if encrypt_store else ""
-    descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(f"include ./{auth.config_file.name}\n" + encryption)
-    return config
+    key = ensure_store_key(state_dir / "nats-store.key") if encrypt_store else None
+    text = server_config(store_key=key, tls=tls.server() if tls is not None else None)
+    return write_server_config(auth.directory / "server.conf", text)
 
 
-def _environment(plan: ServicePlan, overrides: dict[str, str], auth: NatsAuth | None,
-                 resume_secret: Path) -> dict[str, str]:
+def _environment(plan: ServicePlan, overrides: dict[str, str], auth: NatsAuth | None, resume_secret: Path,
+                 tls: TlsDir | None) -> dict[str, str]:
     """A child's environment; with the embedded server, its own NATS user and the file holding its password; a
-    gateway's, the file of the resume tokens' secret (every gateway the same)."""
-    env = child_environment(plan.environment, overrides)
-    if role_of(plan.command) == "gateway" and "VOXMESH_RESUME_SECRET" not in env:
+    gateway's, the file of the resume tokens' secret (every gateway the same); with TLS, the CA (and the gateway's
+    certificate)."""
+    is_gateway = role_of(plan.command) == "gateway"
+    env = child_environment(container_only_removed(plan.environment), overrides)
+    if tls is not None:
+        env.update(tls.environment(gateway=is_gateway))
+    if is_gateway and "VOXMESH_RESUME_SECRET" not in env:
         env.setdefault("VOXMESH_RESUME_SECRET_FILE", str(resume_secret))
     if auth is not None:
         user = nats_user_of(plan.command)
@@ -120,10 +127,11 @@ def _ensure_model(args: argparse.Namespace, state_dir: Path) -> Path:
     return model_dir
 
 
-def _wait_ready(url: str, group: ProcessGroup, stop: threading.Event) -> bool:
+def _wait_ready(url: str, group: ProcessGroup, stop: threading.Event, tls: TlsDir | None) -> bool:
     """Probe the gateway's /ready until it answers 200, a child dies, or we are told to stop."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    with httpx.Client(timeout=2.0) as client:
+    verify = ssl.create_default_context(cafile=str(tls.ca_file)) if tls is not None else True
+    with httpx.Client(timeout=2.0, verify=verify) as client:
         while time.monotonic() < deadline and not stop.is_set():
             try:
                 if client.get(f"{url}/ready").status_code == 200:
@@ -141,6 +149,11 @@ def run(args: argparse.Namespace) -> int:
     except ComposeError as error:
         print(f"voxmesh up: {error}", file=sys.stderr)
         return 2
+    try:
+        tls = TlsDir.open(args.tls_dir) if args.tls_dir is not None else None
+    except TlsDirError as error:
+        print(f"voxmesh up: {error}", file=sys.stderr)
+        return 2
     state_dir = (args.state_dir or default_state_dir()).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     try:  # before anything starts: a second mesh on this store would only meet the first as NATS timeouts
@@ -149,12 +162,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"voxmesh up: {error}", file=sys.stderr)
         return 1
     try:
-        return _run_locked(args, plan, state_dir)
+        return _run_locked(args, plan, state_dir, tls)
     finally:
         lock.release()
 
 
-def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> int:
+def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls: TlsDir | None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -164,7 +177,7 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> 
         from services.bus.nats_auth import write_auth
 
         auth = write_auth(state_dir / "nats-auth")  # fresh passwords each start; the old ones stop working
-        nats = EmbeddedNats(state_dir / "nats", config_file=_server_config(state_dir, auth, args.encrypt_store))
+        nats = EmbeddedNats(state_dir / "nats", config_file=_server_config(state_dir, auth, args.encrypt_store, tls))
         nats_url = nats.start()
         bus = f"NATS {nats_url}, monitoring {nats.monitor_url}, users in {auth.directory}"
     else:
@@ -172,7 +185,7 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> 
         bus = f"NATS {nats_url}"
     group = ProcessGroup(stop)
     try:
-        return _serve(args, plan, state_dir, nats_url, bus, group, stop, auth)
+        return _serve(args, plan, state_dir, nats_url, bus, group, stop, auth, tls)
     finally:
         group.stop()
         if nats is not None:
@@ -181,16 +194,16 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path) -> 
 
 
 def _serve(args, plan, state_dir: Path, nats_url: str, bus: str, group: ProcessGroup, stop: threading.Event,
-           auth: NatsAuth | None) -> int:
+           auth: NatsAuth | None, tls: TlsDir | None) -> int:
     model_dir = _ensure_model(args, state_dir)
     overrides = _overrides(args, nats_url, model_dir)
     resume_secret = ensure_resume_secret(state_dir)
     for step in plan.one_shot:
-        group.run_one_shot(step, _environment(step, overrides, auth, resume_secret), timeout_s=120)
+        group.run_one_shot(step, _environment(step, overrides, auth, resume_secret, tls), timeout_s=120)
     for service in plan.services:
-        group.start(service, _environment(service, overrides, auth, resume_secret))
-    gateway = f"http://127.0.0.1:{args.port}"
-    if not _wait_ready(gateway, group, stop):
+        group.start(service, _environment(service, overrides, auth, resume_secret, tls))
+    gateway = f"{'https' if tls is not None else 'http'}://127.0.0.1:{args.port}"
+    if not _wait_ready(gateway, group, stop, tls):
         if group.exited_child is not None:
             print(f"voxmesh up: {group.exited_child.name} exited during start-up", file=sys.stderr)
         elif not stop.is_set():

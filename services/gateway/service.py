@@ -79,11 +79,12 @@ class _Server(uvicorn.Server):
 
 async def serve_http(app: FastAPI, settings: GatewaySettings, sockets: list[socket.socket] | None,
                      stop: asyncio.Event) -> None:
-    """Run `app` under uvicorn on the running loop; `sockets` (already bound) replace host/port (tests use it)."""
+    """Run `app` under uvicorn on the running loop; `sockets` (already bound) replace host/port (tests use it). With
+    a certificate and key set, it serves HTTPS only (uvicorn's TLS)."""
     # log_config=None: uvicorn's lines go through the process's logging (service name, request id).
     config = uvicorn.Config(app, host=settings.host, port=settings.port, lifespan="off", log_config=None,
                             log_level=settings.log_level.lower(), timeout_graceful_shutdown=settings.drain_timeout_s,
-                            access_log=False)
+                            access_log=False, ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file)
     server = _Server(config)
     watcher = asyncio.create_task(_exit_when(stop, server), name="gateway-stop-watcher")
     try:

@@ -53,6 +53,10 @@ class GatewaySettings(CommonSettings):
                                                "unset, /metrics needs a client key when client keys are set",
                                          secret=True)
 
+    tls_cert_file: str | None = setting(None, "certificate chain (PEM) the HTTP server presents: set (with "
+                                              "--tls-key-file), the gateway serves HTTPS and WSS only")
+    tls_key_file: str | None = setting(None, "the private key (PEM) of --tls-cert-file")
+
     resume_secret: str | None = setting(None, "secret (16 characters or more) under which gateways sign the "
                                               "WebSocket's resume tokens; every gateway of a mesh needs the same "
                                               "one so any can verify a resume (`voxmesh up` makes one); unset: a "
@@ -82,5 +86,8 @@ class GatewaySettings(CommonSettings):
                 raise SettingsError(f"{flag} / VOXMESH_{name.upper()}: must be > 0, got {getattr(self, name)}")
         if self.resume_secret is not None and len(self.resume_secret.encode()) < 16:
             raise SettingsError("VOXMESH_RESUME_SECRET: needs 16 characters or more")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise SettingsError("--tls-cert-file / VOXMESH_TLS_CERT_FILE and --tls-key-file / VOXMESH_TLS_KEY_FILE: "
+                                "set both (HTTPS) or neither (HTTP)")
         if self.retry_after_s < 0:
             raise SettingsError(f"--retry-after-s / VOXMESH_RETRY_AFTER_S: must be >= 0, got {self.retry_after_s}")

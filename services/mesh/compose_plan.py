@@ -9,7 +9,9 @@ environment (compose_interpolation.py), and services under a profile (the `tools
 nats-box) left out, as `docker compose up` leaves them out unless asked. The NATS service is
 left out too: locally an embedded nats-server takes its place. It is known by its label
 `io.voxmesh.role: nats`, or by an image named `nats`, so a locally built NATS image
-(`VOXMESH_NATS_IMAGE`) is still recognised.
+(`VOXMESH_NATS_IMAGE`) is still recognised. So is the step that writes that server's configuration
+(`io.voxmesh.role: nats-config`): `voxmesh up` writes its embedded server's own. The NATS credentials a file gives
+its services name files inside the containers (`CONTAINER_ONLY`): `voxmesh up` gives its own instead.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from services.mesh.compose_interpolation import InterpolationError, interpolate
 COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
 NATS_ROLE_LABEL = "io.voxmesh.role"
 NATS_ROLE = "nats"
+NATS_CONFIG_ROLE = "nats-config"
+CONTAINER_ONLY = ("VOXMESH_NATS_USER", "VOXMESH_NATS_PASSWORD_FILE")
+"""Variables of the compose files that only make sense inside their containers (a user whose password is in a
+container's volume)."""
 NATS_REPOSITORY = "nats"  # the official image's name (`nats:2.11-alpine`, `docker.io/library/nats:2.11`)
 
 
@@ -130,14 +136,20 @@ def _merged(base: dict, local: dict) -> dict:
 
 
 def _is_nats(spec: dict) -> bool:
+    """The NATS server, or the step that writes its configuration (locally, `voxmesh up` does both)."""
     labels = spec.get("labels") or {}
     if isinstance(labels, list):  # compose's list form: ["key=value", ...]
         labels = dict(item.partition("=")[::2] for item in labels)
-    if labels.get(NATS_ROLE_LABEL) == NATS_ROLE:
+    if labels.get(NATS_ROLE_LABEL) in (NATS_ROLE, NATS_CONFIG_ROLE):
         return True
     image = str(spec.get("image", ""))
     repository = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
     return repository == NATS_REPOSITORY
+
+
+def container_only_removed(environment: dict[str, str]) -> dict[str, str]:
+    """A service's environment without the variables that name files inside its container (CONTAINER_ONLY)."""
+    return {key: value for key, value in environment.items() if key not in CONTAINER_ONLY}
 
 
 def _service_plan(path: Path, name: str, spec: dict) -> ServicePlan:

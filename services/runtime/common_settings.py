@@ -17,6 +17,11 @@ class CommonSettings:
     nats_user: str | None = setting(None, "NATS user name (`voxmesh up` and `voxmesh provision --write-nats-auth` "
                                     "make one per service)")
     nats_password: str | None = setting(None, "NATS user's password", secret=True)
+    nats_tls_ca_file: str | None = setting(None, "CA certificate (PEM) that signed the NATS server's: set, the "
+                                           "connection to NATS is TLS and the server is verified against it")
+    nats_tls_cert_file: str | None = setting(None, "this client's certificate (PEM), for a NATS server that "
+                                             "verifies its clients (with --nats-tls-key-file)")
+    nats_tls_key_file: str | None = setting(None, "the key (PEM) of --nats-tls-cert-file")
     model_dir: str | None = setting(None, "checkpoint directory (voxmesh model init writes one)")
     model_name: str = setting("tiny", "model name clients ask for; slugged into subjects")
     device: str = setting("cpu", "torch device: cpu, cuda, cuda:1 ...")

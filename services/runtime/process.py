@@ -49,9 +49,13 @@ def main(service: str, argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     module = importlib.import_module(f"services.{service}.service")
     args = build_parser(service).parse_args(argv)
+    from services.bus.tls import TlsConfigError
+    from services.runtime.nats_connect import nats_tls
+
     try:
         settings = settings_lib.resolve(module.SETTINGS, args)
-    except settings_lib.SettingsError as error:
+        nats_tls(settings)  # unreadable or half-given TLS files: said now, not as a traceback at the first connect
+    except (settings_lib.SettingsError, TlsConfigError) as error:
         print(f"voxmesh {service}: {error}", file=sys.stderr)
         return EXIT_USAGE
     from services.bus.logs import configure_logging
