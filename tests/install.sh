@@ -21,7 +21,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench]'
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench,ucx]'
 .venv/bin/pip install -q --disable-pip-version-check \
   transformers==4.57.3 accelerate==1.12.0 librosa==0.11.0 soundfile==0.14.0 einops==0.8.2
 .venv/bin/pip install -q --disable-pip-version-check --no-deps qwen-tts==0.1.1

@@ -21,7 +21,8 @@ import torch
 from messages import subjects
 from messages.codec import encode
 from messages.kv_transfer import FetchReply
-from services.transfer import KvTransferAgent, describe
+from services.transfer.agent import KvTransferAgent
+from services.transfer.descriptor import describe
 
 
 def sample_tensors() -> dict[str, torch.Tensor]:

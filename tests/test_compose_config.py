@@ -22,7 +22,8 @@ TOPOLOGIES = sorted(path.stem for path in COMPOSE_DIR.glob("*.yml"))
 GPU_SERVICES = {"single": ("decode", "vocoder"), "colocated": ("decode-vocoder",), "replicas": ("decode", "vocoder"),
                 "1p1d": ("prefill", "decode", "vocoder"), "split": ("decode", "vocoder"),
                 "1pNd": ("prefill", "decode-1", "decode-2", "vocoder"),
-                "MpNd": ("prefill-1", "prefill-2", "decode-1", "decode-2", "vocoder")}
+                "MpNd": ("prefill-1", "prefill-2", "decode-1", "decode-2", "vocoder"),
+                "mtp": ("mtp", "decode", "vocoder")}
 
 
 def compose_config(*files: Path, cwd: Path = REPO, profiles: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
@@ -113,5 +114,7 @@ def test_every_service_runs_as_its_own_nats_user_with_its_password_from_the_conf
             mounts = {(v["source"], v["target"], v.get("read_only", False)) for v in spec["volumes"]}
             assert ("nats-config", "/etc/voxmesh/nats", True) in mounts, name
             assert not [word for word in spec["command"] if "password" in word.lower()], name
+            command = spec["command"]
+            assert user == (command[2] if command[:2] == ["voxmesh", "serve"] else "provision"), name  # its role's
             users.add(user)
-        assert "provision" in users and "gateway" in users and len(users) == len(services) - 2
+        assert "provision" in users and "gateway" in users

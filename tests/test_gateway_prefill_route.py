@@ -4,6 +4,8 @@ live prefill replicas, a full prefill queue, and the feature turned off all keep
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 
@@ -62,3 +64,11 @@ async def test_turned_off_it_never_routes_remotely(bus):
     await LeaseKeeper(kv, "prefill-a", "prefill").renew()
     route = PrefillRoute(js, kv, "tiny", min_chars=0)
     assert await route.subject_for(request(0)) == subjects.request("tiny")
+
+
+async def test_requests_that_arrive_during_a_look_wait_for_its_answer(bus):
+    js, kv = bus
+    await LeaseKeeper(kv, "prefill-a", "prefill").renew()
+    route = PrefillRoute(js, kv, "tiny", min_chars=20, max_queue=2, refresh_s=3600.0)
+    chosen = await asyncio.gather(*[route.subject_for(request(n)) for n in range(3)])
+    assert sorted(chosen) == sorted([subjects.prefill_request("tiny")] * 2 + [subjects.request("tiny")])

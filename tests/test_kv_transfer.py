@@ -21,7 +21,10 @@ import torch
 
 from messages.codec import encode
 from messages.errors import TransferCode
-from services.transfer import KvTransferAgent, TransferFailed, describe, tag_of
+from services.transfer.agent import KvTransferAgent
+from services.transfer.descriptor import describe
+from services.transfer.errors import TransferFailed
+from services.transfer.tags import tag_of
 from services.transfer.fetch import CANCEL_GRACE_S
 from tests.kv_transfer_peer import sample_tensors
 

@@ -24,6 +24,9 @@ from messages.streams import REQUESTS_STREAM
 from tests.fixtures.mesh import run_mesh
 from tests.mesh_client import WAIT_S, codes_on_bus, events_of, service_stats, stream_speech, terminal_count
 from tests.test_mesh_e2e import synth_codes
+from tests.test_mesh_preemption import FRAMES as PREEMPTION_FRAMES
+from tests.test_mesh_preemption import SMALL_BLOCKS, SMALL_POOL, TEXTS
+from tests.test_mesh_preemption import body as preemption_body
 
 FRAMES = 16
 BODIES = (
@@ -107,3 +110,41 @@ async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, ti
     assert await terminal_count(mesh.nats_url, result.request_id) == 1
     if fault == signal.SIGKILL:
         assert await asyncio.to_thread(prefill_restarted.wait, WAIT_S), "voxmesh up restarts the killed prefill"
+
+
+@pytest.mark.parametrize("mode", ["fail", "allow"])
+async def test_the_preemption_contract_holds_for_remotely_prefilled_requests(mode, tiny_checkpoint, tmp_path):
+    """Both requests prefilled remotely (decode held still until both hand-offs wait on its queue), then a pool too
+    small for both to the end: the newer is preempted. `fail`: the audio made, then one `preempted` error; `allow`:
+    replayed here (its KV came from elsewhere; the replay computes it locally) and equal to an undisturbed run."""
+    with run_mesh(tiny_checkpoint, tmp_path / "state", "--topology", "1p1d", *SMALL_POOL,
+                  "--recompute-preemption", mode, env=SMALL_BLOCKS) as mesh:
+        await stats_of(mesh, "voxmesh-prefill")
+        os.kill(mesh.pids["decode"], signal.SIGSTOP)
+        try:
+            streams = [asyncio.create_task(stream_speech(mesh.gateway_url, preemption_body(text))) for text in TEXTS]
+            await handoffs_queued(mesh, len(TEXTS))
+        finally:
+            os.kill(mesh.pids["decode"], signal.SIGCONT)
+        results = await asyncio.gather(*streams)
+        decode = await stats_of(mesh, "voxmesh-decode")
+        codes = [(await codes_on_bus(mesh.nats_url, r.request_id))[0] for r in results]
+        events = [await events_of(mesh.nats_url, r.request_id) for r in results]
+        terminals = [await terminal_count(mesh.nats_url, r.request_id) for r in results]
+    assert decode["handoffs_fetched"] == 2 and decode["preemptions"] >= 1, decode
+    preempted = [any(isinstance(e, Preempted) for e in request_events) for request_events in events]
+    assert sorted(preempted) == [False, True], events
+    victim = preempted.index(True)
+    oracle_codes = [synth_codes(tiny_checkpoint, tmp_path, text, "ryan", frames=PREEMPTION_FRAMES, ignore_eos=True)
+                    for text in TEXTS]
+    assert terminals == [1, 1]
+    np.testing.assert_array_equal(codes[1 - victim], oracle_codes[1 - victim])
+    if mode == "fail":
+        assert results[victim].end["code"] == "preempted", results[victim].end
+        assert 0 < codes[victim].shape[0] < PREEMPTION_FRAMES
+        np.testing.assert_array_equal(codes[victim], oracle_codes[victim][: codes[victim].shape[0]])
+        assert isinstance(events[victim][-1], Failed) and events[victim][-1].code == "preempted"
+    else:
+        assert results[victim].end["type"] == "audio.done", results[victim].end
+        np.testing.assert_array_equal(codes[victim], oracle_codes[victim])
+        assert isinstance(events[victim][-1], Finished)

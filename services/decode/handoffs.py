@@ -15,12 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
 from messages.mtp import PrefillHandoff
 from services.decode.core import DecodeCore
-from services.transfer import KvTransferAgent, TransferFailed
+from services.transfer.errors import TransferFailed
+
+if TYPE_CHECKING:
+    from services.transfer.agent import KvTransferAgent
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,12 @@ class HandoffFetcher:
         staging = torch.empty((num_blocks, *engine.kv_block_shape()), dtype=pool.dtype, device=pool.device)
         try:
             agent = await self._started()
+        except ImportError as exc:
+            self.num_failed += 1
+            log.error("request %s: decode cannot fetch handed-over KV without ucxx (%s): install voxmesh[ucx]; "
+                      "prefilling it here", handoff.request.id, exc)
+            return None
+        try:
             await agent.fetch(handoff.transfer, staging, core.settings.handoff_timeout_s)
         except TransferFailed as exc:
             self.num_failed += 1
@@ -54,6 +65,8 @@ class HandoffFetcher:
         return staging
 
     async def _started(self) -> KvTransferAgent:
+        from services.transfer.agent import KvTransferAgent  # ucxx: imported by the first hand-off only
+
         async with self._starting:
             if self._agent is None:
                 self._agent = await KvTransferAgent.start(self.core.nc, self.core.replica, offers=False)

@@ -24,7 +24,7 @@ from services.bus.submit import submit_request
 from services.decode.request_check import Admission, AdmissionError, ServedModel, admit
 from services.prefill.prefiller import PrefillRefused, Prefiller
 from services.prefill.settings import PrefillSettings
-from services.transfer import KvTransferAgent
+from services.transfer.agent import KvTransferAgent
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from services.prefill.prefiller import Prefiller
 from services.prefill.settings import PrefillSettings
 from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, run_service
 from services.runtime.settings_schema import SettingsError
-from services.transfer import KvTransferAgent
+from services.transfer.agent import KvTransferAgent
 
 log = logging.getLogger(__name__)
 

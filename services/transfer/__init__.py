@@ -1,14 +1,10 @@
 """KV transfer over UCX (ucxx): a prefill replica offers a tensor, a decode replica fetches it into its buffer.
 
-- `KvTransferAgent`: one per process (`start`, `offer`, `fetch`, `close`).
-- `describe(bytes) -> TransferDescriptor`: read a descriptor (TransferFailed `malformed` when it is not one).
-- `TransferFailed`: the typed error, `code` a `messages.errors.TransferCode`.
-- `tag_of(request_id, attempt)`: the UCX tag of an offer.
+- `agent.KvTransferAgent`: one per process (`start`, `offer`, `fetch`, `close`); importing it imports ucxx.
+- `descriptor.describe(bytes) -> TransferDescriptor`: read a descriptor (TransferFailed `malformed` when it is not one).
+- `errors.TransferFailed`: the typed error, `code` a `messages.errors.TransferCode`.
+- `tags.tag_of(request_id, attempt)`: the UCX tag of an offer.
+
+Nothing is imported here, so a process that never moves KV (decode in `single`, on a laptop install without the `ucx`
+extra) never needs ucxx.
 """
-
-from services.transfer.agent import KvTransferAgent
-from services.transfer.descriptor import describe
-from services.transfer.errors import TransferFailed
-from services.transfer.tags import tag_of
-
-__all__ = ["KvTransferAgent", "TransferFailed", "describe", "tag_of"]

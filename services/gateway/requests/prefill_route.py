@@ -11,6 +11,7 @@ on most requests.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -35,6 +36,7 @@ class PrefillRoute:
         self.js, self.kv, self.model = js, kv, model
         self.min_chars, self.max_queue, self.refresh_s = min_chars, max_queue, refresh_s
         self._looked_at = -float("inf")
+        self._looking = asyncio.Lock()
         self._room = 0
         """Prompts the prefill replicas may still take before the next look."""
         self.num_remote = 0
@@ -56,10 +58,12 @@ class PrefillRoute:
         return subjects.prefill_request(request.model)
 
     async def _refresh(self) -> None:
-        now = time.monotonic()
-        if now - self._looked_at < self.refresh_s:
-            return
-        self._looked_at = now
+        async with self._looking:  # requests arriving during a look wait for its answer, not the stale one
+            if time.monotonic() - self._looked_at >= self.refresh_s:
+                await self._look()
+                self._looked_at = time.monotonic()
+
+    async def _look(self) -> None:
         try:
             replicas = await live_replicas(self.kv, "prefill")
             if not replicas:

@@ -1,0 +1,50 @@
+"""Every disaggregated topology comes up from its compose file under `voxmesh up --topology NAME` on the tiny CPU
+model and gives the codes of an offline run (the same codes `single` gives) for concurrent greedy and seeded
+requests, with its remote stage really used: the mtp replicas served the code predictor's steps, the prefill
+replicas handed prompts over. (1p1d has its own file with its faults: tests/test_mesh_remote_prefill.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from tests.fixtures.mesh import run_mesh
+from tests.mesh_client import codes_on_bus, replica_stats, service_stats, stream_speech
+from tests.test_mesh_e2e import synth_codes
+
+FRAMES = 12
+BODIES = (
+    {"input": "Every topology speaks this one the same.", "voice": "vivian", "temperature": 0,
+     "max_new_tokens": FRAMES},
+    {"input": "A second greedy request beside it.", "voice": "ryan", "temperature": 0, "max_new_tokens": FRAMES},
+    {"input": "And a sampled one, with its seed.", "voice": "eric", "seed": 4242, "max_new_tokens": FRAMES},
+)
+REMOTE_WORK = {
+    "split": None,
+    "mtp": ("voxmesh-mtp", 2, "steps_served"),
+    "1pNd": ("voxmesh-prefill", 1, "handed_over"),
+    "MpNd": ("voxmesh-prefill", 2, "handed_over"),
+}
+
+
+@pytest.fixture(scope="module")
+def oracle(tiny_checkpoint, tmp_path_factory) -> list[np.ndarray]:
+    folder = tmp_path_factory.mktemp("topology-oracle")
+    return [synth_codes(tiny_checkpoint, folder, body["input"], body["voice"], seed=body.get("seed"),
+                        frames=FRAMES) for body in BODIES]
+
+
+@pytest.mark.parametrize("topology", sorted(REMOTE_WORK))
+async def test_the_topology_gives_the_codes_of_single(topology, oracle, tiny_checkpoint, tmp_path):
+    with run_mesh(tiny_checkpoint, tmp_path / "state", "--topology", topology) as mesh:
+        results = await asyncio.gather(*[stream_speech(mesh.gateway_url, body) for body in BODIES])
+        codes = [(await codes_on_bus(mesh.nats_url, result.request_id))[0] for result in results]
+        remote = REMOTE_WORK[topology]
+        work = {} if remote is None else await replica_stats(mesh.nats_url, remote[0], remote[1])
+    for body, result, got, want in zip(BODIES, results, codes, oracle):
+        assert result.end["type"] == "audio.done", result.end
+        np.testing.assert_array_equal(got, want, err_msg=f"{topology}: {body['input']}")
+    if remote is not None:
+        assert sum(stats[remote[2]] for stats in work.values()) >= 1, work
