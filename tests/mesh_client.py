@@ -15,6 +15,7 @@ import websockets
 
 from messages import CodesChunk, CodesEnd, CodesMessage, LifecycleEvent, decode, subjects
 from messages.streams import CODES_STREAM, EVENTS_STREAM
+from services.bus.leases import live_replicas
 from services.bus.provision import open_bucket
 
 NUM_PARTITIONS = 4  # compose/single.yml's VOXMESH_NUM_PARTITIONS
@@ -184,6 +185,23 @@ async def service_stats(nats_url: str, service: str) -> list[dict]:
         await nc.publish(subjects.micro_stats(service), b"", reply=inbox)
         reply = json.loads((await sub.next_msg(timeout=10)).data)
         return [endpoint.get("data") or {} for endpoint in reply.get("endpoints", [])]
+    finally:
+        await nc.close()
+
+
+async def replicas_serving(nats_url: str, service: str, count: int = 1) -> list[str]:
+    """Wait until `count` replicas of `service` hold a live lease, so they are discoverable and serving (a replica
+    renews its lease only once its micro service is registered); returns their names. `voxmesh up` says it is
+    serving once the gateway is ready, which says nothing of a prefill or mtp replica."""
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await open_bucket(nc.jetstream())
+        renewals = await kv.watch(subjects.all_lease_keys())  # every replica renews each second: this wakes the wait
+        async with asyncio.timeout(WAIT_S):
+            while len(live := await live_replicas(kv, service)) < count:
+                await renewals.updates(timeout=WAIT_S)
+        await renewals.stop()
+        return live
     finally:
         await nc.close()
 

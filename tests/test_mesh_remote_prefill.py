@@ -22,7 +22,8 @@ from messages import subjects
 from messages.events import Failed, Finished, Preempted
 from messages.streams import REQUESTS_STREAM
 from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import WAIT_S, codes_on_bus, events_of, service_stats, stream_speech, terminal_count
+from tests.mesh_client import (WAIT_S, codes_on_bus, events_of, replicas_serving, service_stats, stream_speech,
+                               terminal_count)
 from tests.test_mesh_e2e import synth_codes
 from tests.test_mesh_preemption import FRAMES as PREEMPTION_FRAMES
 from tests.test_mesh_preemption import SMALL_BLOCKS, SMALL_POOL, TEXTS
@@ -72,6 +73,7 @@ def mesh(tiny_checkpoint, tmp_path_factory):
 
 
 async def test_prefilled_remotely_or_not_the_codes_are_the_offline_ones(mesh, tiny_checkpoint, tmp_path):
+    await replicas_serving(mesh.nats_url, "prefill")
     results = await asyncio.gather(*[stream_speech(mesh.gateway_url, body) for body in BODIES])
     for body, result in zip(BODIES, results):
         assert result.end["type"] == "audio.done", result.end
@@ -86,7 +88,7 @@ async def test_prefilled_remotely_or_not_the_codes_are_the_offline_ones(mesh, ti
 async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, tiny_checkpoint, tmp_path):
     body = {"input": "Its prefill replica goes away after the hand-off.", "voice": "ryan", "seed": 5,
             "max_new_tokens": FRAMES}
-    await stats_of(mesh, "voxmesh-prefill")  # serving (a killed one restarted): the request is routed to it
+    await replicas_serving(mesh.nats_url, "prefill")  # (a killed one restarted, or about to: its queue waits)
     before = await stats_of(mesh, "voxmesh-decode")
     prefill_restarted = mesh.expect_restart("prefill")
     os.kill(mesh.pids["decode"], signal.SIGSTOP)
@@ -119,7 +121,7 @@ async def test_the_preemption_contract_holds_for_remotely_prefilled_requests(mod
     replayed here (its KV came from elsewhere; the replay computes it locally) and equal to an undisturbed run."""
     with run_mesh(tiny_checkpoint, tmp_path / "state", "--topology", "1p1d", *SMALL_POOL,
                   "--recompute-preemption", mode, env=SMALL_BLOCKS) as mesh:
-        await stats_of(mesh, "voxmesh-prefill")
+        await replicas_serving(mesh.nats_url, "prefill")
         os.kill(mesh.pids["decode"], signal.SIGSTOP)
         try:
             streams = [asyncio.create_task(stream_speech(mesh.gateway_url, preemption_body(text))) for text in TEXTS]

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import codes_on_bus, replica_stats, service_stats, stream_speech
+from services.runtime.lifecycle import micro_name
+from tests.mesh_client import codes_on_bus, replica_stats, replicas_serving, stream_speech
 from tests.test_mesh_e2e import synth_codes
 
 FRAMES = 12
@@ -23,10 +24,11 @@ BODIES = (
 )
 REMOTE_WORK = {
     "split": None,
-    "mtp": ("voxmesh-mtp", 2, "steps_served"),
-    "1pNd": ("voxmesh-prefill", 1, "handed_over"),
-    "MpNd": ("voxmesh-prefill", 2, "handed_over"),
+    "mtp": ("mtp", 2, "steps_served"),
+    "1pNd": ("prefill", 1, "handed_over"),
+    "MpNd": ("prefill", 2, "handed_over"),
 }
+"""The remote stage of each topology: its service, its replicas, and the counter that shows it worked."""
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +40,13 @@ def oracle(tiny_checkpoint, tmp_path_factory) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("topology", sorted(REMOTE_WORK))
 async def test_the_topology_gives_the_codes_of_single(topology, oracle, tiny_checkpoint, tmp_path):
+    remote = REMOTE_WORK[topology]
     with run_mesh(tiny_checkpoint, tmp_path / "state", "--topology", topology) as mesh:
+        if remote is not None:  # serving before the requests come: they are routed to it
+            await replicas_serving(mesh.nats_url, remote[0], remote[1])
         results = await asyncio.gather(*[stream_speech(mesh.gateway_url, body) for body in BODIES])
         codes = [(await codes_on_bus(mesh.nats_url, result.request_id))[0] for result in results]
-        remote = REMOTE_WORK[topology]
-        work = {} if remote is None else await replica_stats(mesh.nats_url, remote[0], remote[1])
+        work = {} if remote is None else await replica_stats(mesh.nats_url, micro_name(remote[0]), remote[1])
     for body, result, got, want in zip(BODIES, results, codes, oracle):
         assert result.end["type"] == "audio.done", result.end
         np.testing.assert_array_equal(got, want, err_msg=f"{topology}: {body['input']}")
