@@ -2,7 +2,8 @@
 as a named voice, sees it listed, speaks with it, watches the waveform drawn as the audio plays, and downloads the
 audio as a WAV holding exactly the streamed samples; or speaks in the voice of a reference file directly.
 
-The audio clock is the test's (as in test_web_page.py): it stays at 0 until the test moves it, so nothing has played
+The mesh wants an API key (as a shared deployment would): the page lists, saves and speaks with the key a person
+types in. The audio clock is the test's (as in test_web_page.py): it stays at 0 until the test moves it, so nothing has played
 and the waveform is blank until then."""
 
 from __future__ import annotations
@@ -23,16 +24,22 @@ from tests.test_web_page import page  # noqa: F401 (fixture)
 pytestmark = pytest.mark.timeout(300)
 
 REF_TEXT = "This is how I sound."
+API_KEY = "page-key"
 OPTIONS = '{"max_new_tokens": 12, "ignore_eos": true, "seed": 5}'
 INK = """() => { const c = document.getElementById("waveform");
   const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
   let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; }"""
 """Pixels the waveform canvas has drawn (not transparent)."""
+AFTER_TWO_FRAMES = """async () => { const before = window.voxmesh.waveform.draws;
+  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+  return window.voxmesh.waveform.draws - before; }"""
+"""Waveform draws during the next two animation frames."""
 
 
 @pytest.fixture(scope="module")
 def base_mesh(tiny_base_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
-    with run_mesh(tiny_base_checkpoint, tmp_path_factory.mktemp("web-voice-state")) as running:
+    with run_mesh(tiny_base_checkpoint, tmp_path_factory.mktemp("web-voice-state"),
+                  env={"VOXMESH_API_KEYS": API_KEY}) as running:
         yield running
 
 
@@ -55,11 +62,19 @@ async def record_stream(page: Page) -> list[bytes]:
     return audio
 
 
+async def load_with_key(mesh: Mesh, page: Page) -> None:
+    await page.goto(mesh.gateway_url + "/")
+    await page.wait_for_function("document.getElementById('voice-status').textContent !== ''")
+    assert await page.text_content("#voice-status") == "enter the API key to see the saved voices"
+    await page.fill("#api-key", API_KEY)
+    await page.dispatch_event("#api-key", "change")
+    await page.wait_for_function("document.getElementById('voice-status').textContent === ''")
+    assert await page.is_visible("#clone") and await page.eval_on_selector_all("#voice option", "o => o.length") >= 1
+
+
 async def open_page(mesh: Mesh, page: Page) -> list[bytes]:
     audio = await record_stream(page)
-    await page.goto(mesh.gateway_url + "/")
-    await page.wait_for_function("document.querySelectorAll('#voice option').length >= 1")
-    assert await page.is_visible("#clone")
+    await load_with_key(mesh, page)
     await page.set_input_files("#ref-audio", files=[{"name": "me.wav", "mimeType": "audio/wav",
                                                      "buffer": audio_file(2.0, 22050, seed=4)}])
     await page.fill("#ref-text", REF_TEXT)
@@ -95,6 +110,9 @@ async def test_a_voice_uploaded_on_the_page_is_listed_spoken_drawn_and_downloada
     assert await page.evaluate(INK) == 0
     await page.evaluate("t => { window.testAudioTime = t; }", report["buffers"][0]["start"] + 0.3)
     await page.wait_for_function(f"window.voxmesh.waveform.playhead === {int(0.3 * SAMPLE_RATE)} && ({INK})() > 200")
+    await page.evaluate("t => { window.testAudioTime = t; }", report["buffers"][-1]["start"] + 1.0)  # all played
+    await page.wait_for_function(f"window.voxmesh.waveform.playhead === {report['scheduledSamples']}")
+    assert await page.evaluate(AFTER_TWO_FRAMES) == 0, "the waveform stops drawing once the audio has played"
 
     async with page.expect_download() as download_info:
         await page.click("#download")
@@ -123,8 +141,7 @@ async def test_the_page_speaks_in_the_voice_of_a_reference_file(base_mesh, page,
 
 
 async def test_the_page_asks_for_a_file_when_it_has_none(base_mesh, page):
-    await page.goto(base_mesh.gateway_url + "/")
-    await page.wait_for_function("document.querySelectorAll('#voice option').length >= 1")
+    await load_with_key(base_mesh, page)
     await page.select_option("#voice", "")
     await page.click("#speak")
     await page.wait_for_function("document.getElementById('error').textContent !== ''")

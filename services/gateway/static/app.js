@@ -96,7 +96,7 @@
     $("api-key-field").hidden = !config.api_key_required;
     if (config.model_type === "base") {
       voices = new ClonedVoices(config, $, authHeaders);
-      voices.init().catch((error) => showError(error.message));
+      voices.init();
     }
   }
 
@@ -125,6 +125,7 @@
       showError(`${event.code}: ${event.message}`);
     } else if (event.type === "session.done") {
       setState(`done: ${event.duration_s.toFixed(2)} s of audio in ${event.segments} segment(s)`);
+      recording.isComplete = true;
       offerDownload(recording);
     }
   }
@@ -189,6 +190,7 @@
       else onAudio(message.data, sentAt, current);
     };
     ws.onclose = (close) => {
+      if (current === player) recording.isComplete = true;
       $("stop").disabled = true;
       if (close.code !== 1000) showError(`connection closed (${close.code}) ${close.reason}`);
     };

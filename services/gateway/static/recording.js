@@ -31,6 +31,7 @@
       this.sampleRate = sampleRate;
       this.chunks = [];
       this.numSamples = 0;
+      this.isComplete = false; // no more audio will come
     }
 
     add(samples) {

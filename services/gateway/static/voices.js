@@ -28,13 +28,25 @@
       $("clone").hidden = false;
       $("voice").disabled = false;
       $("save-voice").addEventListener("click", () => this.save());
+      $("api-key").addEventListener("change", () => this.refresh());
       await this.refresh();
     }
 
+    // Lists the saved voices in the picker (and selects `select`); a failure is shown beside the form.
     async refresh(select = null) {
+      try {
+        await this.list(select);
+        this.$("voice-status").textContent = "";
+      } catch (error) {
+        this.$("voice-status").textContent = error.message;
+      }
+    }
+
+    async list(select) {
       const picker = this.$("voice");
       const response = await fetch(this.config.voices_path, { headers: this.authHeaders() });
-      if (!response.ok) throw new Error(`listing voices: ${response.status} ${await response.text()}`);
+      if (response.status === 401) throw new Error("enter the API key to see the saved voices");
+      if (!response.ok) throw new Error(`could not list the saved voices: ${response.status}`);
       const listed = (await response.json()).voices.filter((voice) => voice.saved);
       picker.replaceChildren(new Option("the reference file below", FROM_FILE),
                              ...listed.map((voice) => new Option(`${voice.name} (${voice.mode})`, voice.id)));
@@ -74,7 +86,7 @@
         });
         const answer = await response.json();
         if (response.status !== 201) throw new Error(`${answer.error.code}: ${answer.error.message}`);
-        await this.refresh(answer.id);
+        await this.list(answer.id);
         status.textContent = `saved “${answer.id}”`;
       } catch (error) {
         status.textContent = `not saved: ${error.message}`;

@@ -1,5 +1,6 @@
 // The waveform of the audio as it plays: each animation frame draws the samples of the last WINDOW_S seconds up to
-// the sample playing now, taken from the PCM the page plays (so it is drawn from the same clock as playback).
+// the sample playing now, taken from the PCM the page plays (so it is drawn from the same clock as playback), until
+// the last sample of a complete recording has played.
 "use strict";
 
 (() => {
@@ -17,8 +18,9 @@
       this.stop();
       this.clear();
       const tick = () => {
-        this.draw(player, recording);
-        this.frame = requestAnimationFrame(tick);
+        const playhead = this.draw(player, recording);
+        const ended = recording.isComplete && playhead >= recording.numSamples;
+        this.frame = ended ? null : requestAnimationFrame(tick);
       };
       this.frame = requestAnimationFrame(tick);
     }
@@ -35,7 +37,7 @@
     draw(player, recording) {
       const playhead = player.playhead();
       this.report.waveform = { playhead, draws: (this.report.waveform?.draws ?? 0) + 1 };
-      if (playhead <= 0) return;
+      if (playhead <= 0) return playhead;
       const width = this.canvas.width, height = this.canvas.height;
       const span = Math.round(WINDOW_S * recording.sampleRate);
       const samples = recording.slice(Math.max(0, playhead - span), playhead);
@@ -54,6 +56,7 @@
         const top = height / 2 - (high / 32768) * (height / 2), bottom = height / 2 - (low / 32768) * (height / 2);
         context.fillRect(x, top, 1, Math.max(1, bottom - top));
       }
+      return playhead;
     }
   }
 
