@@ -14,11 +14,16 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from services.model.loader import DTYPES
+
+if TYPE_CHECKING:
+    from services.model.codec.decoder import CodecDecoder
+    from services.model.voice.voice_prompt import VoicePrompt
 
 TEXT_MODES = ("non-streaming", "streaming")
 
@@ -114,8 +119,7 @@ def _synthesize(args: argparse.Namespace) -> int:
     return 0
 
 
-
-def _voiced(codec, codes: torch.Tensor, voice) -> torch.Tensor:
+def _voiced(codec: CodecDecoder, codes: torch.Tensor, voice: VoicePrompt | None) -> torch.Tensor:
     """The audio of `codes`. An in-context clone's codes continue its reference frames: they are decoded behind
     them and the reference's part cut off (as the vocoder primes its codec state, and as the reference does)."""
     if voice is None or voice.ref_codes is None:
