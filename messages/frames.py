@@ -22,6 +22,10 @@ class CodesChunk(HotMessage, tag="codes", kw_only=True, frozen=True):
         epoch: the owner's epoch (from `owner.<id>`) that produced it.
         dtype: element type of `codes`, little-endian.
         codes: row-major [n, 16] codes, raw bytes.
+        context: row-major [m, 16] codes in `dtype` that the vocoder decodes before `codes` and does not voice
+            (empty: none). Only chunk 0 carries it: an in-context clone's reference frames, whose audio the model
+            continues, so the codec's state holds them as the reference package's decode of reference + generated
+            frames does (a few kB: at most 375 frames of a 30 s reference).
     """
 
     request_id: RequestId
@@ -30,21 +34,29 @@ class CodesChunk(HotMessage, tag="codes", kw_only=True, frozen=True):
     epoch: NonNegInt
     dtype: CodesDtype
     codes: bytes
+    context: bytes = b""  # appended last: older readers skip it
 
     def __post_init__(self) -> None:
         row_bytes = NUM_CODEBOOKS * np.dtype(self.dtype).itemsize
         if not self.codes or len(self.codes) % row_bytes:
             raise InvalidMessage(f"codes has {len(self.codes)} bytes: not a positive multiple of [.,16] {self.dtype}")
+        if len(self.context) % row_bytes:
+            raise InvalidMessage(f"context has {len(self.context)} bytes: not a multiple of [.,16] {self.dtype}")
+        if self.context and self.seq != 0:
+            raise InvalidMessage(f"chunk {self.seq} carries context frames: only chunk 0 may")
 
     @classmethod
-    def from_frames(cls, *, request_id: str, seq: int, first_frame: int, epoch: int, frames: np.ndarray) -> CodesChunk:
-        """Build from an integer array [n, 16] (int16 when every code fits, else int32)."""
-        array = np.asarray(frames)
-        if array.ndim != 2 or array.shape[1] != NUM_CODEBOOKS or array.shape[0] == 0:
-            raise InvalidMessage(f"frames must have shape [n>0, 16], got {list(array.shape)}")
-        dtype: CodesDtype = "int16" if array.min() >= -(2**15) and array.max() < 2**15 else "int32"
-        data = np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
-        return cls(request_id=request_id, seq=seq, first_frame=first_frame, epoch=epoch, dtype=dtype, codes=data)
+    def from_frames(cls, *, request_id: str, seq: int, first_frame: int, epoch: int, frames: np.ndarray,
+                    context: np.ndarray | None = None) -> CodesChunk:
+        """Build from an integer array [n, 16] (int16 when every code fits, else int32), and on chunk 0 the
+        context frames [m, 16] decoded before it and not voiced."""
+        array = _frames_array(frames, "frames")
+        rows = [array] if context is None else [array, _frames_array(context, "context")]
+        fits = all(r.min() >= -(2**15) and r.max() < 2**15 for r in rows)
+        dtype: CodesDtype = "int16" if fits else "int32"
+        data = [np.ascontiguousarray(r, dtype=np.dtype(dtype).newbyteorder("<")).tobytes() for r in rows]
+        return cls(request_id=request_id, seq=seq, first_frame=first_frame, epoch=epoch, dtype=dtype, codes=data[0],
+                   context=data[1] if context is not None else b"")
 
     @property
     def num_frames(self) -> int:
@@ -53,8 +65,22 @@ class CodesChunk(HotMessage, tag="codes", kw_only=True, frozen=True):
 
     def frames(self) -> np.ndarray:
         """The codes as an int64 array [n, 16] (a copy, ready for torch.from_numpy)."""
-        flat = np.frombuffer(self.codes, dtype=np.dtype(self.dtype).newbyteorder("<"))
+        return self._rows(self.codes)
+
+    def context_frames(self) -> np.ndarray | None:
+        """The context frames as an int64 array [m, 16], or None when the chunk has none."""
+        return self._rows(self.context) if self.context else None
+
+    def _rows(self, data: bytes) -> np.ndarray:
+        flat = np.frombuffer(data, dtype=np.dtype(self.dtype).newbyteorder("<"))
         return flat.reshape(-1, NUM_CODEBOOKS).astype(np.int64)
+
+
+def _frames_array(frames: np.ndarray, what: str) -> np.ndarray:
+    array = np.asarray(frames)
+    if array.ndim != 2 or array.shape[1] != NUM_CODEBOOKS or array.shape[0] == 0:
+        raise InvalidMessage(f"{what} must have shape [n>0, 16], got {list(array.shape)}")
+    return array
 
 
 class CodesEnd(HotMessage, tag="codes_end", kw_only=True, frozen=True):

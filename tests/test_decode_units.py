@@ -42,6 +42,16 @@ def test_chunks_ramp_from_initial_to_later_and_the_rest_goes_last():
     assert (end.seq, end.total_frames, end.reason, end.stop) == (6, 27, "finished", "length")
 
 
+def test_only_the_first_chunk_carries_the_context_frames():
+    codes = stream()
+    codes.context = np.stack([frame(100), frame(101), frame(102)])
+    for index in range(4):
+        codes.add_frame(index, frame(index))
+    first, second = codes.take_ready_chunks()
+    np.testing.assert_array_equal(first.context_frames()[:, 0], [100, 101, 102])
+    assert first.num_frames == 2 and second.context_frames() is None
+
+
 def test_chunk_ramp_respects_odd_initial_and_small_later_sizes():
     assert [ChunkRule(3, 8).size(seq) for seq in range(5)] == [3, 3, 6, 8, 8]
     assert [ChunkRule(1, 1).size(seq) for seq in range(3)] == [1, 1, 1]

@@ -4,6 +4,7 @@ work; saved voices survive a restart of the mesh and can be deleted."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -13,10 +14,14 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import soundfile
+import torch
 import websockets
 
+from services.model.codec.loader import load_codec_decoder
 from tests.fixtures.mesh import Mesh, run_mesh
 from tests.mesh_client import codes_on_bus, stream_speech
+from tests.oracle.voice_clone import clone_audio, load_wrapper
 from tests.reference_audio_files import audio_file, data_uri, reference_uri
 
 pytestmark = pytest.mark.timeout(600)
@@ -85,11 +90,49 @@ async def test_cloned_codes_equal_offline_synthesis_and_say_takes_a_file(base_me
     assert result.end["type"] == "audio.done", result.end
     codes, _ = await codes_on_bus(base_mesh.nats_url, result.request_id)
     np.testing.assert_array_equal(codes, np.load(codes_file))
+    with wave.open(str(tmp_path / "synth.wav")) as offline:  # an in-context clone's audio continues its reference's
+        offline_pcm = np.frombuffer(offline.readframes(offline.getnframes()), dtype="<i2")
+    np.testing.assert_allclose(offline_pcm, np.frombuffer(result.pcm, dtype="<i2"), atol=1, rtol=0)
     said = tmp_path / "said.wav"
     subprocess.run([sys.executable, "-m", "services.cli", "say", text, "-o", str(said), "--url",
                     base_mesh.gateway_url, "--ref-audio", str(reference), *mode], check=True)
     with wave.open(str(said)) as audio:
         assert audio.getnframes() > 0 and audio.getframerate() == 24000
+
+
+def _pcm16(samples: np.ndarray) -> np.ndarray:
+    """The vocoder's float -> s16 conversion (AudioChunk.from_float)."""
+    return np.round(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+@pytest.mark.parametrize("x_vector_only", [False, True], ids=["in-context", "x-vector"])
+async def test_cloned_audio_equals_the_reference_packages(base_mesh: Mesh, tiny_base_checkpoint: Path,
+                                                          x_vector_only: bool):
+    """The reference decodes an in-context clone's reference frames in front of the generated ones and cuts
+    their audio off, so the first audio differs from decoding the generated frames alone: the vocoder primes the
+    request's codec state with them (chunk 0's context) and matches it to within one step of 16 bits (the codec
+    parity tests' 1e-5). An x-vector clone is the generated frames' audio alone, as before."""
+    wav = audio_file(2.5, 24000, seed=9)
+    samples, rate = soundfile.read(io.BytesIO(wav), dtype="float32")
+    text, frames = "The reference package decodes this.", 20
+    fields = {"x_vector_only_mode": True} if x_vector_only else {"ref_text": REF_TEXT}
+    result = await stream_speech(base_mesh.gateway_url, {"input": text, "temperature": 0, "max_new_tokens": frames,
+                                                         "ref_audio": data_uri(wav)} | fields)
+    assert result.end["type"] == "audio.done", result.end
+    codes, _ = await codes_on_bus(base_mesh.nats_url, result.request_id)
+    mesh = np.frombuffer(result.pcm, dtype="<i2")
+    assert mesh.shape[0] == codes.shape[0] * 1920
+
+    expected = clone_audio(load_wrapper(tiny_base_checkpoint), tiny_base_checkpoint, text, samples, rate,
+                           None if x_vector_only else REF_TEXT, x_vector_only, frames)
+    # The reference cuts at int(ref / total * samples), which float rounding sometimes puts one sample early.
+    assert expected.shape[0] - mesh.shape[0] in ((0,) if x_vector_only else (0, 1))
+    np.testing.assert_allclose(mesh, _pcm16(expected[-mesh.shape[0]:]), atol=1, rtol=0)
+
+    alone = _pcm16(load_codec_decoder(tiny_base_checkpoint / "speech_tokenizer").decode(
+        torch.from_numpy(codes)).numpy())
+    first_frame_gap = int(np.abs(alone[:1920].astype(np.int32) - mesh[:1920]).max())
+    assert (first_frame_gap <= 1) == x_vector_only, f"decoded alone, the first frame is off by {first_frame_gap}"
 
 
 def test_a_saved_voice_speaks_as_its_reference_does_and_survives_a_restart(tiny_base_checkpoint: Path,

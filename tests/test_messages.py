@@ -81,6 +81,12 @@ def test_codes_and_audio_payload_helpers() -> None:
     wide = m.CodesChunk.from_frames(request_id="r", seq=0, first_frame=0, epoch=1, frames=FRAMES * 1000)
     assert wide.dtype == "int32"
     np.testing.assert_array_equal(wide.frames(), FRAMES * 1000)
+    primed = m.CodesChunk.from_frames(request_id="r", seq=0, first_frame=0, epoch=1, frames=FRAMES,
+                                      context=FRAMES[:2] * 1000)
+    assert primed.dtype == "int32" and primed.num_frames == 3 and chunk.context_frames() is None
+    np.testing.assert_array_equal(m.decode(m.encode(primed), m.CodesChunk).context_frames(), FRAMES[:2] * 1000)
+    with pytest.raises(m.InvalidMessage, match="only chunk 0"):
+        m.CodesChunk.from_frames(request_id="r", seq=1, first_frame=3, epoch=1, frames=FRAMES, context=FRAMES)
     audio = SAMPLES[7]
     assert audio.num_samples == SAMPLES_PER_FRAME and audio.samples()[0] == -32767 and audio.samples()[-1] == 32767
     assert m.decode(m.encode(SAMPLES[22]), m.StepReply).rows().shape == (2, 15)

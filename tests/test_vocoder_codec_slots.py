@@ -63,11 +63,25 @@ async def test_streams_decode_in_their_slots_and_a_released_slot_is_reused_clean
         await worker.decode(first, codes[0][:2])
 
 
+async def test_context_frames_prime_the_stream_and_are_not_voiced(worker, codec_decoder):
+    """An in-context clone's reference frames: decoded into the state, their audio dropped, so the rest sounds as
+    the tail of a decode of reference + generated frames (and unlike the generated frames decoded alone)."""
+    context, codes = (random_codes(n, codec_decoder.config.codebook_size, seed=n) for n in (11, 6))
+    stream = await worker.new_stream()
+    first = await worker.decode(stream, codes[:2], context)
+    rest = await worker.decode(stream, codes[2:])
+    full = codec_decoder.decode(torch.from_numpy(np.concatenate([context, codes]))).numpy()
+    assert np.abs(np.concatenate([first, rest]) - full[11 * 1920:]).max() <= 1e-5
+    alone = codec_decoder.decode(torch.from_numpy(codes)).numpy()
+    assert np.abs(first - alone[:2 * 1920]).max() > 1e-3
+    stream.release()
+
+
 async def test_queued_work_of_a_released_stream_is_dropped(worker, codec_decoder):
     live, ended = await worker.new_stream(), await worker.new_stream()
     codes = random_codes(2, codec_decoder.config.codebook_size, seed=7)
     loop = asyncio.get_running_loop()
-    jobs = [_Job(live, codes, loop.create_future()), _Job(ended, codes, loop.create_future())]
+    jobs = [_Job(live, codes, 0, loop.create_future()), _Job(ended, codes, 0, loop.create_future())]
     ended.release()  # after the jobs were queued, before the batcher handed them to the thread
     await worker._run_batch(jobs)
     assert jobs[0].done.result().shape == (2 * worker.samples_per_frame,)

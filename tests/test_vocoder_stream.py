@@ -110,6 +110,35 @@ async def test_redecode_from_a_sequence_republishes_identical_bytes(bus, codec_m
     assert len(await stored_terminals(bus.js, request_id)) == 1, "a re-decode publishes no second terminal"
 
 
+async def test_context_frames_prime_the_live_stream_and_its_redecode(bus, codec_model_dir, codec_decoder):
+    """An in-context clone: chunk 0 carries the reference frames, whose audio is not voiced; the audio is the tail of
+    a full decode of reference + generated frames, and a re-decode from CODES primes its fresh state the same way."""
+    size = codec_decoder.config.codebook_size
+    context, codes = random_codes(9, size, seed=4), random_codes(12, size, seed=5)
+    request_id = "req-context"
+    async with running_vocoder(bus, codec_model_dir):
+        decode_replica = StandInDecode(bus, request_id)
+        listener = await Listener.open(bus.nc, request_id)
+        await decode_replica.start()
+        await decode_replica.chunks(codes, [2, 2, 8], context=context)
+        await decode_replica.finish()
+        terminal = await listener.terminal()
+        first_time = {c.seq: c for c in listener.audio}
+        reply = await bus.nc.request(subjects.redecode(subjects.partition_for(request_id, NUM_PARTITIONS)),
+                                     encode(RedecodeRequest(request_id=request_id, from_seq=1)), timeout=WAIT_S)
+        assert decode(reply.data, RedecodeReply).accepted
+        again = await listener.audio_chunks(2)
+
+    assert (terminal.frames, terminal.chunk_count) == (12, 3) and listener.audio[0].first_sample == 0
+    full = full_decode_pcm(codec_decoder, np.concatenate([context, codes])).astype(np.int32)
+    streamed = pcm_of(listener.audio[:3]).astype(np.int32)
+    assert np.abs(streamed - full[9 * SAMPLES_PER_FRAME:]).max() <= 1
+    alone = full_decode_pcm(codec_decoder, codes).astype(np.int32)
+    assert np.abs(streamed - alone).max() > 100, "the context must change the audio, or equality proves nothing"
+    for chunk in again:
+        assert encode(chunk) == encode(first_time[chunk.seq]), f"re-decoded chunk {chunk.seq} differs"
+
+
 async def test_concurrent_requests_are_decoded_in_shared_codec_batches(bus, codec_model_dir, codec_decoder):
     ids = [f"req-batch-{n}" for n in range(4)]
     codes = {rid: random_codes(18, codec_decoder.config.codebook_size, seed=10 + n) for n, rid in enumerate(ids)}

@@ -159,18 +159,19 @@ class StandInDecode:
             self.bus.js, partition=self.partition, request_id=self.request_id, epoch=claim.record.epoch,
             replica=self.replica, last_sequence=0, resume_frame=0, next_seq=0)
 
-    async def chunk(self, frames: np.ndarray) -> CodesChunk:
+    async def chunk(self, frames: np.ndarray, context: np.ndarray | None = None) -> CodesChunk:
         message = CodesChunk.from_frames(request_id=self.request_id, seq=self.next_seq, first_frame=self.frames,
-                                         epoch=self.publisher.epoch, frames=frames)
+                                         epoch=self.publisher.epoch, frames=frames, context=context)
         await self.publisher.publish(message)
         self.next_seq += 1
         self.frames += frames.shape[0]
         return message
 
-    async def chunks(self, codes: np.ndarray, sizes: list[int]) -> None:
+    async def chunks(self, codes: np.ndarray, sizes: list[int], context: np.ndarray | None = None) -> None:
+        """Publish `codes` in chunks of `sizes`; the first carries `context` (frames decoded before it, unvoiced)."""
         start = 0
         for size in sizes:
-            await self.chunk(codes[start:start + size])
+            await self.chunk(codes[start:start + size], context if start == 0 else None)
             start += size
 
     async def finish(self, stop: str = "eos") -> CodesEnd:

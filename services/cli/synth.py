@@ -14,11 +14,16 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from services.model.loader import DTYPES
+
+if TYPE_CHECKING:
+    from services.model.codec.decoder import CodecDecoder
+    from services.model.voice.voice_prompt import VoicePrompt
 
 TEXT_MODES = ("non-streaming", "streaming")
 
@@ -102,7 +107,7 @@ def _synthesize(args: argparse.Namespace) -> int:
     codes = generate(model, request, max_frames, *default_sampling(model.generation, args.greedy), seed=seed,
                      ignore_eos=args.ignore_eos)
     codec = load_codec_decoder(args.model / "speech_tokenizer", device=args.device, dtype=DTYPES[args.dtype])
-    samples = codec.decode(codes.to(codec.device)).float().cpu().numpy()
+    samples = _voiced(codec, codes, request.voice).float().cpu().numpy()
     # The vocoder service's float -> s16 conversion, so offline and mesh audio agree sample for sample.
     pcm = AudioChunk.from_float(request_id="synth", seq=0, first_sample=0, sample_rate=codec.sample_rate, samples=samples).pcm
     args.output.write_bytes(wav_bytes(pcm, codec.sample_rate))
@@ -113,3 +118,12 @@ def _synthesize(args: argparse.Namespace) -> int:
     print(f"{codes.shape[0]} frames, {seconds:.2f} s of audio ({mode}) in {time.perf_counter() - started:.2f} s -> {args.output}")
     return 0
 
+
+def _voiced(codec: CodecDecoder, codes: torch.Tensor, voice: VoicePrompt | None) -> torch.Tensor:
+    """The audio of `codes`. An in-context clone's codes continue its reference frames: they are decoded behind
+    them and the reference's part cut off (as the vocoder primes its codec state, and as the reference does)."""
+    if voice is None or voice.ref_codes is None:
+        return codec.decode(codes.to(codec.device))
+    context = voice.ref_codes.to(device=codec.device, dtype=codes.dtype)
+    audio = codec.decode(torch.cat([context, codes.to(codec.device)]))
+    return audio[context.shape[0] * codec.samples_per_frame:]

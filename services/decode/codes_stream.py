@@ -51,6 +51,9 @@ class CodesStream:
     num_landed_frames: int = 0
     """Frames those chunks carry."""
     retry: PublishRetry = PublishRetry()
+    context: np.ndarray | None = None
+    """Frames [m, 16] chunk 0 carries for the vocoder to decode before it, unvoiced (an in-context clone's reference
+    frames); set before the first chunk is taken."""
     _pending: list[np.ndarray] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -92,7 +95,7 @@ class CodesStream:
         frames, self._pending = self._pending[:count], self._pending[count:]
         chunk = CodesChunk.from_frames(request_id=self.request_id, seq=self.next_seq,
                                        first_frame=self.num_published_frames, epoch=self.epoch,
-                                       frames=np.stack(frames))
+                                       frames=np.stack(frames), context=self.context if self.next_seq == 0 else None)
         self.next_seq += 1
         self.num_published_frames += count
         return chunk

@@ -255,6 +255,8 @@ class Intake:
             except AdmissionError as exc:
                 await core.end(active, Ending(error=ErrorInfo(code=exc.code, stage=Stage.DECODE, message=exc.message)))
                 return
+            if (voice := admission.prompt.voice) is not None and voice.ref_codes is not None:
+                active.stream.context = voice.ref_codes.numpy()  # the vocoder primes its codec state with them
         try:
             # On the admission thread: the prompt is built while the engine thread steps.
             outcome, active.num_prompt_tokens = await self.admission.run(_add_to_engine, core.engine, admission,

@@ -51,6 +51,8 @@ class CodecStream:
 class _Job:
     stream: CodecStream
     codes: np.ndarray
+    """The context frames (if any) followed by the frames to voice."""
+    num_context_frames: int
     done: asyncio.Future = field(repr=False)
 
 
@@ -145,17 +147,23 @@ class CodecWorker:
         if not self._closed:
             self._executor.submit(self.slots.release, stream.slot).add_done_callback(_log_release_error)
 
-    async def decode(self, stream: CodecStream, codes: np.ndarray) -> np.ndarray:
+    async def decode(self, stream: CodecStream, codes: np.ndarray, context: np.ndarray | None = None) -> np.ndarray:
         """Decode the next frames of one stream: int array [n, 16] -> float32 samples [n * samples_per_frame].
 
+        `context` ([m, 16], or None) is decoded into the stream's state first and not voiced: the codec's history
+        then holds it, as a decode of context + codes would (an in-context clone's reference frames).
         Raises UndecodableCodes for codes of the wrong shape or out of the codebook's range (checked here, so one
         bad chunk never fails the other requests of its batch), CodecFailure when the stream was released first.
         """
         self._validate(codes)
+        if context is not None:
+            self._validate(context)
+            codes = np.concatenate([context, codes])
         if stream.is_released:
             raise CodecFailure(f"{stream} was released: its request ended")
         self._ensure_batcher()
-        job = _Job(stream, codes, asyncio.get_running_loop().create_future())
+        num_context = 0 if context is None else context.shape[0]
+        job = _Job(stream, codes, num_context, asyncio.get_running_loop().create_future())
         self._queue.put_nowait(job)
         return await job.done
 
@@ -192,6 +200,7 @@ class CodecWorker:
         try:
             outputs = await self.run_on_thread(self._decode_on_thread, [j.stream.slot for j in jobs],
                                                [j.codes for j in jobs])
+            outputs = [audio[j.num_context_frames * self.samples_per_frame:] for j, audio in zip(jobs, outputs)]
         except Exception as exc:  # a model error fails this batch's requests, never the batcher
             log.exception("codec call of %d chunks failed", len(jobs))
             failure = CodecFailure(f"the codec failed: {exc!r}")

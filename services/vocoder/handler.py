@@ -126,7 +126,7 @@ class CodesHandler:
 
     async def _voice(self, stream: RequestStream, chunk: CodesChunk, *, publish: bool) -> None:
         """Decode one chunk into the stream's codec state; publish its audio when `publish`."""
-        samples = await self._codec.decode(stream.codec_state, chunk.frames())
+        samples = await self._codec.decode(stream.codec_state, chunk.frames(), chunk.context_frames())
         if publish:
             await self._audio.publish(chunk, samples)
             if chunk.seq == 0 and not stream.first_audio_sent:

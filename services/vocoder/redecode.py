@@ -79,7 +79,8 @@ class Redecoder:
                 state = await self._codec.new_stream()
                 try:
                     for item in chunks:
-                        samples = await self._codec.decode(state, item.message.frames())
+                        samples = await self._codec.decode(state, item.message.frames(),
+                                                           item.message.context_frames())
                         if item.message.seq >= request.from_seq:
                             await self._audio.publish(item.message, samples)
                 finally:

@@ -3,17 +3,21 @@
 // Each binary frame (s16le mono) becomes an AudioBuffer scheduled to start exactly where the previous one ends, so
 // consecutive buffers play back to back. The first buffer starts START_LEAD_S after it arrives: a small jitter
 // buffer. If a frame arrives after the audio scheduled so far has run out (the network or the mesh fell behind),
-// playback is re-anchored to now, and that underrun is counted.
+// playback is re-anchored to now, and that underrun is counted. The PCM is also kept (recording.js): the waveform
+// (waveform.js) is drawn from it as it plays, and once the request is done it is offered as a WAV file. A base model
+// speaks in a cloned voice: a saved one, or a reference audio file sent with the request (voices.js).
 "use strict";
 
 (() => {
   const START_LEAD_S = 0.2;
   const config = JSON.parse(document.getElementById("voxmesh-config").textContent);
   const $ = (id) => document.getElementById(id);
+  const { ClonedVoices, Recording, Waveform } = window.voxmeshParts;
 
   // What happened in the last session, for people (the page) and for tests (window.voxmesh).
   const report = window.voxmesh = {
     config, events: [], buffers: [], scheduledSamples: 0, underruns: 0, firstPacketMs: null, audioDone: [],
+    waveform: null,
   };
 
   class StreamPlayer {
@@ -23,10 +27,11 @@
       this.anchor = null; // context time of sample 0 of the current back-to-back run
       this.offset = 0; // samples scheduled since the anchor
       this.sources = new Set();
+      this.placed = []; // {start, first, samples} of every buffer: where each sample plays, for the waveform
+      this.numSamples = 0;
     }
 
-    schedule(pcm) {
-      const samples = new Int16Array(pcm);
+    schedule(samples) {
       const buffer = this.context.createBuffer(1, samples.length, this.sampleRate);
       const channel = buffer.getChannelData(0);
       for (let i = 0; i < samples.length; i++) channel[i] = samples[i] / 32768;
@@ -45,8 +50,20 @@
       this.sources.add(source);
       report.buffers.push({ start, anchor: this.anchor, offset: this.offset, samples: samples.length,
                             contextTimeAtSchedule: now });
+      this.placed.push({ start, first: this.numSamples, samples: samples.length });
       this.offset += samples.length;
+      this.numSamples += samples.length;
       return samples.length;
+    }
+
+    // How many samples have played by now (the index of the sample playing now).
+    playhead() {
+      const now = this.context.currentTime;
+      for (let i = this.placed.length - 1; i >= 0; i--) {
+        const { start, first, samples } = this.placed[i];
+        if (start <= now) return first + Math.min(samples, Math.floor((now - start) * this.sampleRate));
+      }
+      return 0;
     }
 
     stop() {
@@ -58,16 +75,29 @@
 
   let socket = null;
   let player = null;
+  let recording = null;
+  let downloadUrl = null;
+  let voices = null; // a base model's ClonedVoices
+  const waveform = new Waveform($("waveform"), report);
 
   function setState(text) { $("state").textContent = text; }
 
   function showError(message) { $("error").textContent = message; }
+
+  function authHeaders() {
+    const key = $("api-key").value.trim();
+    return key ? { Authorization: `Bearer ${key}` } : {};
+  }
 
   function fillPickers() {
     for (const voice of config.voices) $("voice").add(new Option(voice, voice));
     for (const language of config.languages) $("language").add(new Option(language, language));
     $("voice").disabled = config.voices.length === 0;
     $("api-key-field").hidden = !config.api_key_required;
+    if (config.model_type === "base") {
+      voices = new ClonedVoices(config, $, authHeaders);
+      voices.init();
+    }
   }
 
   function sessionSettings() {
@@ -75,6 +105,13 @@
     if (config.voices.length) settings.voice = $("voice").value;
     settings.language = $("language").value;
     return { type: "session.update", ...settings };
+  }
+
+  function offerDownload(done) {
+    if (downloadUrl !== null) URL.revokeObjectURL(downloadUrl);
+    downloadUrl = done ? URL.createObjectURL(done.wav()) : null;
+    $("download").href = downloadUrl ?? "#";
+    $("download").hidden = downloadUrl === null;
   }
 
   function onEvent(event, current) {
@@ -88,21 +125,25 @@
       showError(`${event.code}: ${event.message}`);
     } else if (event.type === "session.done") {
       setState(`done: ${event.duration_s.toFixed(2)} s of audio in ${event.segments} segment(s)`);
+      recording.isComplete = true;
+      offerDownload(recording);
     }
   }
 
   function onAudio(pcm, sentAt, current) {
+    const samples = new Int16Array(pcm);
+    recording.add(samples);
     if (report.firstPacketMs === null) {
       report.firstPacketMs = performance.now() - sentAt;
       $("first-packet").textContent = `${report.firstPacketMs.toFixed(0)} ms`;
       setState("playing");
     }
-    report.scheduledSamples += current.schedule(pcm);
+    report.scheduledSamples += current.schedule(samples);
     $("samples-scheduled").textContent = String(report.scheduledSamples);
     $("seconds-scheduled").textContent = `${(report.scheduledSamples / config.sample_rate).toFixed(2)} s`;
   }
 
-  function speak() {
+  async function speak() {
     let settings;
     try {
       settings = sessionSettings();
@@ -112,11 +153,24 @@
     }
     stop();
     Object.assign(report, { events: [], buffers: [], scheduledSamples: 0, underruns: 0, firstPacketMs: null,
-                            audioDone: [] });
+                            audioDone: [], waveform: null });
     showError("");
+    offerDownload(null);
     $("first-packet").textContent = "–";
     $("samples-scheduled").textContent = "0";
     const current = player = new StreamPlayer(config.sample_rate); // in the click: a gesture may start audio
+    recording = new Recording(config.sample_rate);
+    waveform.start(current, recording);
+    if (voices !== null) {
+      try { // a saved voice, or the reference file read now
+        Object.assign(settings, await voices.sessionFields());
+      } catch (error) {
+        showError(error.message);
+        stop();
+        return;
+      }
+      if (current !== player) return; // stopped or restarted while the file was read
+    }
     const url = new URL(config.stream_path, location.href);
     url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
     const key = $("api-key").value.trim();
@@ -136,6 +190,7 @@
       else onAudio(message.data, sentAt, current);
     };
     ws.onclose = (close) => {
+      if (current === player) recording.isComplete = true;
       $("stop").disabled = true;
       if (close.code !== 1000) showError(`connection closed (${close.code}) ${close.reason}`);
     };
@@ -149,6 +204,7 @@
       setState("stopped");
     }
     if (player) player.stop();
+    waveform.stop();
     socket = null;
     player = null;
     $("stop").disabled = true;

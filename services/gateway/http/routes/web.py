@@ -1,7 +1,9 @@
-"""The web page at `/`: type text, pick a voice, hear it as it streams (services/gateway/static/).
+"""The web page at `/`: type text, pick a voice (or clone one), hear it as it streams, see its waveform, download
+it (services/gateway/static/).
 
 The page's settings (model, voices of the served checkpoint, languages) are written into it as JSON when it is
-served, so it needs no other endpoint; the audio comes over the WebSocket `/v1/audio/speech/stream`.
+served; the audio comes over the WebSocket `/v1/audio/speech/stream`. A base model's page lists and saves cloned
+voices through `/v1/audio/voices` and sends a reference file as the request's `ref_audio`.
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse
 
 from messages.audio_format import SAMPLE_RATE
+from messages.errors import ErrorCode
 from services.gateway.deps import GatewayDep
+from services.gateway.errors import GatewayError
 
 router = APIRouter()
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
 CONFIG_PLACEHOLDER = "{{VOXMESH_CONFIG}}"
+SCRIPTS = ("app", "recording", "voices", "waveform")
+"""The page's scripts, /static/<name>.js: the player and session, the kept PCM and its WAV, cloned voices, the
+waveform."""
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -27,13 +34,16 @@ async def index(gateway: GatewayDep) -> HTMLResponse:
     catalog = gateway.catalog
     config = {"model": catalog.model, "voices": list(catalog.speakers), "languages": list(catalog.languages),
               "sample_rate": SAMPLE_RATE, "api_key_required": bool(gateway.api_keys),
-              "stream_path": "/v1/audio/speech/stream"}
+              "stream_path": "/v1/audio/speech/stream", "model_type": catalog.model_type,
+              "voices_path": "/v1/audio/voices"}
     # "<" escaped: the JSON sits in a <script> element and must not be able to close it.
     page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
     return HTMLResponse(page.replace(CONFIG_PLACEHOLDER, json.dumps(config).replace("<", "\\u003c")))
 
 
-@router.get("/static/app.js", include_in_schema=False)
-async def script() -> FileResponse:
-    """The page's player."""
-    return FileResponse(STATIC_DIR / "app.js", media_type="text/javascript")
+@router.get("/static/{name}.js", include_in_schema=False)
+async def script(name: str) -> FileResponse:
+    """One of the page's scripts (only those: the name never reaches the file system otherwise)."""
+    if name not in SCRIPTS:
+        raise GatewayError(ErrorCode.NOT_FOUND, f"no script {name}.js", status=404)
+    return FileResponse(STATIC_DIR / f"{name}.js", media_type="text/javascript")
