@@ -19,11 +19,12 @@ import msgspec
 import pytest
 import torch
 
+from messages import subjects
 from messages.codec import encode
 from messages.errors import TransferCode
 from services.transfer import KvTransferAgent, TransferFailed, describe, tag_of
 from services.transfer.fetch import CANCEL_GRACE_S
-from tests.kv_transfer_peer import sample_tensors
+from tests.kv_transfer_peer import big_tensor, sample_tensors
 
 PATTERN = 0xA5  # what a receiving buffer holds before a fetch; a failed fetch must leave it so
 
@@ -192,6 +193,50 @@ async def test_a_peer_that_answers_but_never_sends_trips_the_watchdog_and_the_re
     await fetcher.fetch(encode(msgspec.structs.replace(real, replica="prefill-e")), f32, timeout_s=30)
     assert same_bits(f32, expected["f32"]) and untouched(out)
     await peer.quit()
+
+
+async def test_a_peer_stopped_once_its_send_started_trips_the_watchdog_and_the_receive_is_cancelled(
+        peers, fetcher, nats_client):
+    """The fetch reaches the peer through a front (this test) that passes the request on, so the peer starts its
+    send and answers, then stops the peer (SIGSTOP) before handing the answer back: the fetch posts its receive for
+    data that is in flight (or queued) and stays so. The watchdog fires in time and closing the endpoint settles
+    the receive, so the buffer is released (a stop mid-way would leave part of the data in it: what a caller's
+    staging buffer is for)."""
+    peer = await peers("prefill-i", "--big")
+
+    async def stop_after_the_send_started(msg) -> None:
+        answer = await nats_client.request(subjects.kv_transfer("prefill-i"), msg.data, timeout=30)
+        os.kill(peer.process.pid, signal.SIGSTOP)
+        await msg.respond(answer.data)
+
+    await nats_client.subscribe(subjects.kv_transfer("prefill-i-front"), cb=stop_after_the_send_started)
+    offer = describe(peer.offers["big"])
+    out = patterned_like(big_tensor())
+    started = time.monotonic()
+    with pytest.raises(TransferFailed) as failed:
+        await fetcher.fetch(encode(msgspec.structs.replace(offer, replica="prefill-i-front")), out, timeout_s=2)
+    assert failed.value.code == TransferCode.STALLED and failed.value.out_released
+    assert time.monotonic() - started < 2 + CANCEL_GRACE_S + 1.0 and fetcher.num_fenced == 0
+
+
+async def test_a_peer_killed_once_its_send_started_fails_the_fetch_before_the_watchdog(peers, fetcher, nats_client):
+    """As above, but the peer is killed: UCX sees its connection drop, so the fetch fails `unreachable` at once
+    instead of waiting for the watchdog, and the buffer is released."""
+    peer = await peers("prefill-j", "--big")
+
+    async def kill_after_the_send_started(msg) -> None:
+        answer = await nats_client.request(subjects.kv_transfer("prefill-j"), msg.data, timeout=30)
+        peer.kill()
+        await msg.respond(answer.data)
+
+    await nats_client.subscribe(subjects.kv_transfer("prefill-j-front"), cb=kill_after_the_send_started)
+    offer = describe(peer.offers["big"])
+    started = time.monotonic()
+    with pytest.raises(TransferFailed) as failed:
+        await fetcher.fetch(encode(msgspec.structs.replace(offer, replica="prefill-j-front")),
+                            patterned_like(big_tensor()), timeout_s=20)
+    assert failed.value.code == TransferCode.UNREACHABLE and failed.value.out_released
+    assert time.monotonic() - started < 10 and fetcher.num_fenced == 0
 
 
 async def test_a_killed_peer_fails_the_fetch_clearly(peers, fetcher):

@@ -97,6 +97,11 @@ class KvTransferAgent:
         """Offers held: not yet fetched, or being sent."""
         return len(self._offers)
 
+    @property
+    def num_fenced(self) -> int:
+        """Receiving buffers still held because a cancelled receive into them has not settled (normally 0)."""
+        return self._fetcher.num_fenced
+
     async def close(self) -> None:
         """Stop answering, cancel what is in flight (closing every endpoint), drop the offers."""
         if self._subscription is not None:
