@@ -82,13 +82,17 @@ class KvTransferAgent:
         return encode(descriptor)
 
     async def fetch(self, descriptor: bytes, out: torch.Tensor, timeout_s: float) -> None:
-        """Receive the offered tensor into `out` (preallocated, contiguous, the same number of bytes): nothing is
-        visible in `out` until this returns.
+        """Receive the offered tensor into `out` (preallocated, contiguous, the same number of bytes; a staging
+        buffer, never live KV: its contents are whole only once this returns).
 
-        Raises TransferFailed: `stalled` (no answer or no data within `timeout_s`: the watchdog), `unknown` (the
-        peer no longer holds it: expired, fetched, restarted, a stale attempt), `unreachable` (no peer answers, or
-        UCX lost it), `mismatch` (sizes disagree), `malformed` (a bad descriptor). On failure the receive is
-        cancelled, so `out` may be reused or freed, unless the error's `out_released` is False.
+        The offering replica is asked over NATS first; the receive is posted only once it answered that the send
+        started. Raises TransferFailed: `stalled` (no answer or no data within `timeout_s`: the watchdog; raised
+        within `timeout_s` plus the cancellation's settling, under a second), `unknown` (the peer no longer holds
+        it: expired, fetched, restarted, a stale attempt), `unreachable` (no peer answers, or UCX lost it
+        mid-transfer), `mismatch` (sizes disagree), `malformed` (a bad descriptor or reply). A failure before the
+        answer leaves `out` untouched; after it, `out` may hold part of the data. Either way the receive is no
+        longer posted (cancelled by closing the endpoint to that peer, which fails that peer's other fetches in
+        flight too), so `out` may be reused or freed, unless the error's `out_released` is False.
         """
         await self._fetcher.fetch(descriptor, out, timeout_s)
 
