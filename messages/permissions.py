@@ -3,8 +3,9 @@
 The server enforces these lists (`services.bus.nats_auth` writes them into its configuration). The rules they make
 true: the gateway never publishes codes or audio; decode never publishes requests or audio; the vocoder never
 publishes requests or codes; prefill never publishes requests, codes or audio; only prefill answers on a KV transfer
-subject (decode asks there, and may not subscribe: it cannot pose as the replica holding an offer); only `provision` creates, changes or deletes streams and the KV bucket; `observer`
-only reads (events, `$SRV` discovery, stream and KV listings), and never a request's text.
+subject (decode asks there, and may not subscribe: it cannot pose as the replica holding an offer); only `provision`
+creates, changes or deletes streams and the KV bucket; `observer` only reads (events, `$SRV` discovery, stream and KV
+listings), and never a request's text.
 Replies to requests a user received (micro endpoints, `$SRV` pings) are allowed by `allow_responses`, so no user
 needs to publish on `_INBOX.>`.
 """
