@@ -63,8 +63,10 @@ class KvTransferAgent:
         """Keep `tensor` (contiguous) until a decode replica fetched it or `ttl_s` passed (then drop it, logged).
 
         Returns the transfer descriptor (msgspec bytes: replica, worker address, tag, nbytes, dtype, shape) that goes
-        into `PrefillHandoff.transfer`. Do not write into `tensor` until its offer is dropped. ValueError for a
-        tensor that is not contiguous or is empty, a dtype a descriptor cannot name, or an attempt already offered.
+        into `PrefillHandoff.transfer`. Call it on the agent's event loop. Do not write into `tensor` while it is
+        offered (`num_offers` counts what is held); on CUDA the send waits for the work queued on the current stream
+        before this call. ValueError for a tensor that is not contiguous or is empty, a dtype a descriptor cannot
+        name, or an attempt already offered.
         """
         if self._subscription is None:
             raise RuntimeError(f"replica {self.replica}'s agent was started with offers=False: it only fetches")
