@@ -1,12 +1,13 @@
 """An offering replica in its own process, for the KV transfer tests: it offers `sample_tensors()` and prints their
-descriptors, then obeys stdin (`count`: print how many offers it holds; `quit`: close and exit).
+descriptors, then obeys stdin (`count`: print how many offers it holds; `drained`: print DRAINED once it holds none;
+`quit`: close and exit).
 
     python -m tests.kv_transfer_peer --nats URL --replica NAME [--attempt N] [--ttl S] [--silent-as NAME] [--big]
 
 `--silent-as NAME` answers fetch requests on NAME's transfer subject with "the send has started" and never sends;
 the descriptors it prints name NAME, so a fetcher posts its receive and waits for data that never comes.
 `--big` also offers `big_tensor()`.
-Lines on stdout: `OFFER <name> <descriptor hex>` per tensor, then `READY`; `COUNT <n>`; `CLOSED`.
+Lines on stdout: `OFFER <name> <descriptor hex>` per tensor, then `READY`; `COUNT <n>`; `DRAINED`; `CLOSED`.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ async def run(args: argparse.Namespace) -> None:
     while (command := (await loop.run_in_executor(None, sys.stdin.readline)).strip()) not in ("quit", ""):
         if command == "count":
             _say(f"COUNT {agent.num_offers}")
+        elif command == "drained":
+            await agent.drained()
+            _say("DRAINED")
     await agent.close()
     await nc.close()
     _say("CLOSED")

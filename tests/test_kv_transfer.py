@@ -53,7 +53,7 @@ class Peer:
             line = await asyncio.to_thread(self.process.stdout.readline)
             if not line:
                 raise RuntimeError(f"peer {self.replica} exited (rc {self.process.wait()})")
-            if line.split()[:1] in (["OFFER"], ["READY"], ["COUNT"], ["CLOSED"]):
+            if line.split()[:1] in (["OFFER"], ["READY"], ["COUNT"], ["DRAINED"], ["CLOSED"]):
                 return line.strip()
 
     async def ready(self) -> Peer:
@@ -66,6 +66,12 @@ class Peer:
         self.process.stdin.write("count\n")
         self.process.stdin.flush()
         return int((await self.line()).split()[1])
+
+    async def drained(self) -> None:
+        """Return once the peer holds no offer (each fetched and its send completed, or dropped)."""
+        self.process.stdin.write("drained\n")
+        self.process.stdin.flush()
+        assert await asyncio.wait_for(self.line(), 30) == "DRAINED"
 
     async def quit(self) -> None:
         self.process.stdin.write("quit\n")
@@ -130,7 +136,8 @@ async def test_offered_tensors_arrive_bit_equal_in_another_process(peers, fetche
         await fetcher.fetch(peer.offers[name], out, timeout_s=30)
         assert same_bits(out, tensor), name
     assert expected["odd_u8"].numel() % 8 and (expected["odd_bf16"].numel() * 2) % 8
-    assert await peer.count() == 0  # each offer dropped once its send completed
+    await peer.drained()  # each offer dropped once its send completed (a moment after the data arrived here)
+    assert await peer.count() == 0
     await peer.quit()
 
 

@@ -103,6 +103,12 @@ class KvTransferAgent:
         """Offers held: not yet fetched, or being sent."""
         return len(self._offers)
 
+    async def drained(self) -> None:
+        """Return once no offer is held: each was fetched (its send completed) or dropped. A prefill replica that
+        stops taking requests awaits this (with its own bound) before `close`, so no decode replica is left
+        asking."""
+        await self._offers.drained()
+
     @property
     def num_fenced(self) -> int:
         """Receiving buffers still held because a cancelled receive into them has not settled (normally 0)."""
