@@ -20,8 +20,9 @@ import pytest
 import torch
 
 from messages import subjects
-from messages.codec import encode
+from messages.codec import decode, encode
 from messages.errors import TransferCode
+from messages.kv_transfer import FetchReply, FetchRequest
 from services.transfer import KvTransferAgent, TransferFailed, describe, tag_of
 from services.transfer.fetch import CANCEL_GRACE_S
 from tests.kv_transfer_peer import big_tensor, sample_tensors
@@ -313,3 +314,20 @@ async def test_bad_descriptors_and_wrong_sizes_fail_before_anything_is_asked(nat
     finally:
         await offering.close()
     assert offering.num_offers == 0
+
+
+async def test_a_send_to_an_asker_that_never_receives_is_cancelled_when_the_offers_time_runs_out(nats_client, fetcher):
+    """An asker that asks and then never posts its receive (stopped, or a bug): the send cannot complete (the data
+    goes by rendezvous), so the offer's time running out cancels it, and the offering replica drains."""
+    offering = await KvTransferAgent.start(nats_client, "prefill-k", offers=True)
+    try:
+        tensor = sample_tensors()["f32"]
+        offered_at = time.monotonic()
+        offer = describe(offering.offer("req-asker-gone", 0, tensor, ttl_s=0.5))
+        ask = FetchRequest(tag=offer.tag, nbytes=offer.nbytes, worker_address=fetcher.worker_address)
+        answer = await nats_client.request(subjects.kv_transfer("prefill-k"), encode(ask), timeout=10)
+        assert decode(answer.data, FetchReply).refusal is None and offering.num_offers == 1
+        await asyncio.wait_for(offering.drained(), 10)
+        assert offering.num_offers == 0 and time.monotonic() - offered_at >= 0.5  # dropped by its time, not a send
+    finally:
+        await offering.close()
