@@ -14,6 +14,7 @@ import httpx
 import nats
 import pytest
 
+from messages.permissions import SERVICE_USERS
 from tests.fixtures.mesh import run_mesh
 from tests.mesh_client import stream_speech
 
@@ -44,7 +45,7 @@ async def test_requests_run_with_no_violation_and_no_log_line_holds_their_text_o
     auth_dir = mesh.state_dir / "nats-auth"
     secrets = [path.read_text().strip() for path in auth_dir.glob("*.password")]
     secrets.append((mesh.state_dir / "resume.secret").read_text().strip())
-    assert len(secrets) == 8
+    assert len(secrets) == len(SERVICE_USERS) + 2  # each service user's password, the operator's, the resume secret
     log = list(mesh.log)
     assert not [line for line in log if "permissions violation" in line.lower()]
     assert not [line for line in log if any(text in line for text in SECRET_TEXTS)]
