@@ -11,7 +11,8 @@ import msgspec
 from messages.base import InvalidMessage, Message, NonNegInt, PosInt, ReplicaName, RequestId
 from messages.errors import TransferCode
 
-# A UCX tag: 63 of its 64 bits (msgspec bounds fit an int64), derived from (request id, attempt), so a stale attempt never matches a newer one.
+# A UCX tag: 63 of its 64 bits (msgspec's bounds fit an int64), derived from (request id, attempt), so a stale
+# attempt never matches a newer one.
 UcxTag = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 # A UCX worker address (opaque bytes from UCX); a TCP worker's is a few hundred bytes.
 WorkerAddress = Annotated[bytes, msgspec.Meta(min_length=1, max_length=65536)]

@@ -1,11 +1,13 @@
 """An offering replica in its own process, for the KV transfer tests: it offers `sample_tensors()` and prints their
-descriptors, then obeys stdin (`count`: print how many offers it holds; `quit`: close and exit).
+descriptors, then obeys stdin (`count`: print how many offers it holds; `drained`: print DRAINED once it holds none;
+`quit`: close and exit).
 
-    python -m tests.kv_transfer_peer --nats URL --replica NAME [--attempt N] [--ttl S] [--silent-as NAME]
+    python -m tests.kv_transfer_peer --nats URL --replica NAME [--attempt N] [--ttl S] [--silent-as NAME] [--big]
 
-`--silent-as NAME` also answers fetch requests on NAME's transfer subject with "the send has started" and never sends;
+`--silent-as NAME` answers fetch requests on NAME's transfer subject with "the send has started" and never sends;
 the descriptors it prints name NAME, so a fetcher posts its receive and waits for data that never comes.
-Lines on stdout: `OFFER <name> <descriptor hex>` per tensor, then `READY`; `COUNT <n>`; `CLOSED`.
+`--big` also offers `big_tensor()`.
+Lines on stdout: `OFFER <name> <descriptor hex>` per tensor, then `READY`; `COUNT <n>`; `DRAINED`; `CLOSED`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+def big_tensor() -> torch.Tensor:
+    """64 MiB: over loopback TCP it takes tens of milliseconds, time for a stop to land mid-transfer."""
+    return torch.randint(0, 256, (64 * 2**20,), generator=torch.Generator().manual_seed(8), dtype=torch.uint8)
+
+
 async def _answer_without_sending(msg) -> None:
     await msg.respond(encode(FetchReply()))
 
@@ -51,7 +58,8 @@ async def run(args: argparse.Namespace) -> None:
     if args.silent_as:
         await nc.subscribe(subjects.kv_transfer(args.silent_as), cb=_answer_without_sending)
         await nc.flush()
-    for name, tensor in sample_tensors().items():
+    offered = sample_tensors() | ({"big": big_tensor()} if args.big else {})
+    for name, tensor in offered.items():
         descriptor = agent.offer(f"req-{name}", args.attempt, tensor, ttl_s=args.ttl)
         if args.silent_as:
             descriptor = encode(msgspec.structs.replace(describe(descriptor), replica=args.silent_as))
@@ -61,6 +69,9 @@ async def run(args: argparse.Namespace) -> None:
     while (command := (await loop.run_in_executor(None, sys.stdin.readline)).strip()) not in ("quit", ""):
         if command == "count":
             _say(f"COUNT {agent.num_offers}")
+        elif command == "drained":
+            await agent.drained()
+            _say("DRAINED")
     await agent.close()
     await nc.close()
     _say("CLOSED")
@@ -73,6 +84,7 @@ def main() -> None:
     parser.add_argument("--attempt", type=int, default=0)
     parser.add_argument("--ttl", type=float, default=120.0)
     parser.add_argument("--silent-as", default="")
+    parser.add_argument("--big", action="store_true")
     asyncio.run(run(parser.parse_args()))
 
 

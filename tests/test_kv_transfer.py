@@ -19,14 +19,16 @@ import msgspec
 import pytest
 import torch
 
-from messages.codec import encode
+from messages import subjects
+from messages.codec import decode, encode
 from messages.errors import TransferCode
+from messages.kv_transfer import FetchReply, FetchRequest
 from services.transfer.agent import KvTransferAgent
 from services.transfer.descriptor import describe
 from services.transfer.errors import TransferFailed
 from services.transfer.tags import tag_of
 from services.transfer.fetch import CANCEL_GRACE_S
-from tests.kv_transfer_peer import sample_tensors
+from tests.kv_transfer_peer import big_tensor, sample_tensors
 
 PATTERN = 0xA5  # what a receiving buffer holds before a fetch; a failed fetch must leave it so
 
@@ -55,7 +57,7 @@ class Peer:
             line = await asyncio.to_thread(self.process.stdout.readline)
             if not line:
                 raise RuntimeError(f"peer {self.replica} exited (rc {self.process.wait()})")
-            if line.split()[:1] in (["OFFER"], ["READY"], ["COUNT"], ["CLOSED"]):
+            if line.split()[:1] in (["OFFER"], ["READY"], ["COUNT"], ["DRAINED"], ["CLOSED"]):
                 return line.strip()
 
     async def ready(self) -> Peer:
@@ -68,6 +70,12 @@ class Peer:
         self.process.stdin.write("count\n")
         self.process.stdin.flush()
         return int((await self.line()).split()[1])
+
+    async def drained(self) -> None:
+        """Return once the peer holds no offer (each fetched and its send completed, or dropped)."""
+        self.process.stdin.write("drained\n")
+        self.process.stdin.flush()
+        assert await asyncio.wait_for(self.line(), 30) == "DRAINED"
 
     async def quit(self) -> None:
         self.process.stdin.write("quit\n")
@@ -132,7 +140,8 @@ async def test_offered_tensors_arrive_bit_equal_in_another_process(peers, fetche
         await fetcher.fetch(peer.offers[name], out, timeout_s=30)
         assert same_bits(out, tensor), name
     assert expected["odd_u8"].numel() % 8 and (expected["odd_bf16"].numel() * 2) % 8
-    assert await peer.count() == 0  # each offer dropped once its send completed
+    await peer.drained()  # each offer dropped once its send completed (a moment after the data arrived here)
+    assert await peer.count() == 0
     await peer.quit()
 
 
@@ -195,6 +204,50 @@ async def test_a_peer_that_answers_but_never_sends_trips_the_watchdog_and_the_re
     await fetcher.fetch(encode(msgspec.structs.replace(real, replica="prefill-e")), f32, timeout_s=30)
     assert same_bits(f32, expected["f32"]) and untouched(out)
     await peer.quit()
+
+
+async def test_a_peer_stopped_once_its_send_started_trips_the_watchdog_and_the_receive_is_cancelled(
+        peers, fetcher, nats_client):
+    """The fetch reaches the peer through a front (this test) that passes the request on, so the peer starts its
+    send and answers, then stops the peer (SIGSTOP) before handing the answer back: the fetch posts its receive for
+    data that is in flight (or queued) and stays so. The watchdog fires in time and closing the endpoint settles
+    the receive, so the buffer is released (a stop mid-way would leave part of the data in it: what a caller's
+    staging buffer is for)."""
+    peer = await peers("prefill-i", "--big")
+
+    async def stop_after_the_send_started(msg) -> None:
+        answer = await nats_client.request(subjects.kv_transfer("prefill-i"), msg.data, timeout=30)
+        os.kill(peer.process.pid, signal.SIGSTOP)
+        await msg.respond(answer.data)
+
+    await nats_client.subscribe(subjects.kv_transfer("prefill-i-front"), cb=stop_after_the_send_started)
+    offer = describe(peer.offers["big"])
+    out = patterned_like(big_tensor())
+    started = time.monotonic()
+    with pytest.raises(TransferFailed) as failed:
+        await fetcher.fetch(encode(msgspec.structs.replace(offer, replica="prefill-i-front")), out, timeout_s=2)
+    assert failed.value.code == TransferCode.STALLED and failed.value.out_released
+    assert time.monotonic() - started < 2 + CANCEL_GRACE_S + 1.0 and fetcher.num_fenced == 0
+
+
+async def test_a_peer_killed_once_its_send_started_fails_the_fetch_before_the_watchdog(peers, fetcher, nats_client):
+    """As above, but the peer is killed: UCX sees its connection drop, so the fetch fails `unreachable` at once
+    instead of waiting for the watchdog, and the buffer is released."""
+    peer = await peers("prefill-j", "--big")
+
+    async def kill_after_the_send_started(msg) -> None:
+        answer = await nats_client.request(subjects.kv_transfer("prefill-j"), msg.data, timeout=30)
+        peer.kill()
+        await msg.respond(answer.data)
+
+    await nats_client.subscribe(subjects.kv_transfer("prefill-j-front"), cb=kill_after_the_send_started)
+    offer = describe(peer.offers["big"])
+    started = time.monotonic()
+    with pytest.raises(TransferFailed) as failed:
+        await fetcher.fetch(encode(msgspec.structs.replace(offer, replica="prefill-j-front")),
+                            patterned_like(big_tensor()), timeout_s=20)
+    assert failed.value.code == TransferCode.UNREACHABLE and failed.value.out_released
+    assert time.monotonic() - started < 10 and fetcher.num_fenced == 0
 
 
 async def test_a_killed_peer_fails_the_fetch_clearly(peers, fetcher):
@@ -264,3 +317,20 @@ async def test_bad_descriptors_and_wrong_sizes_fail_before_anything_is_asked(nat
     finally:
         await offering.close()
     assert offering.num_offers == 0
+
+
+async def test_a_send_to_an_asker_that_never_receives_is_cancelled_when_the_offers_time_runs_out(nats_client, fetcher):
+    """An asker that asks and then never posts its receive (stopped, or a bug): the send cannot complete (the data
+    goes by rendezvous), so the offer's time running out cancels it, and the offering replica drains."""
+    offering = await KvTransferAgent.start(nats_client, "prefill-k", offers=True)
+    try:
+        tensor = sample_tensors()["f32"]
+        offered_at = time.monotonic()
+        offer = describe(offering.offer("req-asker-gone", 0, tensor, ttl_s=0.5))
+        ask = FetchRequest(tag=offer.tag, nbytes=offer.nbytes, worker_address=fetcher.worker_address)
+        answer = await nats_client.request(subjects.kv_transfer("prefill-k"), encode(ask), timeout=10)
+        assert decode(answer.data, FetchReply).refusal is None and offering.num_offers == 1
+        await asyncio.wait_for(offering.drained(), 10)
+        assert offering.num_offers == 0 and time.monotonic() - offered_at >= 0.5  # dropped by its time, not a send
+    finally:
+        await offering.close()

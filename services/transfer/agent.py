@@ -63,8 +63,10 @@ class KvTransferAgent:
         """Keep `tensor` (contiguous) until a decode replica fetched it or `ttl_s` passed (then drop it, logged).
 
         Returns the transfer descriptor (msgspec bytes: replica, worker address, tag, nbytes, dtype, shape) that goes
-        into `PrefillHandoff.transfer`. Do not write into `tensor` until its offer is dropped. ValueError for a
-        tensor that is not contiguous or is empty, a dtype a descriptor cannot name, or an attempt already offered.
+        into `PrefillHandoff.transfer`. Call it on the agent's event loop. Do not write into `tensor` while it is
+        offered (`num_offers` counts what is held); on CUDA the send waits for the work queued on the current stream
+        before this call. ValueError for a tensor that is not contiguous or is empty, a dtype a descriptor cannot
+        name, or an attempt already offered.
         """
         if self._subscription is None:
             raise RuntimeError(f"replica {self.replica}'s agent was started with offers=False: it only fetches")
@@ -82,13 +84,17 @@ class KvTransferAgent:
         return encode(descriptor)
 
     async def fetch(self, descriptor: bytes, out: torch.Tensor, timeout_s: float) -> None:
-        """Receive the offered tensor into `out` (preallocated, contiguous, the same number of bytes): nothing is
-        visible in `out` until this returns.
+        """Receive the offered tensor into `out` (preallocated, contiguous, the same number of bytes; a staging
+        buffer, never live KV: its contents are whole only once this returns).
 
-        Raises TransferFailed: `stalled` (no answer or no data within `timeout_s`: the watchdog), `unknown` (the
-        peer no longer holds it: expired, fetched, restarted, a stale attempt), `unreachable` (no peer answers, or
-        UCX lost it), `mismatch` (sizes disagree), `malformed` (a bad descriptor). On failure the receive is
-        cancelled, so `out` may be reused or freed, unless the error's `out_released` is False.
+        The offering replica is asked over NATS first; the receive is posted only once it answered that the send
+        started. Raises TransferFailed: `stalled` (no answer or no data within `timeout_s`: the watchdog; raised
+        within `timeout_s` plus the cancellation's settling, under a second), `unknown` (the peer no longer holds
+        it: expired, fetched, restarted, a stale attempt), `unreachable` (no peer answers, or UCX lost it
+        mid-transfer), `mismatch` (sizes disagree), `malformed` (a bad descriptor or reply). A failure before the
+        answer leaves `out` untouched; after it, `out` may hold part of the data. Either way the receive is no
+        longer posted (cancelled by closing the endpoint to that peer, which fails that peer's other fetches in
+        flight too), so `out` may be reused or freed, unless the error's `out_released` is False.
         """
         await self._fetcher.fetch(descriptor, out, timeout_s)
 
@@ -96,6 +102,17 @@ class KvTransferAgent:
     def num_offers(self) -> int:
         """Offers held: not yet fetched, or being sent."""
         return len(self._offers)
+
+    async def drained(self) -> None:
+        """Return once no offer is held: each was fetched (its send completed) or dropped. A prefill replica that
+        stops taking requests awaits this (with its own bound) before `close`, so no decode replica is left
+        asking."""
+        await self._offers.drained()
+
+    @property
+    def num_fenced(self) -> int:
+        """Receiving buffers still held because a cancelled receive into them has not settled (normally 0)."""
+        return self._fetcher.num_fenced
 
     async def close(self) -> None:
         """Stop answering, cancel what is in flight (closing every endpoint), drop the offers."""

@@ -1,10 +1,10 @@
 """The decode side of a transfer: ask the offering replica over NATS, then receive its tagged send into the
 caller's buffer, all within one deadline (the watchdog).
 
-Nothing is posted into the buffer until the offering replica said the data is on its way, so a refusal, a dead or a
-silent replica leave the buffer untouched. A receive that the deadline overtakes is cancelled by closing the endpoint
-it was posted on (ucxx has no per-request cancel); if UCX does not settle it even then, the buffer stays referenced
-here (fenced) until it does, and the error says the caller must not reuse it.
+Nothing is posted into the buffer until the offering replica said the data is on its way, so a refusal, or a dead
+or stopped replica that never answered, leaves the buffer untouched. A receive that the deadline overtakes is
+cancelled by closing the endpoint it was posted on (ucxx has no per-request cancel); if UCX does not settle it even
+then, the buffer stays referenced here (fenced) until it does, and the error says the caller must not reuse it.
 """
 
 from __future__ import annotations

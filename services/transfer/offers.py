@@ -47,6 +47,8 @@ class OfferTable:
         self._waiting: dict[int, Offer] = {}  # offered, not yet asked for
         self._sending: set[Offer] = set()  # claimed: being sent
         self._on_stalled_send = on_stalled_send
+        self._empty = asyncio.Event()
+        self._empty.set()
 
     def add(self, offer: Offer, ttl_s: float) -> None:
         """Hold `offer` for at most `ttl_s` seconds; ValueError if its tag is already offered."""
@@ -56,6 +58,7 @@ class OfferTable:
                              f"offered (tag {tag:#x}): offer a new attempt")
         offer.expiry = self._loop.call_later(ttl_s, self._expire, offer)
         self._waiting[tag] = offer
+        self._empty.clear()
 
     def peek(self, tag: int) -> Offer | None:
         """The waiting offer of `tag`, left in the table."""
@@ -73,14 +76,26 @@ class OfferTable:
     def settle(self, offer: Offer) -> None:
         """The offer's send completed or failed: drop it."""
         self._sending.discard(offer)
-        self._waiting.pop(offer.descriptor.tag, None)
+        if self._waiting.get(offer.descriptor.tag) is offer:
+            del self._waiting[offer.descriptor.tag]
         if offer.expiry is not None:
             offer.expiry.cancel()
+        self._mark_if_empty()
+
+    def _mark_if_empty(self) -> None:
+        if not self._waiting and not self._sending:
+            self._empty.set()
+
+    async def drained(self) -> None:
+        """Return once no offer is held."""
+        await self._empty.wait()
 
     def _expire(self, offer: Offer) -> None:
-        if self._waiting.pop(offer.descriptor.tag, None) is offer:
+        if self._waiting.get(offer.descriptor.tag) is offer:
+            del self._waiting[offer.descriptor.tag]
             log.warning("dropped the unfetched KV offer of request %s attempt %d (%d bytes): its time ran out",
                         offer.descriptor.request_id, offer.descriptor.attempt, offer.descriptor.nbytes)
+            self._mark_if_empty()
         elif offer in self._sending:
             log.warning("the send of request %s attempt %d's KV offer stalled past its time: cancelling it",
                         offer.descriptor.request_id, offer.descriptor.attempt)
