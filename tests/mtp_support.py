@@ -24,6 +24,7 @@ from services.bus.provision import open_bucket
 from services.engine.model_ops import predict_rest
 from services.model.loader import TTSModel, load_model
 from services.model.sampling import RowSampling, SamplingParams
+from tests.mesh_client import replica_stats as mesh_replica_stats
 from services.mtp.client import RemotePredictor
 from services.mtp.service import SERVICE_NAME
 from tests.fixtures.nats_server import fresh_bus
@@ -148,15 +149,4 @@ async def until(url: str, condition: Callable[[], bool]) -> None:
 
 async def replica_stats(url: str, count: int) -> dict[str, dict]:
     """Each of `count` mtp replicas' STATS `data`, by replica name."""
-    nc = await nats.connect(url)
-    try:
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        await nc.publish(subjects.micro_stats(SERVICE_NAME), b"", reply=inbox)
-        found = {}
-        for _ in range(count):
-            reply = json.loads((await sub.next_msg(timeout=WAIT_S)).data)
-            found[reply["metadata"]["replica"]] = (reply.get("endpoints") or [{}])[0].get("data") or {}
-        return found
-    finally:
-        await nc.close()
+    return await mesh_replica_stats(url, SERVICE_NAME, count)

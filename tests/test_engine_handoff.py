@@ -35,6 +35,15 @@ def prefilled(tiny, params: SamplingParams, overlap: bool, text: str = TEXTS[0])
     return run.stacked("r"), outcome.prompt_kv
 
 
+def hand_over(engine, run: EngineRun, tokenizer, params: SamplingParams, first, kv) -> EngineRun:
+    """Request "r" joins `engine` with its prefilled KV and first frame (which the client already has)."""
+    assert engine.add_request("r", make_request(tokenizer, TEXTS[0]), SEED, params, NUM_FRAMES, frames=first,
+                              prompt_kv=kv) is None
+    run.codes["r"] = list(first)
+    run.hidden["r"] = [torch.zeros(0)]
+    return run
+
+
 def undisturbed(tiny, params: SamplingParams) -> torch.Tensor:
     model, tokenizer = tiny
     engine = new_engine(model, blocks=64)
@@ -54,11 +63,7 @@ def test_a_handed_over_prompt_continues_as_an_undisturbed_run(tiny, kind, overla
     run = EngineRun()
     for _ in range(3):
         record(run, engine)
-    assert engine.add_request("r", make_request(tokenizer, TEXTS[0]), SEED, params, NUM_FRAMES, frames=first,
-                              prompt_kv=kv) is None
-    run.codes["r"] = list(first)
-    run.hidden["r"] = [torch.zeros(0)]
-    run = run_to_end(engine, run)
+    run = run_to_end(engine, hand_over(engine, run, tokenizer, params, first, kv))
     assert torch.equal(run.stacked("r"), undisturbed(tiny, params))
 
 
@@ -83,11 +88,7 @@ def test_a_preempted_handed_over_request_replays_locally_and_faithfully(tiny):
     assert engine.add_request("older", make_request(tokenizer, TEXTS[2], "vivian"), 3, params, NUM_FRAMES) is None
     run = EngineRun()
     record(run, engine)
-    assert engine.add_request("r", make_request(tokenizer, TEXTS[0]), SEED, params, NUM_FRAMES, frames=first,
-                              prompt_kv=kv) is None
-    run.codes["r"] = list(first)
-    run.hidden["r"] = [torch.zeros(0)]
-    run = run_to_end(engine, run)
+    run = run_to_end(engine, hand_over(engine, run, tokenizer, params, first, kv))
     assert "r" in run.preempted, "the pool was meant to be too small for both"
     assert torch.equal(run.stacked("r"), undisturbed(tiny, params))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -64,13 +65,23 @@ class DecodeParts:
 async def serve(settings: DecodeSettings, stop: asyncio.Event) -> None:
     """Serve until `stop` is set; then stop pulling, let owned requests finish (up to the grace period), end the
     rest with `drained`, release the lease and drain the connection."""
+    await serve_with_engine(settings, "decode", build_decode, stop)
+
+
+EngineServiceBuilder = Callable[[Any, Engine, ServedModel, EngineWorker, ServiceContext, AsyncExitStack],
+                                Awaitable[ServiceParts]]
+
+
+async def serve_with_engine(settings: DecodeSettings, service: str, build: EngineServiceBuilder,
+                            stop: asyncio.Event) -> None:
+    """Load the engine on its own thread, then run `service` built by `build(settings, engine, served, worker, ...)`
+    (decode, and prefill, which runs the same engine)."""
     if settings.model_dir is None:
-        raise SettingsError("--model-dir / VOXMESH_MODEL_DIR: decode needs a checkpoint directory")
-    worker = EngineWorker()
+        raise SettingsError(f"--model-dir / VOXMESH_MODEL_DIR: {service} needs a checkpoint directory")
+    worker = EngineWorker(f"{service}-engine")
     try:
         engine, served = await worker.run(load_engine, settings)
-        build = functools.partial(build_decode, settings, engine, served, worker)
-        await run_service(settings, "decode", build, stop)
+        await run_service(settings, service, functools.partial(build, settings, engine, served, worker), stop)
     finally:
         worker.close()
 

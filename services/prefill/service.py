@@ -5,7 +5,6 @@ pool and continues from the first frame. The KV never travels over NATS."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 from contextlib import AsyncExitStack
@@ -19,14 +18,13 @@ from messages.streams import REQUESTS_STREAM, prefill_consumer
 from services.bus.pull_consumer import PullConsumer
 from services.decode.capacity import EngineCapacity
 from services.decode.request_check import ServedModel
-from services.decode.service import load_engine
+from services.decode.service import serve_with_engine
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
 from services.prefill.prompt_intake import PrefillIntake
 from services.prefill.prefiller import Prefiller
 from services.prefill.settings import PrefillSettings
-from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, run_service
-from services.runtime.settings_schema import SettingsError
+from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask
 from services.transfer.agent import KvTransferAgent
 
 log = logging.getLogger(__name__)
@@ -36,15 +34,7 @@ SETTINGS = PrefillSettings
 
 async def serve(settings: PrefillSettings, stop: asyncio.Event) -> None:
     """Serve until `stop`; then stop pulling and finish the prompts in hand (their hand-offs go out)."""
-    if settings.model_dir is None:
-        raise SettingsError("--model-dir / VOXMESH_MODEL_DIR: prefill needs a checkpoint directory")
-    worker = EngineWorker("prefill-engine")
-    try:
-        engine, served = await worker.run(load_engine, settings)
-        build = functools.partial(build_prefill, settings, engine, served, worker)
-        await run_service(settings, "prefill", build, stop)
-    finally:
-        worker.close()
+    await serve_with_engine(settings, "prefill", build_prefill, stop)
 
 
 async def build_prefill(settings: PrefillSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
