@@ -223,3 +223,18 @@ def test_reused_keys_draw_like_fresh_ones() -> None:
     fresh = _rows(params, seeds, frames)
     reused = RowSampling.build(params, seeds, frames, keys=fresh.keys)
     assert torch.equal(sample(logits, reused, 3), sample(logits, fresh, 3))
+
+
+def test_row_keys_are_the_same_bits_from_numpy_tensors_and_python_ints():
+    """The host computes the keys with numpy (cheaper per operation than torch on small arrays); every path must
+    give the bits the per-row Python-int definition gives, or a replay on another replica would draw differently."""
+    from services.model import sampling
+
+    generator = torch.Generator().manual_seed(7)
+    seed = torch.randint(-(2**63), 2**63 - 1, (257,), dtype=torch.int64, generator=generator)
+    frame = torch.randint(0, 1 << 20, (257,), dtype=torch.int64, generator=generator)
+    on_host = sampling.row_keys(seed, frame)
+    as_tensors = torch.stack(sampling._key_lanes(seed, frame), dim=1)
+    by_ints = torch.tensor([[int(lane) for lane in sampling._key_lanes(int(s), int(f))]
+                            for s, f in zip(seed.tolist(), frame.tolist())], dtype=torch.int64)
+    assert torch.equal(on_host, as_tensors) and torch.equal(on_host, by_ints)

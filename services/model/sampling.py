@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from services.model import fused_draw, fused_gumbel
@@ -184,14 +185,21 @@ def _hash32(x):
 
 def row_keys(seed: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
     """int64 [B, 2]: two independent 32-bit hash lanes of each row's (seed, frame), 64 bits of key state."""
+    if seed.device.type == "cpu":  # numpy's small-array arithmetic costs a fraction of torch's per operation
+        return torch.from_numpy(np.stack(_key_lanes(seed.numpy(), frame.numpy()), axis=1))
+    return torch.stack(_key_lanes(seed, frame), dim=1)
+
+
+def _key_lanes(seed, frame) -> list:
+    """The two hash lanes of `row_keys`, over int64 tensors or int64 numpy arrays alike (the same bits)."""
     fields = (seed & _MASK32, (seed >> 32) & _MASK32, frame & _MASK32)
     lanes = []
     for lane_seed in _LANE_SEEDS:
-        state = torch.full_like(seed, lane_seed)
+        state = seed * 0 + lane_seed
         for field, salt in zip(fields, _FIELD_SALTS):
             state = _hash32(state ^ field ^ salt)
         lanes.append(state)
-    return torch.stack(lanes, dim=1)
+    return lanes
 
 
 def _codebook_salts(codebook: int) -> tuple[int, int]:
