@@ -4,9 +4,9 @@ A `PrefillHandoff` comes through decode's own consumer (with requests; one consu
 promised twice), and is owned exactly as a request is (claim, marker, ack). Then the prompt's KV is fetched by UCX
 from the prefill replica into a buffer of this replica's (never into the live pool: the engine writes it into the
 request's blocks when the request is first scheduled), and the request joins the engine with its first frame, so it
-computes one token instead of its prompt. If the fetch fails (the prefill replica died or restarted, the KV expired,
-the transfer stalled past its watchdog), nothing is lost: the request is prefilled here, replaying the first frame
-exactly, as after a preemption. The agent (a UCX worker) starts with the first hand-off, so replicas that never get
+computes one token instead of its prompt. If the KV was made from another checkpoint, or cannot be had (the prefill
+replica died or restarted, the KV expired, the transfer stalled past its watchdog), nothing is lost: the request is
+prefilled here, replaying the first frame exactly, as after a preemption. The agent (a UCX worker) starts with the first hand-off, so replicas that never get
 one never start UCX.
 """
 
@@ -22,6 +22,7 @@ import torch
 
 from messages.mtp import PrefillHandoff
 from services.decode.core import DecodeCore
+from services.model.checkpoint_summary import checkpoint_fingerprint
 from services.transfer.errors import TransferFailed
 
 if TYPE_CHECKING:
@@ -37,16 +38,19 @@ class HandoffFetcher:
         self.core = core
         self._agent: KvTransferAgent | None = None
         self._starting = asyncio.Lock()
+        self._own_fingerprint: str | None = None
         self.num_fetched = 0
         self.num_failed = 0
 
     async def fetch(self, handoff: PrefillHandoff) -> torch.Tensor | None:
         """The prompt's KV as pool blocks, or None when it could not be had (then the request prefills here)."""
         core = self.core
-        engine = core.engine
-        num_blocks = -(-handoff.prompt_tokens // core.settings.block_size)
-        pool = engine.runner.kv_pool
-        staging = torch.empty((num_blocks, *engine.kv_block_shape()), dtype=pool.dtype, device=pool.device)
+        if handoff.fingerprint != await self._fingerprint():
+            self.num_failed += 1
+            log.warning("request %s: its prompt KV was made from another checkpoint (%s, not %s); prefilling it "
+                        "here", handoff.request.id, handoff.fingerprint, self._own_fingerprint)
+            return None
+        staging = core.engine.kv_staging(handoff.prompt_tokens)
         try:
             agent = await self._started()
         except ImportError as exc:
@@ -63,6 +67,12 @@ class HandoffFetcher:
             return None
         self.num_fetched += 1
         return staging
+
+    async def _fingerprint(self) -> str:
+        """This replica's checkpoint fingerprint, read once (off the event loop: it reads the weight files)."""
+        if self._own_fingerprint is None:
+            self._own_fingerprint = await asyncio.to_thread(checkpoint_fingerprint, self.core.settings.model_dir)
+        return self._own_fingerprint
 
     async def _started(self) -> KvTransferAgent:
         from services.transfer.agent import KvTransferAgent  # ucxx: imported by the first hand-off only

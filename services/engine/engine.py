@@ -174,16 +174,19 @@ class Engine:
         self.inbox.put(seq, self.scheduler)
         return None
 
-    def kv_block_shape(self) -> tuple[int, ...]:
-        """The shape of one pool block ([layers, 2, block_size, kv_heads, head_dim]): what a prefill replica's KV
-        must be made of to be handed to this engine."""
-        return tuple(self.runner.kv_pool.shape[1:])
+    def kv_staging(self, num_tokens: int) -> torch.Tensor:
+        """An empty buffer for the KV of `num_tokens` tokens as this engine's pool blocks ([n, layers, 2, block_size,
+        kv_heads, head_dim], the pool's dtype and device): where a prefill replica's KV is received before it is
+        handed to `add_request(prompt_kv=...)`."""
+        pool = self.runner.kv_pool
+        num_blocks = self.scheduler.block_manager.num_blocks_for(num_tokens)
+        return torch.empty((num_blocks, *pool.shape[1:]), dtype=pool.dtype, device=pool.device)
 
     def _checked_handed_kv(self, seq: Sequence, prompt_kv: torch.Tensor) -> torch.Tensor:
         if seq.num_frames < 1:
             raise InvalidRequestError("prompt_kv comes with the frames sampled from it (at least the first)")
         num_blocks = self.scheduler.block_manager.num_blocks_for(seq.num_tokens - 1)
-        expected = (num_blocks, *self.kv_block_shape())
+        expected = (num_blocks, *self.runner.kv_pool.shape[1:])
         if tuple(prompt_kv.shape) != expected or prompt_kv.dtype != self.runner.kv_pool.dtype:
             raise InvalidRequestError(f"prompt_kv is {tuple(prompt_kv.shape)} {prompt_kv.dtype}; this request's "
                                       f"{seq.num_tokens - 1} tokens need {expected} {self.runner.kv_pool.dtype}")

@@ -180,28 +180,33 @@ class ModelRunner:
         device = self.model.device
         seeds, frames = [s.seed for s in seqs], [s.num_sampled_frames for s in seqs]
         talker_rows = RowSampling.build([s.params for s in seqs], seeds, frames, device)
-        predictor_rows = RowSampling.build([s.predictor_params for s in seqs], seeds, frames, device,
-                                           keys=talker_rows.keys)
         seen = self.seen.rows(slots)
         host = upload(torch.tensor([[s.params.repetition_penalty for s in seqs], frames,
                                     [s.min_new_frames for s in seqs]], dtype=torch.float64), device)
         penalty, counts, min_frames = host[0].float(), host[1].long(), host[2].long()
-        sampler = self.frame_sampler
         if self.remote_predictor is not None:
             first = model_ops.sample_codebook0(self.model, hidden, seen, counts, penalty, talker_rows, min_frames)
-            try:
-                rest = self.remote_predictor.predict_rest(hidden, first, seeds, frames,
-                                                          [s.predictor_params for s in seqs])
-            except Exception as exc:  # noqa: BLE001 - whatever the client raises, the step cannot go on
-                raise RemoteStageFailed(f"the code-predictor replicas gave no codes for this step ({exc})") from exc
-            codes = torch.cat((first[:, None], rest.to(first.device)), dim=1)
-        elif sampler is not None and sampler.bucket(len(seqs)) is not None:
-            codes = sampler.run(hidden, seen, counts, penalty, talker_rows, predictor_rows, min_frames)
+            codes = torch.cat((first[:, None], self._remote_rest(hidden, first, seqs, seeds, frames)), dim=1)
         else:
-            codes = model_ops.sample_frames(self.model, hidden, seen, counts, penalty, talker_rows, predictor_rows,
-                                            min_frames)
+            predictor_rows = RowSampling.build([s.predictor_params for s in seqs], seeds, frames, device,
+                                               keys=talker_rows.keys)
+            sampler = self.frame_sampler
+            if sampler is not None and sampler.bucket(len(seqs)) is not None:
+                codes = sampler.run(hidden, seen, counts, penalty, talker_rows, predictor_rows, min_frames)
+            else:
+                codes = model_ops.sample_frames(self.model, hidden, seen, counts, penalty, talker_rows,
+                                                predictor_rows, min_frames)
         self.seen.mark(slots, codes)
         return codes
+
+    def _remote_rest(self, hidden: torch.Tensor, first: torch.Tensor, seqs: list[Sequence], seeds: list[int],
+                     frames: list[int]) -> torch.Tensor:
+        """Codebooks 1..15 from the remote predictor (it rebuilds the keyed sampler from seeds and frames)."""
+        try:
+            rest = self.remote_predictor.predict_rest(hidden, first, seeds, frames, [s.predictor_params for s in seqs])
+        except Exception as exc:  # noqa: BLE001 - whatever the client raises, the step cannot go on
+            raise RemoteStageFailed(f"the code-predictor replicas gave no codes for this step ({exc})") from exc
+        return rest.to(first.device)
 
 
 def _is_decode(item: ScheduledSequence) -> bool:

@@ -45,7 +45,6 @@ class Prefiller:
         self.engine = engine
         self.worker = worker
         self._waiting: dict[str, asyncio.Future[tuple[torch.Tensor, torch.Tensor]]] = {}
-        self._first_frames: dict[str, torch.Tensor] = {}
         self._work = asyncio.Event()
         self.num_prefilled = 0
         self.num_refused = 0
@@ -69,13 +68,12 @@ class Prefiller:
             raise
         finally:
             self._waiting.pop(key, None)
-            self._first_frames.pop(key, None)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Step while prompts are queued, until `stop`."""
         while not stop.is_set():
+            self._work.clear()  # before the look: a prompt queued after it sets the flag again, and is not missed
             if not self.engine.has_unfinished():
-                self._work.clear()
                 stopping = asyncio.ensure_future(stop.wait())
                 working = asyncio.ensure_future(self._work.wait())
                 await asyncio.wait((stopping, working), return_when=asyncio.FIRST_COMPLETED)
@@ -86,17 +84,21 @@ class Prefiller:
             await self._settle(output)
 
     async def _settle(self, output: StepOutput) -> None:
-        for frame in output.frames:
-            self._first_frames[frame.request_id] = frame.codes
+        """Hand each finished prompt its first frame (sampled in the step that finished it) and its KV."""
+        first_frames = {frame.request_id: frame.codes for frame in output.frames}
+        done = []
         for outcome in output.outcomes:
             future = self._waiting.get(outcome.request_id)
             if future is None or future.done():
                 continue
-            first = self._first_frames.get(outcome.request_id)
+            first = first_frames.get(outcome.request_id)
             if outcome.prompt_kv is None or first is None:
                 future.set_exception(PrefillRefused(_why(outcome)))
-                continue
-            kv = await self.worker.run(_settled, outcome.prompt_kv)
+            else:
+                done.append((future, first, outcome.prompt_kv))
+        if done:
+            await self.worker.run(_settled, [kv for _, _, kv in done])
+        for future, first, kv in done:
             self.num_prefilled += 1
             if not future.done():
                 future.set_result((first, kv))
@@ -112,11 +114,10 @@ def _add(engine: Engine, key: str, admission: Admission) -> tuple[RequestOutcome
     return outcome, engine.num_prompt_tokens(key) or 0
 
 
-def _settled(kv: torch.Tensor) -> torch.Tensor:
-    """(Engine thread.) The copy is queued on the device's stream: wait for it before anyone reads it by UCX."""
-    if kv.device.type == "cuda":
-        torch.cuda.current_stream(kv.device).synchronize()
-    return kv
+def _settled(kvs: list[torch.Tensor]) -> None:
+    """(Engine thread.) The copies are queued on the device's stream: wait for them before anyone reads them by UCX."""
+    if kvs[0].device.type == "cuda":
+        torch.cuda.current_stream(kvs[0].device).synchronize()
 
 
 def _why(outcome: RequestOutcome) -> str:

@@ -41,44 +41,45 @@ class PrefillIntake:
     """The handler of the prefill queue's pull consumer."""
 
     def __init__(self, js: JetStreamContext, prefiller: Prefiller, agent: KvTransferAgent, served: ServedModel,
-                 settings: PrefillSettings, replica: str, capacity: Capacity) -> None:
+                 settings: PrefillSettings, replica: str, capacity: Capacity, fingerprint: str) -> None:
         self.js, self.prefiller, self.agent = js, prefiller, agent
         self.served, self.settings, self.replica, self.capacity = served, settings, replica, capacity
+        self.fingerprint = fingerprint
+        """The checkpoint's (`checkpoint_fingerprint`): decode refuses KV made from another checkpoint."""
         self.counts = PrefillCounts()
 
     async def handle(self, request: SynthesisRequest, delivery: Delivery) -> None:
+        """One request (its capacity slot is given back once it is handed on; a raise leaves that to the consumer,
+        which also naks the message)."""
+        admission, why = self._admitted(request)
+        if admission is None:
+            await self._to_decode(request, delivery, why)
+            return
+        attempt = delivery.num_delivered
         try:
-            admission = self._admitted(request)
-            if admission is None:
-                await self._to_decode(request, delivery, "decode serves or refuses it itself")
-                return
-            attempt = delivery.num_delivered
-            try:
-                done = await self.prefiller.prefill(f"{request.id}:{attempt}", admission)
-            except PrefillRefused as exc:
-                await self._to_decode(request, delivery, str(exc))
-                return
-            transfer = self.agent.offer(request.id, attempt, done.prompt_kv, self.settings.handoff_ttl_s)
-            handoff = PrefillHandoff(request=request, fingerprint=self.settings.model_name,
-                                     prefill_replica=self.replica, prompt_tokens=done.num_prompt_tokens,
-                                     attempt=attempt, transfer=transfer, first_frame=done.first_frame.tolist())
-            headers = {**delivery.headers, api.Header.MSG_ID.value: f"{request.id}:handoff:{attempt}"}
-            await self.js.publish(subjects.handoff_queue(request.model), encode(handoff), stream=REQUESTS_STREAM,
-                                  headers=headers)
-            await delivery.ack()
-            self.counts.handed_over += 1
-        finally:
-            self.capacity.release()
+            done = await self.prefiller.prefill(f"{request.id}:{attempt}", admission)
+        except PrefillRefused as exc:
+            await self._to_decode(request, delivery, str(exc))
+            return
+        transfer = self.agent.offer(request.id, attempt, done.prompt_kv, self.settings.handoff_ttl_s)
+        handoff = PrefillHandoff(request=request, fingerprint=self.fingerprint, prefill_replica=self.replica,
+                                 prompt_tokens=done.num_prompt_tokens, attempt=attempt, transfer=transfer,
+                                 first_frame=done.first_frame.tolist())
+        headers = {**delivery.headers, api.Header.MSG_ID.value: f"{request.id}:handoff:{attempt}"}
+        await self.js.publish(subjects.handoff_queue(request.model), encode(handoff), stream=REQUESTS_STREAM,
+                              headers=headers)
+        await delivery.ack()
+        self.counts.handed_over += 1
+        self.capacity.release()
 
-    def _admitted(self, request: SynthesisRequest) -> Admission | None:
-        """The request ready for the engine, or None when decode should have it (it says why in its log)."""
+    def _admitted(self, request: SynthesisRequest) -> tuple[Admission | None, str]:
+        """The request ready for the engine, or None and why decode should have it instead."""
         if request.clone is not None:
-            return None  # the voice prompt is built where the reference audio is read: on decode
+            return None, "a cloned voice: decode reads the reference audio"
         try:
-            return admit(request, self.served, self.settings)
+            return admit(request, self.served, self.settings), ""
         except AdmissionError as exc:
-            log.info("request %s goes to decode unprefilled: %s", request.id, exc.message)
-            return None
+            return None, exc.message
 
     async def _to_decode(self, request: SynthesisRequest, delivery: Delivery, why: str) -> None:
         log.info("request %s goes to decode unprefilled (%s)", request.id, why)
@@ -86,6 +87,7 @@ class PrefillIntake:
             await submit_request(self.js, request, headers=delivery.headers, msg_id=f"{request.id}:unprefilled")
         except QueueFull:
             await delivery.nak(REQUEUE_RETRY_S)
-            return
-        await delivery.ack()
-        self.counts.sent_to_decode += 1
+        else:
+            await delivery.ack()
+            self.counts.sent_to_decode += 1
+        self.capacity.release()

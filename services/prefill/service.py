@@ -21,6 +21,7 @@ from services.decode.request_check import ServedModel
 from services.decode.service import serve_with_engine
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
+from services.model.checkpoint_summary import checkpoint_fingerprint
 from services.prefill.prompt_intake import PrefillIntake
 from services.prefill.prefiller import Prefiller
 from services.prefill.settings import PrefillSettings
@@ -43,7 +44,8 @@ async def build_prefill(settings: PrefillSettings, engine: Engine, served: Serve
     stack.push_async_callback(agent.close)
     prefiller = Prefiller(engine, worker)
     capacity = EngineCapacity(engine)
-    intake = PrefillIntake(context.js, prefiller, agent, served, settings, context.replica, capacity)
+    fingerprint = await asyncio.to_thread(checkpoint_fingerprint, settings.model_dir)
+    intake = PrefillIntake(context.js, prefiller, agent, served, settings, context.replica, capacity, fingerprint)
     consumer = PullConsumer(context.js, context.nc, stream=REQUESTS_STREAM, durable=prefill_consumer(served.name),
                             message_type=SynthesisRequest, handler=intake.handle, capacity=capacity,
                             max_batch=settings.max_num_seqs, concurrent=True)
