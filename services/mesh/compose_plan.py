@@ -73,8 +73,9 @@ def load_plan(topology: str, env: Mapping[str, str] | None = None) -> LaunchPlan
     """The plan of compose/<topology>.yml, its variables taken from `env` (default: this process's environment)."""
     path = compose_path(topology)
     variables = os.environ if env is None else env
-    services = _services(path, variables)
-    services = {name: _extended(path, name, spec, variables) for name, spec in services.items()}
+    files: dict[Path, dict] = {}  # each file read once, however many services extend it
+    services = _services(path, variables, files)
+    services = {name: _extended(path, name, spec, variables, files) for name, spec in services.items()}
     plans = [_service_plan(path, name, spec) for name, spec in services.items()
              if not _is_nats(spec) and not spec.get("profiles")]
     return LaunchPlan(
@@ -85,8 +86,10 @@ def load_plan(topology: str, env: Mapping[str, str] | None = None) -> LaunchPlan
     )
 
 
-def _services(path: Path, variables: Mapping[str, str]) -> dict:
-    """The interpolated `services` of one compose file."""
+def _services(path: Path, variables: Mapping[str, str], files: dict[Path, dict]) -> dict:
+    """The interpolated `services` of one compose file (from `files` when already read)."""
+    if path in files:
+        return files[path]
     try:
         document = interpolate(yaml.safe_load(path.read_text(encoding="utf-8")), variables)
     except OSError as error:
@@ -98,10 +101,12 @@ def _services(path: Path, variables: Mapping[str, str]) -> dict:
     services = (document or {}).get("services")
     if not isinstance(services, dict) or not services:
         raise ComposeError(f"{path}: has no services")
+    files[path] = services
     return services
 
 
-def _extended(path: Path, name: str, spec: dict, variables: Mapping[str, str], depth: int = 0) -> dict:
+def _extended(path: Path, name: str, spec: dict, variables: Mapping[str, str], files: dict[Path, dict],
+              depth: int = 0) -> dict:
     """`spec` with its `extends` (another file's service, or one of this file's) merged under it as compose merges
     them: mappings key by key (environment, deploy...), anything else replaced by the local value; `depends_on`
     never inherited."""
@@ -115,12 +120,12 @@ def _extended(path: Path, name: str, spec: dict, variables: Mapping[str, str], d
     if not isinstance(extends, dict) or not isinstance(extends.get("service"), str):
         raise ComposeError(f"{path}: service {name!r}: `extends` needs a `service` (and optionally a `file`)")
     source = (path.parent / extends["file"]).resolve() if extends.get("file") else path
-    base_services = _services(source, variables)
+    base_services = _services(source, variables, files)
     base = base_services.get(extends["service"])
     if not isinstance(base, dict):
         raise ComposeError(f"{path}: service {name!r} extends {extends['service']!r}, which {source} does not define")
-    base = {key: value for key, value in _extended(source, extends["service"], base, variables, depth + 1).items()
-            if key != "depends_on"}
+    base = _extended(source, extends["service"], base, variables, files, depth + 1)
+    base = {key: value for key, value in base.items() if key != "depends_on"}
     local = {key: value for key, value in spec.items() if key != "extends"}
     return _merged(base, local)
 
