@@ -65,6 +65,23 @@ def count_launches(fn: Call, device: torch.device) -> dict[str, int | None]:
     }
 
 
+def top_kernels(fn: Call, device: torch.device, limit: int = 20) -> list[dict[str, object]]:
+    """The kernels of one call of `fn` on CUDA grouped by name, most device time first: which launches a graph
+    spends its time on (name cut to 90 characters, count, total microseconds)."""
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        synchronize(device)
+    totals: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            entry = totals.setdefault(event.name[:90], [0, 0.0])
+            entry[0] += 1
+            entry[1] += event.device_time_total
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:limit]
+    return [{"kernel": name, "count": int(count), "total_us": round(us, 1)} for name, (count, us) in ranked]
+
+
 def count_flops(fn: Call, estimate: int) -> dict[str, object]:
     """Matrix and convolution FLOPs of one call by torch's flop counter (elementwise work is not counted).
 

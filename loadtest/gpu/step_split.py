@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from loadtest.gpu.engine_step_bench import TEXT
-from loadtest.gpu.gpu_common import count_launches, time_call
+from loadtest.gpu.gpu_common import count_launches, time_call, top_kernels
 from loadtest.gpu.gpu_micro import DTYPES, environment
 from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
 from services.engine.config import EngineConfig
@@ -46,7 +46,8 @@ def split(model, tokenizer, batch: int, reps: int) -> dict:
 
     return {"batch": batch, "talker_ms": median_ms(talker), "sampler_ms": median_ms(sampler),
             "engine_step_ms": median_ms(engine.step), "talker_kernels": count_launches(talker, device)["cuda_kernels"],
-            "sampler_kernels": count_launches(sampler, device)["cuda_kernels"]}
+            "sampler_kernels": count_launches(sampler, device)["cuda_kernels"],
+            "talker_top_kernels": top_kernels(talker, device), "sampler_top_kernels": top_kernels(sampler, device)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"| {row['batch']} | {row['talker_ms']:.2f} ({row['talker_kernels']}) | {row['sampler_ms']:.2f} "
               f"({row['sampler_kernels']}) | {row['engine_step_ms']:.2f} |")
+    for graph in ("talker", "sampler"):
+        print(f"{graph} graph at batch {rows[-1]['batch']}, kernels by device time:")
+        for entry in rows[-1][f"{graph}_top_kernels"][:12]:
+            print(f"  {entry['total_us']:9.1f} us {entry['count']:5d}x {entry['kernel']}")
     return 0
 
 
