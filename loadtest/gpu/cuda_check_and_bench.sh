@@ -18,7 +18,7 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_engine_overlap.p
   tests/test_engine_predictor_graphs.py tests/test_fused_kernels.py tests/test_fused_draw.py \
   tests/test_fused_small_attention.py tests/test_triton_decode.py >"$OUT/cuda_tests.txt" 2>&1
 tail -n 3 "$OUT/cuda_tests.txt"
-timeout 100 python3 -m loadtest.gpu.step_split --out "$OUT/step_split.json" --batch-sizes 1 64 2>&1 | tail -n 4
+timeout 100 python3 -m loadtest.gpu.step_split --out "$OUT/step_split.json" --batch-sizes 1 64 2>&1 | tail -n 32
 if [ "$QUICK" = 1 ]; then
   levels=(--closed "64" --rates "20" --open-seconds 40 --deadline 200)
 else
