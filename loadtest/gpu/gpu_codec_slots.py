@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from loadtest.gpu.gpu_common import time_call
+from loadtest.gpu.gpu_common import time_call, top_kernels
 from loadtest.gpu.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
 from loadtest.gpu.gpu_models import build_codec
 from services.model.codec import CodecDecoder
@@ -114,6 +114,21 @@ def build_paths(decoder: CodecDecoder, args: argparse.Namespace, report: Report)
     return paths
 
 
+def kernels_of(slots: SlotDecoder, decoder: CodecDecoder, streams: int, frames: int) -> list[dict]:
+    """Which kernels one graphed call of the largest shape spends its device time on (printed and kept)."""
+    chunks = _codes(decoder, streams, frames, seed=7)
+    ids = [slots.acquire() for _ in range(streams)]
+    try:
+        ranked = top_kernels(lambda: slots_call(slots, ids, chunks), decoder.device, limit=25)
+    finally:
+        for slot in ids:
+            slots.release(slot)
+    print(f"kernels of one graphed call, {streams} streams x {frames} frames, by device time:")
+    for entry in ranked:
+        print(f"  {entry['total_us']:9.1f} us {entry['count']:5d}x {entry['kernel']}")
+    return ranked
+
+
 def table(report: dict) -> list[str]:
     """The results as a markdown table: ms per call of each path, and the faster slot path against the old one."""
     lines = ["| streams | frames | old eager ms | slots eager ms | graphed ms | best audio-s/s | speed-up | equal |",
@@ -158,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
             report.add("results", f"{streams} x {frames}", lambda: measure(decoder, paths, streams, frames, args))
             print(f"{streams} streams x {frames} frames done", flush=True)
     print("\n".join(table(report.data)), flush=True)
+    if "slots_graphed" in paths:
+        report.data["top_kernels"] = kernels_of(paths["slots_graphed"], decoder, max(args.batch_sizes),
+                                                max(args.chunk_frames))
+        report.save()
     checks_pass = all(v["equal"] for row in report.data.get("results", [])
                       for v in row["check"].values() if isinstance(v, dict))
     return 0 if checks_pass and not report.data["errors"] else 1

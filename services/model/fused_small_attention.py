@@ -24,6 +24,10 @@ from services.model.triton_support import tl, triton
 
 log = logging.getLogger(__name__)
 
+NUM_WARPS = 4
+"""Warps per program (one row and query head: a [16, head_dim] tile); loadtest/gpu/small_attention_warps.py times
+the choices on the GPU."""
+
 _refused: set[tuple[str, torch.dtype]] = set()
 """(device, dtype) where the start-up check failed: the torch form serves there."""
 
@@ -69,7 +73,7 @@ if triton is not None:
 
 
 def small_attention(cache: torch.Tensor, start: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    scale: float) -> torch.Tensor:
+                    scale: float, num_warps: int = NUM_WARPS) -> torch.Tensor:
     """Attention of q [B, n, Hq, D] over the first `start` entries of `cache` [2, B, Hkv, S, D] (one layer's keys and
     values) and the n new ones k, v [B, n, Hkv, D], causally; stores k, v at positions start..start+n of the cache.
     Returns [B, n, Hq, D] (contiguous)."""
@@ -83,7 +87,8 @@ def small_attention(cache: torch.Tensor, start: int, q: torch.Tensor, k: torch.T
         q, k, v, cache, out, start, scale, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
         k.stride(2), v.stride(0), v.stride(1), v.stride(2), cache.stride(0), cache.stride(1), cache.stride(2),
         cache.stride(3), out.stride(0), out.stride(1), out.stride(2),
-        NUM_NEW=num_new, GROUP=heads // kv_heads, HEAD_DIM=head_dim, MAX_LEN=triton.next_power_of_2(max_len))
+        NUM_NEW=num_new, GROUP=heads // kv_heads, HEAD_DIM=head_dim, MAX_LEN=triton.next_power_of_2(max_len),
+        num_warps=num_warps)
     return out
 
 

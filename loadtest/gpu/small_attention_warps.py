@@ -1,0 +1,70 @@
+"""The code predictor's fused attention at the serving shapes, per choice of warps a program: which one the
+kernel should launch with (`fused_small_attention.NUM_WARPS`).
+
+    python3 -m loadtest.gpu.small_attention_warps [--rows 64] [--out warps.json]
+
+Shapes are the 0.6B code predictor's (16 query heads, 8 kv heads, head_dim 128, a 16-entry cache); one frame's
+chain is a first step of two tokens then 14 of one, timed as the CUDA-event median of a graph of 100 launches of each step kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from loadtest.gpu.gpu_common import time_call
+from services.model import fused_small_attention
+
+
+LAUNCHES = 100
+"""Launches captured in one graph and replayed together: the per-launch time as the serving graphs see it."""
+
+
+def _graph_of(launch) -> callable:
+    """A CUDA graph of LAUNCHES launches (warmed up on a side stream first), as a callable that replays it."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        launch()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(LAUNCHES):
+            launch()
+    return graph.replay
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 64])
+    parser.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    heads, kv_heads, head_dim, max_len = 16, 8, 128, 16
+    results = []
+    for rows in args.rows:
+        cache = torch.randn((2, rows, kv_heads, max_len, head_dim), device=device, dtype=dtype)
+        for num_new, start in ((2, 0), (1, 8)):
+            q = torch.randn((rows, num_new, heads, head_dim), device=device, dtype=dtype)
+            k, v = (torch.randn((rows, num_new, kv_heads, head_dim), device=device, dtype=dtype) for _ in range(2))
+            want = fused_small_attention.torch_form(cache.clone(), start, q, k, v, head_dim**-0.5)
+            for warps in args.warps:
+                got = fused_small_attention.small_attention(cache.clone(), start, q, k, v, head_dim**-0.5, warps)
+                error = float((got.float() - want.float()).abs().max())
+                timing = time_call(_graph_of(lambda: fused_small_attention.small_attention(
+                    cache, start, q, k, v, head_dim**-0.5, warps)), device, warmup=3, reps=20)
+                results.append({"rows": rows, "new": num_new, "start": start, "warps": warps,
+                                "median_us": timing["median_ms"] * 1000 / LAUNCHES, "max_abs_error": error})
+                print(f"rows {rows:3d} new {num_new} start {start:2d} warps {warps}: "
+                      f"{timing['median_ms'] * 1000 / LAUNCHES:7.2f} us (error {error:.3g})", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps({"benchmark": "small_attention_warps", "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
