@@ -24,7 +24,7 @@ from services.model.triton_support import tl, triton
 
 log = logging.getLogger(__name__)
 
-NUM_WARPS = 4
+NUM_WARPS = 1
 """Warps per program (one row and query head: a [16, head_dim] tile); loadtest/gpu/small_attention_warps.py times
 the choices on the GPU."""
 

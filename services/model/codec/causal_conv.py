@@ -11,6 +11,7 @@ import math
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from services.model.codec.stream_state import StreamRows
 
@@ -45,7 +46,25 @@ class CausalConv1d(StreamingConv):
 
     def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, C_in, n] -> [B, C_out, n]."""
-        return self.conv(self._with_history(x, stream))
+        full = self._with_history(x, stream)
+        if full.is_cuda and self.conv.out_channels < NARROW_OUTPUTS and self.conv.groups == 1:
+            return _padded_outputs(self.conv, full)
+        return self.conv(full)
+
+
+NARROW_OUTPUTS = 8
+"""Convolutions with fewer output channels run with their weight zero-padded to this many on CUDA: cuDNN gives the
+vocoder's last conv (96 -> 1 channel, k=7, at 24 kHz) a generic implicit-GEMM kernel that took 5.9 of a graphed
+codec call's 41.6 ms on the H200 (64 streams x 8 frames); with 8 outputs it takes a tensor-core kernel
+(loadtest/gpu/codec_ops_bench.py times both). The padded outputs are zeros plus bias and are dropped."""
+
+
+def _padded_outputs(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    pad = NARROW_OUTPUTS - conv.out_channels
+    weight = F.pad(conv.weight, (0, 0, 0, 0, 0, pad))
+    bias = None if conv.bias is None else F.pad(conv.bias, (0, pad))
+    out = F.conv1d(x, weight, bias, stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
+    return out[:, : conv.out_channels]
 
 
 class CausalConvTranspose1d(StreamingConv):
