@@ -32,7 +32,62 @@ def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]
         got = rms_norm(x, norm.weight.detach(), 1e-6).float()
         worst_norm = max(worst_norm, float((got - expected).abs().max() / expected.abs().max()))
     return {"rms_norm": worst_norm, "norm_rope": _norm_rope_error(device, dtype, generator),
-            "silu_mul": _silu_mul_error(device, dtype, generator)}
+            "silu_mul": _silu_mul_error(device, dtype, generator),
+            "add_rms_norm": _add_rms_norm_error(device, dtype, generator),
+            "deferred_stack": _deferred_stack_error(device, dtype, generator)}
+
+
+def _add_rms_norm_error(device: str, dtype: torch.dtype, generator: torch.Generator) -> float:
+    """Largest relative difference of the fused residual add + norm from `x + delta` then the norm (the sum must be
+    the add's exactly: it is the residual stream the next layer reads)."""
+    from services.model.fused_rms_norm import add_rms_norm
+    from services.model.layers import RMSNorm
+
+    worst = 0.0
+    for shape in ((5, 48), (2, 3, 1000)):
+        norm = RMSNorm(shape[-1], 1e-6)
+        norm.weight.copy_(torch.randn(shape[-1], generator=generator))
+        norm = norm.to(device, dtype)
+        x, delta = (torch.randn(shape, generator=generator).to(device, dtype) for _ in range(2))
+        total, normed = add_rms_norm(x, delta, norm.weight, norm.eps)
+        assert torch.equal(total, x + delta), "the fused add must round as torch's add does"
+        plain = x + delta
+        expected = (norm.weight * (plain.float() * torch.rsqrt(plain.float().pow(2).mean(-1, keepdim=True)
+                                                                + 1e-6)).to(dtype)).float()
+        worst = max(worst, float((normed.float() - expected).abs().max() / expected.abs().max()))
+    return worst
+
+
+def _deferred_stack_error(device: str, dtype: torch.dtype, generator: torch.Generator) -> float:
+    """Largest relative difference of a decoder stack run layer by layer with the residual adds deferred into the
+    norms (`DecoderLayer.forward_deferred`, the path on CUDA) from the plain layers (two layers, dense attention)."""
+    from services.model.config import DecoderConfig
+    from services.model.fused_rms_norm import add_rms_norm
+    from services.model.layers import DecoderStack
+
+    cfg = DecoderConfig(hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                        rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=False, hidden_act="silu")
+    stack = DecoderStack(cfg)
+    for parameter in stack.parameters():
+        parameter.copy_(0.2 * torch.randn(parameter.shape, generator=generator))
+    stack = stack.to(device, dtype)
+
+    def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
+                                                               v.transpose(0, 1), is_causal=True, enable_gqa=True)
+        return out.transpose(0, 1)
+
+    x = torch.randn((7, 64), generator=generator).to(device, dtype)
+    rope = stack.rope.tables(torch.arange(7, device=device), dtype)
+    plain = x
+    for index, layer in enumerate(stack.layers):
+        plain = layer(plain, rope, index, attend)
+    expected = stack.norm(plain).float()
+    stream, pending = x, None
+    for index, layer in enumerate(stack.layers):
+        stream, pending = layer.forward_deferred(stream, pending, rope, index, attend)
+    got = add_rms_norm(stream, pending, stack.norm.weight, stack.norm.eps)[1].float()
+    return float((got - expected).abs().max() / expected.abs().max())
 
 
 def _silu_mul_error(device: str, dtype: torch.dtype, generator: torch.Generator) -> float:
@@ -81,13 +136,14 @@ def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator
 def test_fused_kernels_equal_the_torch_expressions_under_the_interpreter():
     worst = interpreted("tests.test_fused_kernels.compare('cpu')")
     assert worst["rms_norm"] < 1e-6 and worst["norm_rope"] < 1e-5, worst
-    assert worst["silu_mul"] < 1e-6, worst
+    assert worst["silu_mul"] < 1e-6 and worst["add_rms_norm"] < 1e-6 and worst["deferred_stack"] < 1e-5, worst
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels need a CUDA device")
 def test_fused_kernels_equal_the_torch_expressions_on_cuda():
     worst = compare("cuda")
     assert worst["rms_norm"] < 1e-6 and worst["norm_rope"] < 1e-5, worst
-    assert worst["silu_mul"] < 1e-6, worst
+    assert worst["silu_mul"] < 1e-6 and worst["add_rms_norm"] < 1e-6 and worst["deferred_stack"] < 1e-5, worst
     in_bf16 = compare("cuda", torch.bfloat16)
     assert in_bf16["rms_norm"] < 1e-2 and in_bf16["norm_rope"] < 2e-2 and in_bf16["silu_mul"] < 1e-2, in_bf16
+    assert in_bf16["add_rms_norm"] < 1e-2 and in_bf16["deferred_stack"] < 1e-6, in_bf16

@@ -1,5 +1,5 @@
 """The vocoder's CUDA forms against its torch forms: the fused SnakeBeta kernel (under Triton's interpreter on the
-CPU, compiled on CUDA) and the last conv with its outputs zero-padded."""
+CPU, compiled on CUDA) and a wide conv as one GEMM over its unfolded windows."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from tests.triton_interpreter import interpreted
 @torch.no_grad()
 def snake_error(device: str, dtype_name: str = "float32") -> float:
     """Largest relative difference of `snake_beta` from `SnakeBeta`'s torch expression: a dense activation, one
-    longer than a block, and a strided one (samples sliced out of a wider row, as a transposed conv's output is)."""
-    from services.model.codec.fused_snake import BLOCK, snake_beta
+    longer than a tile, a strided one (samples sliced out of a wider row, as a transposed conv's output is), and
+    short rows (several in one program, the last program partly empty)."""
+    from services.model.codec.fused_snake import TILE, snake_beta
     from services.model.codec.vocoder import _SNAKE_EPSILON, SnakeBeta
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(11)
     worst = 0.0
-    for batch, channels, length, sliced in ((2, 3, 40, False), (1, 2, BLOCK + 37, False), (3, 4, 50, True)):
+    for batch, channels, length, sliced in ((2, 3, 40, False), (1, 2, TILE + 37, False), (3, 4, 50, True), (3, 5, 4, False)):
         snake = SnakeBeta(channels)
         snake.alpha.copy_(0.5 * torch.randn(channels, generator=generator))
         snake.beta.copy_(0.5 * torch.randn(channels, generator=generator))
@@ -53,14 +54,14 @@ def test_snake_beta_refuses_samples_that_are_not_dense():
 
 
 @torch.no_grad()
-def test_a_narrow_conv_with_padded_outputs_equals_the_plain_conv():
-    from services.model.codec.causal_conv import _padded_outputs
+def test_a_conv_as_one_gemm_equals_the_conv():
+    from services.model.codec.causal_conv import _as_gemm
 
     generator = torch.Generator().manual_seed(5)
-    for dilation, bias in ((1, True), (3, False)):
-        conv = torch.nn.Conv1d(6, 1, 7, dilation=dilation, bias=bias)
+    for taps, dilation, bias in ((7, 1, True), (7, 3, False), (3, 9, True), (1, 1, True)):
+        conv = torch.nn.Conv1d(6, 5, taps, dilation=dilation, bias=bias)
         conv.weight.copy_(torch.randn(conv.weight.shape, generator=generator))
-        x = torch.randn((3, 6, 40), generator=generator)
-        got = _padded_outputs(conv, x)
-        assert got.shape == (3, 1, 40 - 6 * dilation)
+        x = torch.randn((3, 6, 60), generator=generator)[..., 2:]  # samples sliced, as a chunk's activations are
+        got = _as_gemm(conv, x)
+        assert got.shape == (3, 5, 58 - (taps - 1) * dilation) and got.is_contiguous()
         torch.testing.assert_close(got, conv(x), rtol=1e-5, atol=1e-5)

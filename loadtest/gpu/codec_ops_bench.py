@@ -1,6 +1,7 @@
-"""The vocoder's two costliest operations at serving shapes, in their torch and their CUDA forms: SnakeBeta (torch
-expression against `fused_snake.snake_beta`) and the last conv (96 -> 1 channel, k=7) as cuDNN runs it against the
-zero-padded form `CausalConv1d` uses on CUDA. Times are CUDA-event medians of a graph of 20 calls, per call.
+"""The vocoder's costliest operations at serving shapes, in their torch and their CUDA forms: SnakeBeta (torch
+expression against `fused_snake.snake_beta`) and each kind of causal conv as cuDNN runs it against its GEMM form
+(`causal_conv._as_gemm`, which `CausalConv1d` takes on CUDA for wide convs). Times are CUDA-event medians of a graph of
+20 calls, per call.
 
     python3 -m loadtest.gpu.codec_ops_bench [--streams 64] [--frames 8] [--out ops.json]
 """
@@ -22,6 +23,10 @@ CALLS = 20
 SAMPLES_PER_FRAME = 1920
 # (channels, samples per frame) of the activations the vocoder's blocks run SnakeBeta on (0.6B codec: 1536
 # channels at 4 latents a frame, halved per block while upsampled 8, 5, 4, 3 times).
+CONV_SHAPES = (("pre_conv", 512, 1024, 3, 1, 1), ("input", 1024, 1536, 7, 1, 4), ("block1 unit", 768, 768, 7, 1, 32),
+               ("block1 unit", 768, 768, 7, 9, 32), ("block2 unit", 384, 384, 7, 3, 160),
+               ("block3 unit", 192, 192, 7, 3, 640), ("block4 unit", 96, 96, 7, 3, 1920), ("output", 96, 1, 7, 1, 1920))
+"""(name, channels in, out, taps, dilation, samples per frame) of the codec's causal convs with history."""
 SNAKE_SHAPES = ((1536, 4), (768, 32), (384, 160), (192, 640), (96, 1920))
 
 
@@ -63,19 +68,21 @@ def main(argv: list[str] | None = None) -> int:
                         "fused_us": fused_us, "max_rel_error": error})
         print(f"snake {channels:5d} ch x {x.shape[-1]:6d}: torch {torch_us:8.1f} us, fused {fused_us:8.1f} us "
               f"(error {error:.2g})", flush=True)
-    conv = torch.nn.Conv1d(96, 1, 7).to(device, dtype)
-    x = torch.randn((args.streams, 96, SAMPLES_PER_FRAME * args.frames + 6), device=device, dtype=dtype)
-    with torch.inference_mode():
-        error = float((causal_conv._padded_outputs(conv, x).float() - conv(x).float()).abs().max())
-        plain_us = _per_call_us(lambda: conv(x), device)
-        padded = {}
-        for outputs in (8, 16, 32):
-            causal_conv.NARROW_OUTPUTS = outputs
-            padded[outputs] = _per_call_us(lambda: causal_conv._padded_outputs(conv, x), device)
-    results.append({"op": "last_conv", "samples": x.shape[-1], "plain_us": plain_us, "padded_us": padded,
-                    "max_abs_error": error})
-    print(f"last conv 96 -> 1 x {x.shape[-1]}: cuDNN as is {plain_us:8.1f} us; padded to 8/16/32 outputs "
-          + " / ".join(f"{us:.1f}" for us in padded.values()) + f" us (error {error:.2g})", flush=True)
+    for name, inputs, outputs, taps, dilation, per_frame in CONV_SHAPES:
+        conv = torch.nn.Conv1d(inputs, outputs, taps, dilation=dilation).to(device, dtype)
+        x = torch.randn((args.streams, inputs, per_frame * args.frames + (taps - 1) * dilation), device=device,
+                        dtype=dtype)
+        with torch.inference_mode():
+            want = conv(x).float()
+            error = float((causal_conv._as_gemm(conv, x).float() - want).abs().max() / want.abs().max())
+            cudnn_us = _per_call_us(lambda: conv(x), device)
+            gemm_us = _per_call_us(lambda: causal_conv._as_gemm(conv, x), device)
+        chosen = "gemm" if inputs * taps >= causal_conv.GEMM_FORM_MIN_INPUTS else "cudnn"
+        results.append({"op": "conv", "name": name, "inputs": inputs, "outputs": outputs, "taps": taps,
+                        "dilation": dilation, "samples": x.shape[-1], "cudnn_us": cudnn_us, "gemm_us": gemm_us,
+                        "serving_form": chosen, "max_rel_error": error})
+        print(f"conv {name:12s} {inputs:5d} -> {outputs:5d} k{taps} d{dilation} x {x.shape[-1]:6d}: cuDNN "
+              f"{cudnn_us:8.1f} us, GEMM form {gemm_us:8.1f} us, serving {chosen} (error {error:.2g})", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"benchmark": "codec_ops", "streams": args.streams, "frames": args.frames,
                                         "results": results}, indent=2))

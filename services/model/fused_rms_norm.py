@@ -40,3 +40,44 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     _rms_norm_kernel[(rows.shape[0],)](rows, weight, out, rows.stride(0), out.stride(0), num_cols, eps,
                                        BLOCK=triton.next_power_of_2(num_cols))
     return out.view(x.shape)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _add_rms_norm_kernel(x_ptr, delta_ptr, weight_ptr, sum_ptr, out_ptr, stride_x, stride_delta, stride_sum,
+                             stride_out, num_cols, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        inside = cols < num_cols
+        dtype = out_ptr.dtype.element_ty
+        x = tl.load(x_ptr + row * stride_x + cols, mask=inside, other=0.0).to(tl.float32)
+        delta = tl.load(delta_ptr + row * stride_delta + cols, mask=inside, other=0.0).to(tl.float32)
+        total = (x + delta).to(dtype)  # the residual stream, rounded as torch's add rounds it
+        tl.store(sum_ptr + row * stride_sum + cols, total, mask=inside)
+        total = total.to(tl.float32)
+        mean_square = tl.sum(total * total, axis=0) / num_cols
+        normed = (total * tl.rsqrt(mean_square + eps)).to(dtype).to(tl.float32)
+        weight = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * stride_out + cols, (weight * normed).to(dtype), mask=inside)
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`total = x + delta` (the residual add) and `rms_norm(total, weight, eps)` in one launch, each value as the two
+    torch operations give it: a layer's residual add and the next norm read the row once instead of twice, two
+    launches fewer a layer (150 a frame in the code predictor). Returns (total, normed)."""
+    if weight.dtype != x.dtype or delta.dtype != x.dtype or delta.shape != x.shape:
+        raise ValueError(f"add_rms_norm needs x, delta and the weight in one dtype and x and delta of one shape, got "
+                         f"{x.dtype} {tuple(x.shape)}, {delta.dtype} {tuple(delta.shape)} and {weight.dtype}")
+    num_cols = x.shape[-1]
+    rows, deltas = x.reshape(-1, num_cols), delta.reshape(-1, num_cols)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    if deltas.stride(-1) != 1:
+        deltas = deltas.contiguous()
+    total, out = torch.empty_like(rows), torch.empty_like(rows)
+    _add_rms_norm_kernel[(rows.shape[0],)](rows, deltas, weight, total, out, rows.stride(0), deltas.stride(0),
+                                           total.stride(0), out.stride(0), num_cols, eps,
+                                           BLOCK=triton.next_power_of_2(num_cols))
+    return total.view(x.shape), out.view(x.shape)

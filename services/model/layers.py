@@ -201,6 +201,20 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), rope, layer, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def forward_deferred(self, x: torch.Tensor, pending: torch.Tensor | None, rope: RopeInputs, layer: int,
+                         attend: Attend) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` with each residual add done by the norm that reads its result (one fused launch): takes the
+        residual stream x and the previous layer's MLP output not yet added (`pending`, None for the first layer);
+        returns this layer's (stream, MLP output to add)."""
+        if pending is None:
+            normed = self.input_layernorm(x)
+        else:
+            x, normed = fused_rms_norm.add_rms_norm(x, pending, self.input_layernorm.weight, self.input_layernorm.eps)
+        attended = self.self_attn(normed, rope, layer, attend)
+        x, normed = fused_rms_norm.add_rms_norm(x, attended, self.post_attention_layernorm.weight,
+                                                self.post_attention_layernorm.eps)
+        return x, self.mlp(normed)
+
 
 class DecoderStack(nn.Module):
     """Layers, final norm and RoPE: embeddings in, final-normed hidden states out."""
@@ -214,6 +228,13 @@ class DecoderStack(nn.Module):
     def forward(self, x: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         """x [..., T, hidden] with positions [T] (or broadcastable to x's leading dims)."""
         rope = self.rope.inputs(positions, x.dtype)
+        if compiles_for(x.device) and self.norm.weight.dtype == x.dtype:
+            pending = None  # residual adds fused into the norms that follow them
+            for index, layer in enumerate(self.layers):
+                x, pending = layer.forward_deferred(x, pending, rope, index, attend)
+            if pending is None:
+                return self.norm(x)
+            return fused_rms_norm.add_rms_norm(x, pending, self.norm.weight, self.norm.eps)[1]
         for index, layer in enumerate(self.layers):
             x = layer(x, rope, index, attend)
         return self.norm(x)

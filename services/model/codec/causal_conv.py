@@ -47,24 +47,27 @@ class CausalConv1d(StreamingConv):
     def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, C_in, n] -> [B, C_out, n]."""
         full = self._with_history(x, stream)
-        if full.is_cuda and self.conv.out_channels < NARROW_OUTPUTS and self.conv.groups == 1:
-            return _padded_outputs(self.conv, full)
+        if full.is_cuda and self.conv.groups == 1 and self.in_channels * self.conv.kernel_size[0] >= GEMM_FORM_MIN_INPUTS:
+            return _as_gemm(self.conv, full)
         return self.conv(full)
 
 
-NARROW_OUTPUTS = 8
-"""Convolutions with fewer output channels run with their weight zero-padded to this many on CUDA: cuDNN gives the
-vocoder's last conv (96 -> 1 channel, k=7, at 24 kHz) a generic implicit-GEMM kernel that took 5.9 of a graphed
-codec call's 41.6 ms on the H200 (64 streams x 8 frames); with 8 outputs it takes a tensor-core kernel
-(loadtest/gpu/codec_ops_bench.py times both). The padded outputs are zeros plus bias and are dropped."""
+GEMM_FORM_MIN_INPUTS = 4096
+"""Convolutions whose every output reads at least this many inputs (channels x taps) run on CUDA as one GEMM over
+their unfolded windows. cuDNN gave the vocoder's input conv (1024 -> 1536 channels, k=7, on a chunk's few latents) a
+generic non-tensor-core kernel: 5.9 of a graphed codec call's 41.6 ms on the H200 (64 streams x 8 frames); the GEMM
+form copies the windows once and runs on tensor cores (loadtest/gpu/codec_ops_bench.py times both per shape)."""
 
 
-def _padded_outputs(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
-    pad = NARROW_OUTPUTS - conv.out_channels
-    weight = F.pad(conv.weight, (0, 0, 0, 0, 0, pad))
-    bias = None if conv.bias is None else F.pad(conv.bias, (0, pad))
-    out = F.conv1d(x, weight, bias, stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
-    return out[:, : conv.out_channels]
+def _as_gemm(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    """`conv(x)` for a stride-1, ungrouped, unpadded conv as unfold + one matrix product: [B, C_in, L] -> [B, C_out,
+    L - (k - 1) * dilation]."""
+    taps, dilation = conv.kernel_size[0], conv.dilation[0]
+    windows = x.unfold(2, (taps - 1) * dilation + 1, 1)[..., ::dilation]  # [B, C_in, T, taps], a view
+    batch, _, length, _ = windows.shape
+    columns = windows.permute(0, 2, 1, 3).reshape(batch * length, -1)  # [B*T, C_in*taps]: the one copy
+    out = F.linear(columns, conv.weight.reshape(conv.out_channels, -1), conv.bias)
+    return out.view(batch, length, -1).transpose(1, 2).contiguous()
 
 
 class CausalConvTranspose1d(StreamingConv):

@@ -15,27 +15,29 @@ import torch
 
 from services.model.triton_support import tl, triton
 
-BLOCK = 1024
-"""Samples of one channel row a program handles."""
+TILE = 1024
+"""Elements a program handles: `TILE // block` channel rows of `block` samples, block the length rounded up to a power
+of two (at most TILE), so short rows (the first block's 4 latents a frame) do not leave most lanes idle."""
 
 if triton is not None:
 
     @triton.jit
-    def _snake_kernel(x_ptr, alpha_ptr, beta_ptr, out_ptr, channels, length, stride_xb, stride_xc, stride_ob,
-                      stride_oc, epsilon, BLOCK: tl.constexpr):
-        row = tl.program_id(0)  # batch * channels + channel
-        block = tl.program_id(1)
-        batch, channel = row // channels, row % channels
-        offsets = block * BLOCK + tl.arange(0, BLOCK)
-        inside = offsets < length
-        x = tl.load(x_ptr + batch * stride_xb + channel * stride_xc + offsets, mask=inside, other=0.0)
-        x = x.to(tl.float32)
-        alpha = tl.exp(tl.load(alpha_ptr + channel).to(tl.float32))
-        inverse_beta = 1.0 / (tl.exp(tl.load(beta_ptr + channel).to(tl.float32)) + epsilon)
-        wave = tl.sin(x * alpha)
-        y = x + inverse_beta * wave * wave
-        tl.store(out_ptr + batch * stride_ob + channel * stride_oc + offsets, y.to(out_ptr.dtype.element_ty),
-                 mask=inside)
+    def _snake_kernel(x_ptr, alpha_ptr, beta_ptr, out_ptr, num_rows, channels, length, stride_xb, stride_xc,
+                      stride_ob, stride_oc, epsilon, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # batch * channels + channel
+        offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        row_inside = rows < num_rows
+        batch, channel = rows // channels, rows % channels
+        inside = row_inside[:, None] & (offsets < length)[None, :]
+        x = tl.load(x_ptr + (batch * stride_xb + channel * stride_xc)[:, None] + offsets[None, :], mask=inside,
+                    other=0.0).to(tl.float32)
+        alpha = tl.exp(tl.load(alpha_ptr + channel, mask=row_inside, other=0.0).to(tl.float32))
+        inverse_beta = 1.0 / (tl.exp(tl.load(beta_ptr + channel, mask=row_inside, other=0.0).to(tl.float32))
+                              + epsilon)
+        wave = tl.sin(x * alpha[:, None])
+        y = x + inverse_beta[:, None] * wave * wave
+        tl.store(out_ptr + (batch * stride_ob + channel * stride_oc)[:, None] + offsets[None, :],
+                 y.to(out_ptr.dtype.element_ty), mask=inside)
 
 
 def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, epsilon: float) -> torch.Tensor:
@@ -47,7 +49,9 @@ def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor,
     out = torch.empty((batch, channels, length), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    grid = (batch * channels, triton.cdiv(length, BLOCK))
-    _snake_kernel[grid](x, log_alpha, log_beta, out, channels, length, x.stride(0), x.stride(1), out.stride(0),
-                        out.stride(1), epsilon, BLOCK=BLOCK)
+    block = min(TILE, triton.next_power_of_2(length))
+    rows_per_program = TILE // block
+    grid = (triton.cdiv(batch * channels, rows_per_program), triton.cdiv(length, block))
+    _snake_kernel[grid](x, log_alpha, log_beta, out, batch * channels, channels, length, x.stride(0), x.stride(1),
+                        out.stride(0), out.stride(1), epsilon, ROWS=rows_per_program, BLOCK=block)
     return out
