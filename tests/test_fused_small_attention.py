@@ -52,6 +52,18 @@ def test_the_fused_predictor_attention_equals_the_torch_form_on_cuda():
     assert in_bf16["out"] < 3e-2 and in_bf16["cache"] == 0.0, in_bf16
 
 
+def test_the_start_up_check_accepts_the_kernel_under_the_interpreter():
+    # The check once compared a step of two tokens after cached ones, where the torch form is not causal: it refused
+    # the kernel on every GPU, and the torch form served unseen.
+    assert interpreted("tests.test_fused_small_attention.verified_here()") is True
+
+
+def verified_here() -> bool:
+    from services.model import fused_small_attention as module
+
+    return module._verified(torch.device("cpu"), torch.float32, heads=4, kv_heads=2, head_dim=16, max_len=16)
+
+
 @pytest.mark.parametrize("kernel", ["raises", "differs", "agrees"])
 def test_the_start_up_check_refuses_a_kernel_that_fails_on_its_device(monkeypatch, caplog, kernel):
     from services.model import fused_small_attention as module
