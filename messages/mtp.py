@@ -11,6 +11,7 @@ import numpy as np
 
 from messages.base import ErrorInfo, HotMessage, InvalidMessage, Message, NonNegInt, PosInt, ReplicaName
 from messages.requests import SynthesisRequest
+from messages.voice_clone import ReadyVoice
 
 HiddenDtype = Literal["float32", "float16", "bfloat16"]
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -100,6 +101,7 @@ class PrefillHandoff(Message, tag="prefill_handoff", kw_only=True, frozen=True):
             attempt, whose KV carries another transfer tag).
         transfer: opaque transfer descriptor (UCX address/tag), interpreted by the KV-transfer layer.
         first_frame: the first frame's 16 codes, sampled by the prefill from the prompt's last hidden state.
+        voice: a cloned request's voice prompt as the prefill computed it (decode does not compute it again).
     """
 
     request: SynthesisRequest
@@ -109,6 +111,7 @@ class PrefillHandoff(Message, tag="prefill_handoff", kw_only=True, frozen=True):
     attempt: PosInt = 1
     transfer: bytes
     first_frame: list[int]
+    voice: ReadyVoice | None = None
 
     def __post_init__(self) -> None:
         if len(self.first_frame) != 16:

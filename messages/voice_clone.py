@@ -1,8 +1,9 @@
 """Voice cloning on the bus: how a request names its voice, and what the two object stores hold.
 
 Audio never rides in a bus message (1 MiB at most): the gateway puts reference audio in the REF_AUDIO store under a
-key derived from its content, and a request carries that key; decode fetches it, computes the voice prompt beside
-its step loop and caches it by key. A saved voice is computed once (by a decode replica, asked on
+key derived from its content, and a request carries that key; the replica that prefills the prompt (a prefill
+replica where the topology has one, else decode) fetches it, computes the voice prompt beside its step loop and
+caches it by key; a prefill replica hands it to decode ready (`ReadyVoice`). A saved voice is computed once (by a decode replica, asked on
 `tts.voice.<model>.create`) and kept in the VOICES store, which outlives restarts; a request naming one skips the
 audio work altogether.
 """
@@ -52,6 +53,23 @@ class VoiceClone(msgspec.Struct, kw_only=True, frozen=True):
     voice_revision: str | None = None
     ref_text: str | None = None
     x_vector_only: bool = False
+
+
+class ReadyVoice(msgspec.Struct, kw_only=True, frozen=True):
+    """A computed voice prompt as a prefill replica hands it to decode with a cloned request (`PrefillHandoff.voice`),
+    so decode never repeats the reference audio's work (a few kB: an x-vector and at most 375 frames of codes).
+
+    Attributes:
+        speaker_embedding: float32 little-endian x-vector (the talker's width).
+        ref_codes: int16 little-endian reference frames, `num_codebooks` codes each (in-context clones).
+        num_codebooks: codes per reference frame.
+        ref_text_ids: the reference transcript's token ids, without its template (in-context clones).
+    """
+
+    speaker_embedding: bytes
+    ref_codes: bytes | None = None
+    num_codebooks: PosInt = 16
+    ref_text_ids: list[NonNegInt] | None = None
 
 
 class ReferenceAudio(Message, tag="reference_audio", kw_only=True, frozen=True):

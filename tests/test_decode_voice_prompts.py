@@ -141,3 +141,26 @@ def test_admission_needs_a_voice_on_base_models_and_refuses_one_elsewhere(tiny_b
 
 def replace_request(request: SynthesisRequest, **changes) -> SynthesisRequest:
     return msgspec.structs.replace(request, **changes)
+
+
+@pytest.mark.parametrize("x_vector_only", [False, True], ids=["in-context", "x-vector"])
+async def test_a_prompt_handed_over_by_prefill_is_attached_without_the_audio_work(voices, cloner, x_vector_only):
+    """A prefill replica computes the prompt and hands it over in its `PrefillHandoff` (`ReadyVoice`, through the
+    bus's encoding); decode keeps it (`prime`) and attaches exactly that prompt, computing nothing."""
+    from messages.mtp import PrefillHandoff
+    from services.decode.voice_records import ready_prompt, ready_voice
+
+    samples = tone(2.0, 24000)[:, 0]
+    made = cloner.make_prompt(samples, 24000, None if x_vector_only else REF_TEXT, x_vector_only=x_vector_only)
+    clone = VoiceClone(audio_key="never-stored", ref_text=None if x_vector_only else REF_TEXT,
+                       x_vector_only=x_vector_only)
+    request = SynthesisRequest(id="req-1", model="tiny", text="Hello.", clone=clone)
+    handoff = PrefillHandoff(request=request, fingerprint="f", prefill_replica="prefill-a", prompt_tokens=3,
+                             transfer=b"t", first_frame=[0] * 16, voice=ready_voice(made))
+    received = decode(encode(handoff), PrefillHandoff)
+    voices.prime(received.request.clone, ready_prompt(received.voice))
+    attached = (await voices.attach(_admission(clone))).prompt.voice
+    assert voices.num_computed == 0, "the reference audio is not even stored: it was not read"
+    assert torch.equal(attached.speaker_embedding, made.speaker_embedding.float())
+    assert attached.ref_text_ids == made.ref_text_ids
+    assert (attached.ref_codes is None) if x_vector_only else torch.equal(attached.ref_codes, made.ref_codes)

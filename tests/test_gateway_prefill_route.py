@@ -1,6 +1,7 @@
 """The gateway's remote-prefill routing against a real provisioned bus: a long text goes to the prefill queue only
-while a prefill replica holds a live lease and the queue has room for it; short texts, cloned voices, a mesh without
-live prefill replicas, a full prefill queue, and the feature turned off all keep the request on decode's queue."""
+while a prefill replica holds a live lease and the queue has room for it (a cloned voice too: prefill does its audio
+work); short texts, a mesh without live prefill replicas, a full prefill queue, and the feature turned off all keep
+the request on decode's queue."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ async def test_long_texts_go_to_a_live_prefill_replica_while_its_queue_has_room(
     await LeaseKeeper(kv, "prefill-a", "prefill").renew()
     assert await route.subject_for(request(1, "Too short.")) == subjects.request("tiny")
     cloned = msgspec.structs.replace(request(2), clone=VoiceClone(voice="mine"))
-    assert await route.subject_for(cloned) == subjects.request("tiny"), "decode reads the reference: it prefills"
+    assert await route.subject_for(cloned) == subjects.prefill_request("tiny"), "prefill does a clone's audio work"
     assert await route.subject_for(request(2)) == subjects.prefill_request("tiny")
     for n in (3, 4):  # the queue fills: two wait for the one live replica
         await submit_request(js, request(n), subject=subjects.prefill_request("tiny"))

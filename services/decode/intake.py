@@ -38,6 +38,8 @@ from services.decode.active import ActiveRequest
 from services.decode.codes_stream import ChunkRule, CodesStream
 from services.decode.core import DecodeCore, Ending
 from services.decode.handoffs import HandoffFetcher, first_frame
+from services.decode.voice_records import ready_prompt
+from services.model.voice.errors import ReferenceAudioError
 from services.decode.migration import Resume, has_ended, past_limit_error, read_resume
 from services.decode.worker import EngineWorker
 from services.decode.request_check import Admission, AdmissionError, admit
@@ -119,6 +121,8 @@ class Intake:
             return
         await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
                                 queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
+        if handoff is not None and handoff.voice is not None:
+            self._take_voice(handoff)
         frames, prompt_kv = resume.frames, None
         if handoff is not None and resume.num_frames == 0:  # a takeover continues from CODES instead
             prompt_kv = await self.handoffs.fetch(handoff)
@@ -126,6 +130,18 @@ class Intake:
             active.stream.add_frame(0, frames[0])
             await core.emit(FirstFrame(request_id=request.id, at=core.now(), replica=core.replica))
         await self._start(active, admission, frames, prompt_kv)
+
+    def _take_voice(self, handoff: PrefillHandoff) -> None:
+        """Keep the voice prompt the prefill replica computed, so this request's `attach` (and a replay after a
+        preemption) skips the reference audio's work; one that will not load is computed here instead."""
+        voices, clone = self.core.voices, handoff.request.clone
+        if voices is None or clone is None:
+            return
+        try:
+            voices.prime(clone, ready_prompt(handoff.voice))
+        except ReferenceAudioError as exc:
+            log.warning("request %s: the voice prompt handed over is unusable (%s); computing it here",
+                        handoff.request.id, exc)
 
     async def _own(self, request: SynthesisRequest, delivery: Delivery, span: Span
                    ) -> tuple[ActiveRequest, Admission | AdmissionError, Resume, RequestClaim] | None:

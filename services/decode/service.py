@@ -59,6 +59,9 @@ class DecodeParts:
         report["drains"] = self.drainer.num_drains
         report["handoffs_fetched"] = self.intake.handoffs.num_fetched
         report["handoffs_fetch_failed"] = self.intake.handoffs.num_failed
+        voices = self.core.voices
+        report["voice_prompts_computed"] = voices.num_computed if voices is not None else 0
+        report["voice_prompts_handed_over"] = voices.num_primed if voices is not None else 0
         return report
 
 
@@ -97,9 +100,10 @@ def load_engine(settings: DecodeSettings) -> tuple[Engine, ServedModel]:
     return engine, served
 
 
-async def _voice_prompts(settings: DecodeSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
-                         context: ServiceContext, stack: AsyncExitStack) -> VoicePrompts | None:
-    """A base checkpoint's voice cloning: its encoders loaded once (on the engine thread, before serving)."""
+async def voice_prompts_of(settings: DecodeSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
+                           context: ServiceContext, stack: AsyncExitStack) -> VoicePrompts | None:
+    """A base checkpoint's voice cloning (decode's, or a prefill replica's): its encoders loaded once (on the engine
+    thread, before serving); None for a checkpoint that does not clone."""
     if served.config.tts_model_type != "base":
         return None
     cloner = await worker.run(VoiceCloner.load, engine.model, served.tokenizer)
@@ -128,7 +132,7 @@ async def build_decode(settings: DecodeSettings, engine: Engine, served: ServedM
                        context: ServiceContext, stack: AsyncExitStack) -> ServiceParts:
     """Decode's parts: intake pulls until stop; the frame loop and cancel watch serve owned requests until they
     are finished or ended (`finish_or_end`); the `drain` endpoint; STATS with the engine's counters."""
-    voices = await _voice_prompts(settings, engine, served, worker, context, stack)
+    voices = await voice_prompts_of(settings, engine, served, worker, context, stack)
     predictor = await _remote_predictor(settings, engine, worker, context, stack)
     core = DecodeCore(nc=context.nc, js=context.js, kv=context.kv, engine=engine, worker=worker, served=served,
                       settings=settings, replica=context.replica, voices=voices)

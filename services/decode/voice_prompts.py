@@ -1,4 +1,5 @@
-"""Decode's side of voice cloning: the ready voice prompt of a base model's request, computed beside the step loop.
+"""Voice cloning where a prompt is prefilled: the ready voice prompt of a base model's request, computed beside the
+step loop (decode's, or a prefill replica's, which hands the prompt to decode with the request: `prime`).
 
 A request names its voice by key: reference audio in the REF_AUDIO store, or a saved voice in VOICES. The audio
 work (resampling, mel, speaker encoder, codec encoder) runs on this part's own thread, never on the engine's, and
@@ -48,6 +49,14 @@ _CODES = {
 CacheKey = tuple[str, str | None, str | None, bool]
 
 
+def cache_key(clone: VoiceClone) -> CacheKey:
+    """What a computed prompt is kept under: the saved voice (and the revision the gateway saw), or the reference
+    audio with the transcript and mode it was computed for."""
+    if clone.voice is not None:
+        return ("voice", clone.voice, clone.voice_revision, False)
+    return ("audio", clone.audio_key, None if clone.x_vector_only else clone.ref_text, clone.x_vector_only)
+
+
 def refusal(error: ReferenceAudioError) -> AdmissionError:
     return AdmissionError(_CODES.get(error.code, ErrorCode.INVALID_REF_AUDIO), error.message)
 
@@ -64,6 +73,7 @@ class VoicePrompts:
         self._pending: dict[CacheKey, asyncio.Future[VoicePrompt]] = {}
         self.num_computed = 0
         self.num_cache_hits = 0
+        self.num_primed = 0
 
     async def attach(self, admission: Admission) -> Admission:
         """The admission with its request's voice prompt. Raises AdmissionError (a code for the client to act on)."""
@@ -74,13 +84,24 @@ class VoicePrompts:
         return dataclasses.replace(admission, prompt=dataclasses.replace(admission.prompt, voice=voice))
 
     async def prompt_for(self, clone: VoiceClone) -> VoicePrompt:
+        key = cache_key(clone)
         if clone.voice is not None:
-            key: CacheKey = ("voice", clone.voice, clone.voice_revision, False)
             return await self._cached(key, lambda: self._load_saved(clone))
         if clone.audio_key is None:
             raise AdmissionError(ErrorCode.VOICE_REQUIRED, "the request names neither reference audio nor a voice")
-        key = ("audio", clone.audio_key, None if clone.x_vector_only else clone.ref_text, clone.x_vector_only)
         return await self._cached(key, lambda: self._from_key(clone.audio_key, clone.ref_text, clone.x_vector_only))
+
+    def prime(self, clone: VoiceClone, prompt: VoicePrompt) -> None:
+        """Keep a prompt computed elsewhere (a prefill replica's, with its hand-off) for `clone`: the request's
+        `attach`, and a replay after a preemption while it stays cached, take it instead of the audio work."""
+        if clone.voice is None and clone.audio_key is None:
+            return  # names no voice: `attach` refuses it as it would have
+        key = cache_key(clone)
+        self._cache[key] = prompt
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        self.num_primed += 1
 
     async def _cached(self, key: CacheKey, make: Callable[[], Awaitable[VoicePrompt]]) -> VoicePrompt:
         if (prompt := self._cache.get(key)) is not None:

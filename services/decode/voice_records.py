@@ -1,4 +1,5 @@
-"""A voice prompt as stored in the VOICES object store (`SavedVoice`) and back: tensors as little-endian bytes."""
+"""A voice prompt as stored in the VOICES object store (`SavedVoice`) or handed from prefill to decode (`ReadyVoice`),
+and back: tensors as little-endian bytes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 import numpy as np
 import torch
 
-from messages.voice_clone import SavedVoice
+from messages.voice_clone import ReadyVoice, SavedVoice
 from services.model.voice.cloner import TextEncoder
 from services.model.voice.voice_prompt import REF_ROLE_TOKENS, REF_TAIL_TOKENS, VoicePrompt, reference_text
 
@@ -25,10 +26,33 @@ def saved_voice(prompt: VoicePrompt, *, name: str, model: str, duration_s: float
 
 def voice_prompt(record: SavedVoice, tokenizer: TextEncoder) -> VoicePrompt:
     """The prompt of a saved voice; its transcript is tokenized again here (ids are cheap; text is what it saved)."""
-    embedding = torch.from_numpy(np.frombuffer(record.speaker_embedding, dtype="<f4").copy())
+    embedding = _embedding(record.speaker_embedding)
     if record.x_vector_only or record.ref_codes is None or record.ref_text is None:
         return VoicePrompt(speaker_embedding=embedding)
-    codes = torch.from_numpy(np.frombuffer(record.ref_codes, dtype="<i2").astype(np.int64)).view(
-        -1, record.num_codebooks)
     ids = tokenizer.encode(reference_text(record.ref_text))[REF_ROLE_TOKENS:-REF_TAIL_TOKENS]
-    return VoicePrompt(speaker_embedding=embedding, ref_codes=codes, ref_text_ids=tuple(ids))
+    return VoicePrompt(speaker_embedding=embedding, ref_codes=_codes(record.ref_codes, record.num_codebooks),
+                       ref_text_ids=tuple(ids))
+
+
+def ready_voice(prompt: VoicePrompt) -> ReadyVoice:
+    """What a prefill replica hands to decode with a cloned request: the prompt it computed, as it is."""
+    codes = prompt.ref_codes
+    return ReadyVoice(speaker_embedding=prompt.speaker_embedding.float().numpy().astype("<f4").tobytes(),
+                      ref_codes=None if codes is None else codes.numpy().astype("<i2").tobytes(),
+                      num_codebooks=int(codes.shape[1]) if codes is not None else 16,
+                      ref_text_ids=None if prompt.ref_text_ids is None else list(prompt.ref_text_ids))
+
+
+def ready_prompt(record: ReadyVoice) -> VoicePrompt:
+    """The prompt a prefill replica handed over (raises ReferenceAudioError for an inconsistent one)."""
+    codes = None if record.ref_codes is None else _codes(record.ref_codes, record.num_codebooks)
+    ids = None if record.ref_text_ids is None else tuple(record.ref_text_ids)
+    return VoicePrompt(speaker_embedding=_embedding(record.speaker_embedding), ref_codes=codes, ref_text_ids=ids)
+
+
+def _embedding(data: bytes) -> torch.Tensor:
+    return torch.from_numpy(np.frombuffer(data, dtype="<f4").copy())
+
+
+def _codes(data: bytes, num_codebooks: int) -> torch.Tensor:
+    return torch.from_numpy(np.frombuffer(data, dtype="<i2").astype(np.int64)).view(-1, num_codebooks)

@@ -1,7 +1,8 @@
 """Taking requests from the prefill queue: prefill each, offer its KV by UCX, hand it to decode, ack.
 
-A request this replica cannot prefill (another model, bad fields, a cloned voice, a prompt its pool cannot hold) is
-put on decode's own queue unchanged: decode serves it or ends it with the one terminal event it owes, as for any
+A cloned voice's prompt is computed here (`VoicePrompts`, beside the engine loop) and handed to decode with the
+request, so decode does no audio work for it. A request this replica cannot prefill (another model, bad fields,
+reference audio it cannot use, a prompt its pool cannot hold) is put on decode's own queue unchanged: decode serves it or ends it with the one terminal event it owes, as for any
 request, so prefill never ends a request itself. A replica that dies mid-prefill leaves the message unacked: it
 is redelivered (a new attempt) to a live replica. A hand-off published twice (redelivery after a publish whose ack
 was lost) is harmless: decode's ownership claim takes the first, and acks the second.
@@ -22,6 +23,8 @@ from services.bus.errors import QueueFull
 from services.bus.pull_consumer import Capacity, Delivery
 from services.bus.submit import submit_request
 from services.decode.request_check import Admission, AdmissionError, ServedModel, admit
+from services.decode.voice_prompts import VoicePrompts
+from services.decode.voice_records import ready_voice
 from services.prefill.prefiller import PrefillRefused, Prefiller
 from services.prefill.settings import PrefillSettings
 from services.transfer.agent import KvTransferAgent
@@ -41,17 +44,20 @@ class PrefillIntake:
     """The handler of the prefill queue's pull consumer."""
 
     def __init__(self, js: JetStreamContext, prefiller: Prefiller, agent: KvTransferAgent, served: ServedModel,
-                 settings: PrefillSettings, replica: str, capacity: Capacity, fingerprint: str) -> None:
+                 settings: PrefillSettings, replica: str, capacity: Capacity, fingerprint: str,
+                 voices: VoicePrompts | None = None) -> None:
         self.js, self.prefiller, self.agent = js, prefiller, agent
         self.served, self.settings, self.replica, self.capacity = served, settings, replica, capacity
         self.fingerprint = fingerprint
         """The checkpoint's (`checkpoint_fingerprint`): decode refuses KV made from another checkpoint."""
+        self.voices = voices
+        """A base checkpoint's voice prompts (None: this checkpoint does not clone)."""
         self.counts = PrefillCounts()
 
     async def handle(self, request: SynthesisRequest, delivery: Delivery) -> None:
         """One request (its capacity slot is given back once it is handed on; a raise leaves that to the consumer,
         which also naks the message)."""
-        admission, why = self._admitted(request)
+        admission, why = await self._admitted(request)
         if admission is None:
             await self._to_decode(request, delivery, why)
             return
@@ -62,9 +68,11 @@ class PrefillIntake:
             await self._to_decode(request, delivery, str(exc))
             return
         transfer = self.agent.offer(request.id, attempt, done.prompt_kv, self.settings.handoff_ttl_s)
+        voice = admission.prompt.voice
         handoff = PrefillHandoff(request=request, fingerprint=self.fingerprint, prefill_replica=self.replica,
                                  prompt_tokens=done.num_prompt_tokens, attempt=attempt, transfer=transfer,
-                                 first_frame=done.first_frame.tolist())
+                                 first_frame=done.first_frame.tolist(),
+                                 voice=None if voice is None else ready_voice(voice))
         headers = {**delivery.headers, api.Header.MSG_ID.value: f"{request.id}:handoff:{attempt}"}
         await self.js.publish(subjects.handoff_queue(request.model), encode(handoff), stream=REQUESTS_STREAM,
                               headers=headers)
@@ -72,12 +80,16 @@ class PrefillIntake:
         self.counts.handed_over += 1
         self.capacity.release()
 
-    def _admitted(self, request: SynthesisRequest) -> tuple[Admission | None, str]:
-        """The request ready for the engine, or None and why decode should have it instead."""
-        if request.clone is not None:
-            return None, "a cloned voice: decode reads the reference audio"
+    async def _admitted(self, request: SynthesisRequest) -> tuple[Admission | None, str]:
+        """The request ready for the engine (with its voice prompt, if cloned), or None and why decode should have it
+        instead (decode then ends a bad one with its one terminal event)."""
+        if request.clone is not None and self.voices is None:
+            return None, "a cloned voice, which this checkpoint cannot clone"
         try:
-            return admit(request, self.served, self.settings), ""
+            admission = admit(request, self.served, self.settings)
+            if request.clone is not None:
+                admission = await self.voices.attach(admission)
+            return admission, ""
         except AdmissionError as exc:
             return None, exc.message
 

@@ -1,6 +1,7 @@
 """voxmesh prefill: pulls long prompts routed to it, runs their prefill and first frame on its own engine, offers the
 prompt's KV blocks by UCX and hands the request to decode (`PrefillHandoff`), which fetches the blocks into its own
-pool and continues from the first frame. The KV never travels over NATS."""
+pool and continues from the first frame. The KV never travels over NATS. With a base checkpoint it also does a cloned
+voice's reference-audio work (resampling, mel, speaker and codec encoders) and hands decode the ready voice prompt."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from messages.streams import REQUESTS_STREAM, prefill_consumer
 from services.bus.pull_consumer import PullConsumer
 from services.decode.capacity import EngineCapacity
 from services.decode.request_check import ServedModel
-from services.decode.service import serve_with_engine
+from services.decode.service import serve_with_engine, voice_prompts_of
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
 from services.model.checkpoint_summary import checkpoint_fingerprint
@@ -42,10 +43,12 @@ async def build_prefill(settings: PrefillSettings, engine: Engine, served: Serve
                         context: ServiceContext, stack: AsyncExitStack) -> ServiceParts:
     agent = await KvTransferAgent.start(context.nc, context.replica, offers=True)
     stack.push_async_callback(agent.close)
+    voices = await voice_prompts_of(settings, engine, served, worker, context, stack)
     prefiller = Prefiller(engine, worker)
     capacity = EngineCapacity(engine)
     fingerprint = await asyncio.to_thread(checkpoint_fingerprint, settings.model_dir)
-    intake = PrefillIntake(context.js, prefiller, agent, served, settings, context.replica, capacity, fingerprint)
+    intake = PrefillIntake(context.js, prefiller, agent, served, settings, context.replica, capacity, fingerprint,
+                           voices)
     consumer = PullConsumer(context.js, context.nc, stream=REQUESTS_STREAM, durable=prefill_consumer(served.name),
                             message_type=SynthesisRequest, handler=intake.handle, capacity=capacity,
                             max_batch=settings.max_num_seqs, concurrent=True)
@@ -60,6 +63,7 @@ async def build_prefill(settings: PrefillSettings, engine: Engine, served: Serve
     def stats() -> dict[str, Any]:
         return {"prefilled": prefiller.num_prefilled, "refused": prefiller.num_refused,
                 "handed_over": intake.counts.handed_over, "sent_to_decode": intake.counts.sent_to_decode,
+                "voice_prompts_computed": voices.num_computed if voices is not None else 0,
                 "kv_blocks": engine.num_blocks, "free_kv_blocks": engine.stats().num_free_kv_blocks}
 
     async def status(request: Request) -> None:

@@ -48,7 +48,7 @@ class PrefillRoute:
     async def subject_for(self, request: SynthesisRequest) -> str:
         """The subject `request` is published on."""
         local = subjects.request(request.model)
-        if not self.is_on or len(request.text) < self.min_chars or request.clone is not None:
+        if not self.is_on or len(request.text) < self.min_chars:
             return local
         await self._refresh()
         if self._room <= 0:
