@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import nats
 import numpy as np
 import pytest
 
-from messages import subjects
+from messages import encode, subjects
 from messages.events import Failed, Finished, Preempted
+from messages.mtp import PrefillHandoff
+from messages.requests import SamplingSpec, SynthesisRequest
 from messages.streams import REQUESTS_STREAM
 from tests.fixtures.mesh import run_mesh
 from tests.mesh_client import (WAIT_S, codes_on_bus, events_of, replicas_serving, service_stats, stream_speech,
@@ -112,6 +115,33 @@ async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, ti
     assert await terminal_count(mesh.nats_url, result.request_id) == 1
     if fault == signal.SIGKILL:
         assert await asyncio.to_thread(prefill_restarted.wait, WAIT_S), "voxmesh up restarts the killed prefill"
+
+
+async def test_a_handoff_from_another_checkpoint_is_not_used_at_all(mesh, tiny_checkpoint, tmp_path):
+    """A hand-off whose fingerprint names another checkpoint (its KV and first frame are another model's): decode
+    takes neither, prefills the prompt itself, and the codes are this checkpoint's from frame 0."""
+    text = "Made by another checkpoint, spoken by this one."
+    request = SynthesisRequest(id="foreign-handoff", model="tiny", text=text, speaker="ryan",
+                               sampling=SamplingSpec(temperature=0.0), max_new_tokens=FRAMES, created_at=time.time())
+    oracle_codes = synth_codes(tiny_checkpoint, tmp_path, text, "ryan", frames=FRAMES)
+    foreign_first = [(code + 1) % 1024 for code in oracle_codes[0].tolist()]  # not frame 0: were it used, it shows
+    handoff = PrefillHandoff(request=request, fingerprint="another-checkpoint", prefill_replica="prefill-elsewhere",
+                             prompt_tokens=12, transfer=b"never fetched", first_frame=foreign_first)
+    before = await stats_of(mesh, "voxmesh-decode")
+    nc = await nats.connect(mesh.nats_url)
+    try:
+        await nc.jetstream().publish(subjects.handoff_queue("tiny"), encode(handoff), stream=REQUESTS_STREAM,
+                                     headers={"Nats-Msg-Id": "foreign-handoff:handoff:1"})
+    finally:
+        await nc.close()
+    codes, end = await codes_on_bus(mesh.nats_url, request.id)
+    np.testing.assert_array_equal(codes, oracle_codes)
+    after = await stats_of(mesh, "voxmesh-decode")
+    assert after["handoffs_fetch_failed"] == before["handoffs_fetch_failed"] + 1, after
+    assert after["handoffs_fetched"] == before["handoffs_fetched"], "nothing was fetched from the other checkpoint"
+    events = await events_of(mesh.nats_url, request.id)  # up to its terminal, which the vocoder sends after the codes
+    assert isinstance(events[-1], Finished), events
+    assert await terminal_count(mesh.nats_url, request.id) == 1
 
 
 @pytest.mark.parametrize("mode", ["fail", "allow"])

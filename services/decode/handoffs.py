@@ -4,9 +4,10 @@ A `PrefillHandoff` comes through decode's own consumer (with requests; one consu
 promised twice), and is owned exactly as a request is (claim, marker, ack). Then the prompt's KV is fetched by UCX
 from the prefill replica into a buffer of this replica's (never into the live pool: the engine writes it into the
 request's blocks when the request is first scheduled), and the request joins the engine with its first frame, so it
-computes one token instead of its prompt. If the KV was made from another checkpoint, or cannot be had (the prefill
-replica died or restarted, the KV expired, the transfer stalled past its watchdog), nothing is lost: the request is
-prefilled here, replaying the first frame exactly, as after a preemption. The agent (a UCX worker) starts with the first hand-off, so replicas that never get
+computes one token instead of its prompt. If the KV cannot be had (the prefill replica died or restarted, the KV
+expired, the transfer stalled past its watchdog), nothing is lost: the request is prefilled here, replaying the first
+frame exactly, as after a preemption. A hand-off made from another checkpoint is used not at all, first frame
+included: the request is prefilled here from its prompt. The agent (a UCX worker) starts with the first hand-off, so replicas that never get
 one never start UCX.
 """
 
@@ -42,14 +43,20 @@ class HandoffFetcher:
         self.num_fetched = 0
         self.num_failed = 0
 
+    async def made_here(self, handoff: PrefillHandoff) -> bool:
+        """Whether the hand-off was made from this replica's checkpoint. Another's KV and first frame are not this
+        model's: the request is then prefilled here from its prompt alone, as if it had never been to prefill."""
+        if handoff.fingerprint == await self._fingerprint():
+            return True
+        self.num_failed += 1
+        log.warning("request %s: its hand-off was made from another checkpoint (%s, not %s); prefilling it here "
+                    "from the prompt", handoff.request.id, handoff.fingerprint, self._own_fingerprint)
+        return False
+
     async def fetch(self, handoff: PrefillHandoff) -> torch.Tensor | None:
-        """The prompt's KV as pool blocks, or None when it could not be had (then the request prefills here)."""
+        """The prompt's KV as pool blocks, or None when it could not be had (then the request prefills here,
+        continuing from the hand-off's first frame). Call `made_here` first."""
         core = self.core
-        if handoff.fingerprint != await self._fingerprint():
-            self.num_failed += 1
-            log.warning("request %s: its prompt KV was made from another checkpoint (%s, not %s); prefilling it "
-                        "here", handoff.request.id, handoff.fingerprint, self._own_fingerprint)
-            return None
         staging = core.engine.kv_staging(handoff.prompt_tokens)
         try:
             agent = await self._started()

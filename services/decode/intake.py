@@ -121,10 +121,12 @@ class Intake:
             return
         await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
                                 queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
-        if handoff is not None and handoff.voice is not None:
+        # Another checkpoint's hand-off is not used at all: the request is prefilled here from its prompt.
+        handed_over = handoff is not None and await self.handoffs.made_here(handoff)
+        if handed_over and handoff.voice is not None:
             self._take_voice(handoff)
         frames, prompt_kv = resume.frames, None
-        if handoff is not None and resume.num_frames == 0:  # a takeover continues from CODES instead
+        if handed_over and resume.num_frames == 0:  # a takeover continues from CODES instead
             prompt_kv = await self.handoffs.fetch(handoff)
             frames = first_frame(handoff)
             active.stream.add_frame(0, frames[0])
