@@ -189,16 +189,17 @@ async def service_stats(nats_url: str, service: str) -> list[dict]:
         await nc.close()
 
 
-async def replicas_serving(nats_url: str, service: str, count: int = 1) -> list[str]:
+async def replicas_serving(nats_url: str, service: str, count: int = 1, excluding=()) -> list[str]:
     """Wait until `count` replicas of `service` hold a live lease, so they are discoverable and serving (a replica
     renews its lease only once its micro service is registered); returns their names. `voxmesh up` says it is
-    serving once the gateway is ready, which says nothing of a prefill or mtp replica."""
+    serving once the gateway is ready, which says nothing of a prefill or mtp replica. Replicas named in `excluding`
+    do not count (a killed one's lease stays live until it expires: wait for its successor by excluding it)."""
     nc = await nats.connect(nats_url)
     try:
         kv = await open_bucket(nc.jetstream())
         renewals = await kv.watch(subjects.all_lease_keys())  # every replica renews each second: this wakes the wait
         async with asyncio.timeout(WAIT_S):
-            while len(live := await live_replicas(kv, service)) < count:
+            while len(live := [r for r in await live_replicas(kv, service) if r not in excluding]) < count:
                 await renewals.updates(timeout=WAIT_S)
         await renewals.stop()
         return live

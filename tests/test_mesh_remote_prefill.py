@@ -91,7 +91,7 @@ async def test_prefilled_remotely_or_not_the_codes_are_the_offline_ones(mesh, ti
 async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, tiny_checkpoint, tmp_path):
     body = {"input": "Its prefill replica goes away after the hand-off.", "voice": "ryan", "seed": 5,
             "max_new_tokens": FRAMES}
-    await replicas_serving(mesh.nats_url, "prefill")  # (a killed one restarted, or about to: its queue waits)
+    serving = await replicas_serving(mesh.nats_url, "prefill")
     before = await stats_of(mesh, "voxmesh-decode")
     prefill_restarted = mesh.expect_restart("prefill")
     os.kill(mesh.pids["decode"], signal.SIGSTOP)
@@ -115,6 +115,9 @@ async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, ti
     assert await terminal_count(mesh.nats_url, result.request_id) == 1
     if fault == signal.SIGKILL:
         assert await asyncio.to_thread(prefill_restarted.wait, WAIT_S), "voxmesh up restarts the killed prefill"
+        # Its successor serving before the next test: the killed one's lease outlives it a while, and a route that
+        # looked between its expiry and the successor's first lease would send the next test's request to decode.
+        await replicas_serving(mesh.nats_url, "prefill", excluding=serving)
 
 
 async def test_a_handoff_from_another_checkpoint_is_not_used_at_all(mesh, tiny_checkpoint, tmp_path):
