@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from loadtest.gpu.gpu_common import time_call
+from loadtest.gpu.gpu_common import graphed_us_per_call
 from services.model.codec import causal_conv, fused_snake
 from services.model.codec.vocoder import SnakeBeta
 
@@ -31,16 +31,7 @@ SNAKE_SHAPES = ((1536, 4), (768, 32), (384, 160), (192, 640), (96, 1920))
 
 
 def _per_call_us(fn, device: torch.device) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS):
-            fn()
-    return time_call(graph.replay, device, warmup=3, reps=15)["median_ms"] * 1000 / CALLS
+    return graphed_us_per_call(fn, device, CALLS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,6 +65,22 @@ def count_launches(fn: Call, device: torch.device) -> dict[str, int | None]:
     }
 
 
+def graphed_us_per_call(fn: Call, device: torch.device, calls: int, reps: int = 15) -> float:
+    """Device microseconds of one call of `fn` as a serving graph sees it: `calls` calls captured in one CUDA graph
+    (warmed up on a side stream first), the replay timed (median of `reps`) and divided by `calls`, so no launch
+    latency of the host is in it."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return time_call(graph.replay, device, warmup=3, reps=reps)["median_ms"] * 1000 / calls
+
+
 def top_kernels(fn: Call, device: torch.device, limit: int = 20) -> list[dict[str, object]]:
     """The kernels of one call of `fn` on CUDA grouped by name, most device time first: which launches a graph
     spends its time on (name cut to 90 characters, count, total microseconds)."""

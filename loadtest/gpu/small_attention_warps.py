@@ -15,26 +15,12 @@ from pathlib import Path
 
 import torch
 
-from loadtest.gpu.gpu_common import time_call
+from loadtest.gpu.gpu_common import graphed_us_per_call
 from services.model import fused_small_attention
 
 
 LAUNCHES = 100
 """Launches captured in one graph and replayed together: the per-launch time as the serving graphs see it."""
-
-
-def _graph_of(launch) -> callable:
-    """A CUDA graph of LAUNCHES launches (warmed up on a side stream first), as a callable that replays it."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        launch()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(LAUNCHES):
-            launch()
-    return graph.replay
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,12 +41,12 @@ def main(argv: list[str] | None = None) -> int:
             for warps in args.warps:
                 got = fused_small_attention.small_attention(cache.clone(), start, q, k, v, head_dim**-0.5, warps)
                 error = float((got.float() - want.float()).abs().max())
-                timing = time_call(_graph_of(lambda: fused_small_attention.small_attention(
-                    cache, start, q, k, v, head_dim**-0.5, warps)), device, warmup=3, reps=20)
+                per_launch_us = graphed_us_per_call(lambda: fused_small_attention.small_attention(
+                    cache, start, q, k, v, head_dim**-0.5, warps), device, LAUNCHES, reps=20)
                 results.append({"rows": rows, "new": num_new, "start": start, "warps": warps,
-                                "median_us": timing["median_ms"] * 1000 / LAUNCHES, "max_abs_error": error})
+                                "median_us": per_launch_us, "max_abs_error": error})
                 print(f"rows {rows:3d} new {num_new} start {start:2d} warps {warps}: "
-                      f"{timing['median_ms'] * 1000 / LAUNCHES:7.2f} us (error {error:.3g})", flush=True)
+                      f"{per_launch_us:7.2f} us (error {error:.3g})", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"benchmark": "small_attention_warps", "results": results}, indent=2))
     return 0
