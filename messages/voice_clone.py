@@ -1,11 +1,11 @@
 """Voice cloning on the bus: how a request names its voice, and what the two object stores hold.
 
-Audio never rides in a bus message (1 MiB at most): the gateway puts reference audio in the REF_AUDIO store under a
-key derived from its content, and a request carries that key; the replica that prefills the prompt (a prefill
-replica where the topology has one, else decode) fetches it, computes the voice prompt beside its step loop and
-caches it by key; a prefill replica hands it to decode ready (`ReadyVoice`). A saved voice is computed once (by a decode replica, asked on
-`tts.voice.<model>.create`) and kept in the VOICES store, which outlives restarts; a request naming one skips the
-audio work altogether.
+Audio never rides in a bus message (1 MiB at most): the gateway puts reference audio in the REF_AUDIO store under a key
+derived from its content, and a request carries that key; the replica that prefills the prompt (a prefill replica where
+the topology has one, else decode) fetches it, computes the voice prompt beside its step loop and caches it by key; a
+prefill replica hands it to decode ready (`ReadyVoice`). A saved voice is computed once (by a decode replica, asked on
+`tts.voice.<model>.create`) and kept in the VOICES store, which outlives restarts; a request naming one skips the audio
+work altogether.
 """
 
 from __future__ import annotations

@@ -164,3 +164,18 @@ async def test_a_prompt_handed_over_by_prefill_is_attached_without_the_audio_wor
     assert torch.equal(attached.speaker_embedding, made.speaker_embedding.float())
     assert attached.ref_text_ids == made.ref_text_ids
     assert (attached.ref_codes is None) if x_vector_only else torch.equal(attached.ref_codes, made.ref_codes)
+
+
+@pytest.mark.parametrize("fields", [{"speaker_embedding": b"\x00" * 5},
+                                    {"speaker_embedding": b"\x00" * 8, "ref_codes": b"\x00" * 33, "ref_text_ids": [1]},
+                                    {"speaker_embedding": b"\x00" * 8, "ref_codes": b"\x00" * 32}],
+                         ids=["embedding-bytes", "codes-bytes", "codes-without-transcript"])
+def test_a_malformed_handed_over_prompt_is_refused_with_its_reason(fields):
+    """What `_take_voice` catches (decode then computes the prompt itself), never another exception."""
+    from messages.voice_clone import ReadyVoice
+    from services.decode.voice_records import ready_prompt
+    from services.model.voice.errors import ReferenceAudioError
+
+    with pytest.raises(ReferenceAudioError) as refused:
+        ready_prompt(ReadyVoice(**fields))
+    assert refused.value.code == "invalid_voice_prompt"

@@ -49,10 +49,13 @@ def main(argv: list[str] | None = None) -> int:
             snake.beta.normal_(0, 0.3)
         x = torch.randn((args.streams, channels, per_frame * args.frames), device=device, dtype=dtype)
         with torch.inference_mode():
-            want = (x + (1.0 / (snake.beta.exp()[None, :, None] + 1e-9)) * torch.sin(x * snake.alpha.exp()[None, :, None]).pow(2))
-            got = snake(x)
-            torch_us = _per_call_us(lambda: x + (1.0 / (snake.beta.exp()[None, :, None] + 1e-9))
-                                    * torch.sin(x * snake.alpha.exp()[None, :, None]).pow(2), device)
+            alpha, beta = snake.alpha.exp()[None, :, None], snake.beta.exp()[None, :, None]
+
+            def torch_form() -> torch.Tensor:
+                return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+
+            want, got = torch_form(), snake(x)
+            torch_us = _per_call_us(torch_form, device)
             fused_us = _per_call_us(lambda: fused_snake.snake_beta(x, snake.alpha, snake.beta, 1e-9), device)
         error = float((got.float() - want.float()).abs().max() / want.float().abs().max())
         results.append({"op": "snake", "channels": channels, "samples": x.shape[-1], "torch_us": torch_us,

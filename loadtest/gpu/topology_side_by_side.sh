@@ -21,7 +21,8 @@ OUT=${OUT:-$PWD/.devrun/side_by_side}
 WORK=$(mktemp -d /tmp/voxmesh_pair.XXXXXX)
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export VOXMESH_UCX_TLS=${VOXMESH_UCX_TLS:-cuda_copy,cuda_ipc,tcp,self,sm} VOXMESH_UCX_NET_DEVICES=${VOXMESH_UCX_NET_DEVICES:-all}
+export VOXMESH_UCX_TLS=${VOXMESH_UCX_TLS:-cuda_copy,cuda_ipc,tcp,self,sm}
+export VOXMESH_UCX_NET_DEVICES=${VOXMESH_UCX_NET_DEVICES:-all}
 export VOXMESH_PREFILL_MIN_CHARS=${VOXMESH_PREFILL_MIN_CHARS:-1}
 PIDS=()
 say() { echo "== $(date -u +%T) $*"; }

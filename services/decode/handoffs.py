@@ -1,14 +1,14 @@
 """Requests prefilled remotely, decode's side: fetch the prompt's KV into a staging buffer, then continue.
 
 A `PrefillHandoff` comes through decode's own consumer (with requests; one consumer, so a replica's room is never
-promised twice), and is owned exactly as a request is (claim, marker, ack). Then the prompt's KV is fetched by UCX
-from the prefill replica into a buffer of this replica's (never into the live pool: the engine writes it into the
-request's blocks when the request is first scheduled), and the request joins the engine with its first frame, so it
-computes one token instead of its prompt. If the KV cannot be had (the prefill replica died or restarted, the KV
-expired, the transfer stalled past its watchdog), nothing is lost: the request is prefilled here, replaying the first
-frame exactly, as after a preemption. A hand-off made from another checkpoint is used not at all, first frame
-included: the request is prefilled here from its prompt. The agent (a UCX worker) starts with the first hand-off, so replicas that never get
-one never start UCX.
+promised twice), and is owned exactly as a request is (claim, marker, ack). Then the prompt's KV is fetched by UCX from
+the prefill replica into a buffer of this replica's (never into the live pool: the engine writes it into the request's
+blocks when the request is first scheduled), and the request joins the engine with its first frame, so it computes one
+token instead of its prompt. If the KV cannot be had (the prefill replica died or restarted, the KV expired, the
+transfer stalled past its watchdog), nothing is lost: the request is prefilled here, replaying the first frame exactly,
+as after a preemption. A hand-off made from another checkpoint is used not at all, first frame included: the request is
+prefilled here from its prompt. The agent (a UCX worker) starts with the first hand-off, so replicas that never get one
+never start UCX.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import torch
 
 from messages.voice_clone import ReadyVoice, SavedVoice
 from services.model.voice.cloner import TextEncoder
+from services.model.voice.errors import ReferenceAudioError
 from services.model.voice.voice_prompt import REF_ROLE_TOKENS, REF_TAIL_TOKENS, VoicePrompt, reference_text
 
 
@@ -51,8 +52,14 @@ def ready_prompt(record: ReadyVoice) -> VoicePrompt:
 
 
 def _embedding(data: bytes) -> torch.Tensor:
+    if not data or len(data) % 4:
+        raise ReferenceAudioError("invalid_voice_prompt", f"a speaker embedding of {len(data)} bytes is no float32 "
+                                  "vector")
     return torch.from_numpy(np.frombuffer(data, dtype="<f4").copy())
 
 
 def _codes(data: bytes, num_codebooks: int) -> torch.Tensor:
+    if len(data) % (2 * num_codebooks):
+        raise ReferenceAudioError("invalid_voice_prompt", f"{len(data)} bytes of reference codes are no whole "
+                                  f"frames of {num_codebooks} int16 codes")
     return torch.from_numpy(np.frombuffer(data, dtype="<i2").astype(np.int64)).view(-1, num_codebooks)

@@ -1,11 +1,12 @@
 """Taking requests from the prefill queue: prefill each, offer its KV by UCX, hand it to decode, ack.
 
-A cloned voice's prompt is computed here (`VoicePrompts`, beside the engine loop) and handed to decode with the
-request, so decode does no audio work for it. A request this replica cannot prefill (another model, bad fields,
-reference audio it cannot use, a prompt its pool cannot hold) is put on decode's own queue unchanged: decode serves it or ends it with the one terminal event it owes, as for any
-request, so prefill never ends a request itself. A replica that dies mid-prefill leaves the message unacked: it
-is redelivered (a new attempt) to a live replica. A hand-off published twice (redelivery after a publish whose ack
-was lost) is harmless: decode's ownership claim takes the first, and acks the second.
+A cloned voice's prompt is computed here (`VoicePrompts`, beside the engine loop) and handed to decode with the request,
+so decode does no audio work for it. A request this replica cannot prefill (another model, bad fields, reference audio
+it cannot use, a prompt its pool cannot hold) is put on decode's own queue unchanged: decode serves it or ends it with
+the one terminal event it owes, as for any request, so prefill never ends a request itself. A replica that dies
+mid-prefill leaves the message unacked: it is redelivered (a new attempt) to a live replica. A hand-off published twice
+(redelivery after a publish whose ack was lost) is harmless: decode's ownership claim takes the first, and acks the
+second.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ class CausalConv1d(StreamingConv):
     def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, C_in, n] -> [B, C_out, n]."""
         full = self._with_history(x, stream)
-        if full.is_cuda and self.conv.groups == 1 and self.in_channels * self.conv.kernel_size[0] >= GEMM_FORM_MIN_INPUTS:
+        inputs_per_output = self.in_channels * self.conv.kernel_size[0]
+        if full.is_cuda and self.conv.groups == 1 and inputs_per_output >= GEMM_FORM_MIN_INPUTS:
             return _as_gemm(self.conv, full)
         return self.conv(full)
 
