@@ -1,9 +1,15 @@
 """`voxmesh bench` and the Locust user against the real CPU mesh (`voxmesh up`: nats-server, gateway, decode and
-vocoder processes, tiny checkpoint), in fixed-length mode so every request's audio length is known."""
+vocoder processes, tiny checkpoint; the tiny base checkpoint for cloned voices), in fixed-length mode so every
+request's audio length is known."""
 
 from __future__ import annotations
 
+import pytest
+
 from messages.audio_format import SAMPLES_PER_FRAME
+from tests.fixtures.mesh import run_mesh
+from tests.mesh_client import service_stats
+from tests.reference_audio_files import audio_file
 from tests.test_bench_support import (BYTES_PER_SAMPLE, SAMPLE_RATE, check_bench_document, check_locust_stats,
                                       check_png, locust_command, run_bench, run_process, write_prompts)
 
@@ -33,3 +39,36 @@ async def test_locust_run_against_the_cpu_mesh(mesh, tmp_path):
     assert done.returncode == 0, done.stderr
     check_locust_stats(stats.with_suffix(".json"), num_streams=4,
                        bytes_per_stream=SAMPLES_PER_REQUEST * BYTES_PER_SAMPLE)
+
+
+@pytest.fixture(scope="module")
+def base_mesh(tiny_base_checkpoint, tmp_path_factory):
+    with run_mesh(tiny_base_checkpoint, tmp_path_factory.mktemp("bench-base-mesh")) as running:
+        yield running
+
+
+async def _prompts_computed(mesh) -> int:
+    endpoints = await service_stats(mesh.nats_url, "voxmesh-decode")
+    return endpoints[0]["voice_prompts_computed"]
+
+
+async def test_bench_clones_a_voice_once_or_for_every_request(base_mesh, tmp_path):
+    """`--ref-audio` on a base checkpoint: every request is a clone; the same file is computed once (its content is
+    the cache's key), `--distinct-references` makes every request pay the audio work."""
+    reference = tmp_path / "me.wav"
+    reference.write_bytes(audio_file(2.0, 24000, seed=4))
+    common = ("--url", base_mesh.gateway_url, "--mode", "closed", "--concurrency", "1", "--requests", "2",
+              "--fixed-frames", str(FRAMES), "--prompts", str(write_prompts(tmp_path)), "--request-timeout", "120",
+              "--level-timeout", "240", "--no-plot", "--ref-audio", str(reference), "--ref-text", "This is me.")
+    before = await _prompts_computed(base_mesh)
+    done = await run_bench(*common, "--out", str(tmp_path / "same.json"))
+    assert done.returncode == 0, done.stderr
+    check_bench_document(tmp_path / "same.json", levels=[("closed", 1)], num_requests=2,
+                         audio_s_per_request=SAMPLES_PER_REQUEST / SAMPLE_RATE)
+    assert await _prompts_computed(base_mesh) == before + 1, "warm-up and both requests: one reference, one prompt"
+    done = await run_bench(*common, "--distinct-references", "--out", str(tmp_path / "distinct.json"))
+    assert done.returncode == 0, done.stderr
+    document = check_bench_document(tmp_path / "distinct.json", levels=[("closed", 1)], num_requests=2,
+                                    audio_s_per_request=SAMPLES_PER_REQUEST / SAMPLE_RATE)
+    assert document["config"]["request"]["reference"]["distinct"] is True, document["config"]["request"]
+    assert await _prompts_computed(base_mesh) == before + 1 + 3, "the warm-up and each request computed their own"

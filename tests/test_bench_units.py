@@ -7,6 +7,7 @@ import asyncio
 import json
 import random
 
+import numpy as np
 import pytest
 
 from loadtest.bench.client import StreamRecorder, TargetError, is_loopback_host, stream_url
@@ -168,3 +169,53 @@ def test_cli_refuses_two_targets_with_one_label(capsys):
             "--compare-label", "x"]
     assert bench_cli.main(args) == 2
     assert "invalid_targets" in capsys.readouterr().err
+
+
+def _reference_file(tmp_path, rate: int = 16000, channels: int = 2):
+    import soundfile
+
+    path = tmp_path / "me.flac"
+    tone = 0.3 * np.sin(np.arange(rate) * 2 * np.pi * 220 / rate, dtype=np.float64)
+    soundfile.write(str(path), np.stack([tone] * channels, axis=1), rate, format="FLAC")
+    return path
+
+
+def _audio_of(fields: dict) -> bytes:
+    import base64
+
+    prefix = "data:audio/wav;base64,"
+    assert fields["ref_audio"].startswith(prefix)
+    return base64.b64decode(fields["ref_audio"][len(prefix):])
+
+
+def test_a_reference_voice_goes_with_every_request_once_or_distinct(tmp_path):
+    import io
+    import wave
+
+    from loadtest.bench.reference_voice import ReferenceVoice
+
+    path = _reference_file(tmp_path)
+    same = ReferenceVoice.from_file(path, "This is how I sound.", x_vector_only=False, distinct=False)
+    shape = RequestShape(voice=None, fixed_frames=8, reference=same)
+    first, second = shape.payload("Hello.", 0), shape.payload("Hello.", 1)
+    assert first["ref_text"] == "This is how I sound." and "voice" not in first and "x_vector_only_mode" not in first
+    assert _audio_of(first) == _audio_of(second), "one file, one content key: the voice is computed once"
+    with wave.open(io.BytesIO(_audio_of(first))) as audio:  # mono 16-bit WAV at the file's rate, every sample
+        assert (audio.getnchannels(), audio.getsampwidth(), audio.getframerate(), audio.getnframes()) == (1, 2, 16000,
+                                                                                                          16000)
+    distinct = ReferenceVoice.from_file(path, None, x_vector_only=True, distinct=True)
+    payloads = [RequestShape(voice=None, reference=distinct).payload("Hello.", index) for index in (0, 1, 0)]
+    assert len({_audio_of(p) for p in payloads}) == 3, "every request pays the audio work (index 0 twice too)"
+    assert all(p["x_vector_only_mode"] is True and "ref_text" not in p for p in payloads)
+    assert RequestShape(reference=distinct).to_dict()["reference"] == {
+        "source": "me.flac", "seconds": 1.0, "sample_rate": 16000, "mode": "x-vector", "distinct": True}
+
+
+def test_a_reference_voice_without_its_transcript_or_audio_is_refused(tmp_path):
+    from loadtest.bench.reference_voice import ReferenceVoice
+
+    with pytest.raises(PayloadError, match="--ref-text"):
+        ReferenceVoice.from_file(_reference_file(tmp_path), None, x_vector_only=False, distinct=False)
+    (tmp_path / "noise.wav").write_bytes(b"not audio at all")
+    with pytest.raises(PayloadError, match="cannot read the reference audio"):
+        ReferenceVoice.from_file(tmp_path / "noise.wav", None, x_vector_only=True, distinct=False)

@@ -8,7 +8,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # reference_voice imports PayloadError from here
+    from loadtest.bench.reference_voice import ReferenceVoice
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PROMPTS = REPO_ROOT.parent / "shared" / "data" / "prompts_en.tsv"
@@ -84,6 +87,7 @@ class RequestShape:
         initial_chunk_frames: frames in the first chunk; None uses the mesh's default.
         temperature: talker sampling temperature; None uses the checkpoint's default.
         seed: request i gets seed + i, so reruns make the same audio.
+        reference: a cloned voice's reference audio sent with every request (base checkpoints), or None.
     """
 
     voice: str | None = "ryan"
@@ -93,6 +97,7 @@ class RequestShape:
     initial_chunk_frames: int | None = None
     temperature: float | None = None
     seed: int = 0
+    reference: ReferenceVoice | None = None
 
     def __post_init__(self) -> None:
         for name in ("fixed_frames", "initial_chunk_frames"):
@@ -118,13 +123,15 @@ class RequestShape:
         body.update({key: value for key, value in optional.items() if value is not None})
         if self.fixed_frames is not None:
             body.update(ignore_eos=True, max_new_tokens=self.fixed_frames)
+        if self.reference is not None:
+            body.update(self.reference.fields())
         return body
 
     def to_dict(self) -> dict:
         return {"voice": self.voice, "language": self.language, "model": self.model,
                 "length_mode": self.length_mode, "length": self.describe_length(), "fixed_frames": self.fixed_frames,
                 "initial_chunk_frames": self.initial_chunk_frames, "temperature": self.temperature,
-                "seed": self.seed}
+                "seed": self.seed, "reference": None if self.reference is None else self.reference.to_dict()}
 
 
 class LoadError(ValueError):

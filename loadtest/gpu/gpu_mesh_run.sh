@@ -14,13 +14,16 @@
 # rate is sustained, not survived; meanwhile sample the GPU and the mesh's CPU time, and with --profile-s S record a
 # py-spy profile of every service for S seconds during the largest closed level; read decode's STATS
 # (loadtest/gpu/gpu_mesh_stats.py); stop the mesh (SIGTERM: it drains); print the table
-# (loadtest/gpu/gpu_mesh_table.py). The whole script keeps within --deadline (560 s). Under $OUT: table.md,
+# (loadtest/gpu/gpu_mesh_table.py). The whole script keeps within --deadline (560 s). A cloned voice (issue 18):
+# --model-type base --ref-audio FILE [--ref-text TRANSCRIPT] (without it: x-vector only) [--bench-args
+# --distinct-references] (--bench-args: more `voxmesh bench` flags, split on spaces). Under $OUT: table.md,
 # bench_docs.tgz (every level's JSON document) and logs.tgz (every log, the GPU samples, the ps snapshots, profiles).
 set -uo pipefail
 
 PRESET=0.6b DEVICE=cuda DTYPE=bfloat16 WHEELS=.whl_mesh PROMPTS=.gpumesh_data/prompts_en.tsv
 FRAMES=48 RATES="2 5 10 20" CLOSED="1 8 64" OPEN_S=60 LEVEL_TIMEOUT=120 REQUEST_TIMEOUT=60 READY_S=240
-UP_ARGS="--max-num-seqs 64 --kv-cache-blocks 4096" PROFILE_S=0 PER_STREAM=2
+UP_ARGS="--max-num-seqs 64 --kv-cache-blocks 4096" PROFILE_S=0 PER_STREAM=2 MODEL_TYPE=custom_voice
+REF_AUDIO="" REF_TEXT="" BENCH_ARGS=""
 DEADLINE_S=560  # the whole script, so that one device call (limit 600 s) always ends with its files
 while [ $# -gt 0 ]; do
   case $1 in
@@ -28,6 +31,7 @@ while [ $# -gt 0 ]; do
     --frames) FRAMES=$2;; --rates) RATES=$2;; --closed) CLOSED=$2;; --open-seconds) OPEN_S=$2;;
     --up-args) UP_ARGS=$2;; --profile-s) PROFILE_S=$2;; --closed-per-stream) PER_STREAM=$2;;
     --level-timeout) LEVEL_TIMEOUT=$2;; --deadline) DEADLINE_S=$2;;
+    --model-type) MODEL_TYPE=$2;; --ref-audio) REF_AUDIO=$2;; --ref-text) REF_TEXT=$2;; --bench-args) BENCH_ARGS=$2;;
     *) echo "gpu_mesh_run.sh: unknown flag $1" >&2; exit 2;;
   esac
   shift 2
@@ -91,7 +95,8 @@ print("python", sys.version.split()[0], "torch", torch.__version__, torch.versio
 cat "$WORK/run.txt"
 
 say "voxmesh model init --preset $PRESET --dtype $DTYPE"
-timeout 240 "$PY" -m services.cli model init --preset "$PRESET" --dtype "$DTYPE" --out "$WORK/model" \
+timeout 240 "$PY" -m services.cli model init --preset "$PRESET" --dtype "$DTYPE" --type "$MODEL_TYPE" \
+  --out "$WORK/model" \
   >"$WORK/model_init.log" 2>&1 || { tail -c 2000 "$WORK/model_init.log"; say "model init FAILED"; exit 1; }
 grep -E "^(wrote|weights|talker) " "$WORK/model_init.log"
 
@@ -120,6 +125,12 @@ snapshot "$WORK/ps_before.txt"
 bench_started=$SECONDS
 common=(--url "http://127.0.0.1:$PORT" --fixed-frames "$FRAMES" --prompts "$PROMPTS" --label "$PRESET-$DEVICE"
         --level-timeout "$LEVEL_TIMEOUT" --request-timeout "$REQUEST_TIMEOUT")
+if [ -n "$REF_AUDIO" ]; then  # a cloned voice in every request (a base checkpoint)
+  common+=(--ref-audio "$REF_AUDIO")
+  if [ -n "$REF_TEXT" ]; then common+=(--ref-text "$REF_TEXT"); else common+=(--x-vector-only); fi
+fi
+# shellcheck disable=SC2206  # BENCH_ARGS is a list of flags without spaces in their values
+common+=($BENCH_ARGS)
 profile() {  # py-spy of every mesh process for PROFILE_S seconds, in the background (raw folded stacks)
   local pid name
   for pid in $(ps -o pid= --ppid "$UP_PID"); do

@@ -19,6 +19,7 @@ from loadtest.bench.client import TargetError, stream_url
 from loadtest.bench.loadgen import Progress, Target
 from loadtest.bench.metrics import Slo, SloError
 from loadtest.bench.plot import PlotError, write_plot
+from loadtest.bench.reference_voice import ReferenceVoice
 from loadtest.bench.report import headline_rows
 from loadtest.bench.sweep import BenchConfig, BenchError, run_bench, write_json
 from loadtest.bench.workload import (
@@ -69,6 +70,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                           "frames (random-weight checkpoints); labelled in the output")
     request.add_argument("--initial-chunk-frames", type=int, help="frames in the first chunk")
     request.add_argument("--temperature", type=float)
+    clone = parser.add_argument_group("cloned voice (base checkpoints)")
+    clone.add_argument("--ref-audio", type=Path, help="reference audio file sent with every request (then no --voice)")
+    clone.add_argument("--ref-text", help="its transcript (in-context cloning)")
+    clone.add_argument("--x-vector-only", action="store_true", help="clone from the speaker embedding alone")
+    clone.add_argument("--distinct-references", action="store_true",
+                       help="each request's copy differs by one sample step, so each pays the audio work (no cache)")
     slo = parser.add_argument_group("SLO")
     slo.add_argument("--slo-first-packet", type=float, default=0.5, help="goodput: first packet within S seconds")
     slo.add_argument("--slo-allow-gaps", action="store_true", help="goodput without requiring continuous streams")
@@ -88,9 +95,14 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         targets.append(Target(args.compare_label, stream_url(args.compare_url, allow_remote=args.allow_remote)))
     modes = MODES if args.mode == "both" else (args.mode,)
     slo = Slo(first_packet_s=args.slo_first_packet, require_continuous=not args.slo_allow_gaps)
-    shape = RequestShape(voice=args.voice or None, language=args.language, model=args.model,
-                         fixed_frames=args.fixed_frames, initial_chunk_frames=args.initial_chunk_frames,
-                         temperature=args.temperature, seed=args.seed)
+    reference = None
+    if args.ref_audio is not None:
+        reference = ReferenceVoice.from_file(args.ref_audio, args.ref_text, args.x_vector_only,
+                                             args.distinct_references)
+    shape = RequestShape(voice=None if reference is not None else args.voice or None, language=args.language,
+                         model=args.model, fixed_frames=args.fixed_frames,
+                         initial_chunk_frames=args.initial_chunk_frames, temperature=args.temperature, seed=args.seed,
+                         reference=reference)
     for name in ("level_timeout", "request_timeout"):
         if not getattr(args, name) > 0:
             raise LoadError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")

@@ -1,0 +1,83 @@
+"""A cloned voice for `voxmesh bench` (base checkpoints): every request carries a reference audio file.
+
+The gateway stores reference audio by its content and the replica that prefills a prompt caches the voice prompt by
+that key, so the same file in every request measures a warm cache: the audio work is paid once. With `distinct`, each
+request's copy differs from every other in one sample by one 16-bit step (inaudible), so every request pays the
+reference audio's whole work (resampling, mel, speaker and codec encoders): the cold cost a service sees when each
+caller brings their own voice.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import itertools
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile
+
+from loadtest.bench.workload import PayloadError
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceVoice:
+    """The reference audio every request sends, as 16-bit mono WAV, and how it is cloned."""
+
+    source: str
+    sample_rate: int
+    pcm: np.ndarray = field(repr=False)
+    """int16 mono samples."""
+    ref_text: str | None = None
+    x_vector_only: bool = False
+    distinct: bool = False
+    _sent: itertools.count = field(default_factory=itertools.count, repr=False, compare=False)
+    """Copies made so far: a distinct copy per request of the whole run (levels and warm-ups restart `index`)."""
+
+    @staticmethod
+    def from_file(path: Path, ref_text: str | None, x_vector_only: bool, distinct: bool) -> ReferenceVoice:
+        """Read `path` (any format libsndfile reads; channels mixed down). Raises PayloadError."""
+        if not x_vector_only and not ref_text:
+            raise PayloadError("a reference voice needs --ref-text (its transcript) unless --x-vector-only")
+        try:
+            samples, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        except (OSError, RuntimeError, soundfile.LibsndfileError) as exc:
+            raise PayloadError(f"cannot read the reference audio {path}: {exc}") from exc
+        if len(samples) == 0:
+            raise PayloadError(f"the reference audio {path} holds no samples")
+        mono = np.clip(samples.mean(axis=1), -1.0, 1.0)
+        pcm = np.round(mono * 32767.0).astype(np.int16)
+        return ReferenceVoice(source=path.name, sample_rate=int(rate), pcm=pcm,
+                              ref_text=None if x_vector_only else ref_text, x_vector_only=x_vector_only,
+                              distinct=distinct)
+
+    def fields(self) -> dict:
+        """The cloning fields of the next request's body."""
+        pcm = self.pcm
+        if self.distinct:
+            pcm = pcm.copy()
+            pcm[next(self._sent) % len(pcm)] ^= 1  # one step of one sample: another content key, the same voice
+        audio = base64.b64encode(_wav(pcm, self.sample_rate)).decode()
+        fields: dict = {"ref_audio": f"data:audio/wav;base64,{audio}"}
+        if self.x_vector_only:
+            fields["x_vector_only_mode"] = True
+        else:
+            fields["ref_text"] = self.ref_text
+        return fields
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "seconds": round(len(self.pcm) / self.sample_rate, 3),
+                "sample_rate": self.sample_rate, "mode": "x-vector" if self.x_vector_only else "in-context",
+                "distinct": self.distinct}
+
+
+def _wav(pcm: np.ndarray, sample_rate: int) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(sample_rate)
+        out.writeframes(pcm.astype("<i2").tobytes())
+    return buffer.getvalue()
