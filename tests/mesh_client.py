@@ -189,6 +189,14 @@ async def service_stats(nats_url: str, service: str) -> list[dict]:
         await nc.close()
 
 
+async def one_replica_stats(nats_url: str, service: str) -> dict:
+    """The STATS `data` of the one replica of `service` (every endpoint of a replica reports the replica's: a base
+    checkpoint's decode has two; data that differ mean more than one replica answered)."""
+    endpoints = await service_stats(nats_url, service)
+    assert endpoints and all(data == endpoints[0] for data in endpoints), endpoints
+    return endpoints[0]
+
+
 async def replicas_serving(nats_url: str, service: str, count: int = 1, excluding=()) -> list[str]:
     """Wait until `count` replicas of `service` hold a live lease, so they are discoverable and serving (a replica
     renews its lease only once its micro service is registered); returns their names. `voxmesh up` says it is

@@ -8,7 +8,7 @@ import pytest
 
 from messages.audio_format import SAMPLES_PER_FRAME
 from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import service_stats
+from tests.mesh_client import one_replica_stats
 from tests.reference_audio_files import audio_file
 from tests.test_bench_support import (BYTES_PER_SAMPLE, SAMPLE_RATE, check_bench_document, check_locust_stats,
                                       check_png, locust_command, run_bench, run_process, write_prompts)
@@ -48,8 +48,7 @@ def base_mesh(tiny_base_checkpoint, tmp_path_factory):
 
 
 async def _prompts_computed(mesh) -> int:
-    endpoints = await service_stats(mesh.nats_url, "voxmesh-decode")
-    return endpoints[0]["voice_prompts_computed"]
+    return (await one_replica_stats(mesh.nats_url, "voxmesh-decode"))["voice_prompts_computed"]
 
 
 async def test_bench_clones_a_voice_once_or_for_every_request(base_mesh, tmp_path):

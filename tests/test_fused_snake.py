@@ -20,7 +20,8 @@ def snake_error(device: str, dtype_name: str = "float32") -> float:
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(11)
     worst = 0.0
-    for batch, channels, length, sliced in ((2, 3, 40, False), (1, 2, TILE + 37, False), (3, 4, 50, True), (3, 5, 4, False)):
+    cases = ((2, 3, 40, False), (1, 2, TILE + 37, False), (3, 4, 50, True), (3, 5, 4, False))
+    for batch, channels, length, sliced in cases:
         snake = SnakeBeta(channels)
         snake.alpha.copy_(0.5 * torch.randn(channels, generator=generator))
         snake.beta.copy_(0.5 * torch.randn(channels, generator=generator))

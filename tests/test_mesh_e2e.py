@@ -10,6 +10,7 @@ import wave
 
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import nats
@@ -35,12 +36,22 @@ def greedy_body(text: str, voice: str = "vivian") -> dict:
 def synth_codes(checkpoint, tmp_path, text: str, voice: str = "vivian", seed: int | None = None,
                 frames: int = MAX_FRAMES, ignore_eos: bool = False) -> np.ndarray:
     """`voxmesh synth`'s codes (greedy, or sampled with `seed`): the offline oracle the mesh must equal."""
-    codes_file = tmp_path / f"{abs(hash((text, seed, frames, ignore_eos)))}.npy"
     mode = ["--greedy"] if seed is None else ["--seed", str(seed)]
     mode += ["--ignore-eos"] if ignore_eos else []
+    return _synth(checkpoint, tmp_path, text, ["--speaker", voice, *mode], frames)
+
+
+def clone_codes(checkpoint, tmp_path, text: str, reference: Path, mode: list[str], frames: int) -> np.ndarray:
+    """`voxmesh synth`'s greedy codes in a voice cloned from the `reference` file (`mode`: `--ref-text T` or
+    `--x-vector-only`); its audio is left in tmp_path/synth.wav."""
+    return _synth(checkpoint, tmp_path, text, ["--ref-audio", str(reference), *mode, "--greedy"], frames)
+
+
+def _synth(checkpoint, tmp_path, text: str, voice_and_mode: list[str], frames: int) -> np.ndarray:
+    codes_file = tmp_path / f"{abs(hash((text, *voice_and_mode, frames)))}.npy"
     subprocess.run([sys.executable, "-m", "services.cli", "synth", "--model", str(checkpoint), "--text", text,
-                    "--speaker", voice, *mode, "--max-new-tokens", str(frames),
-                    "--output", str(tmp_path / "synth.wav"), "--codes-out", str(codes_file)], check=True)
+                    *voice_and_mode, "--max-new-tokens", str(frames), "--output", str(tmp_path / "synth.wav"),
+                    "--codes-out", str(codes_file)], check=True)
     return np.load(codes_file)
 
 

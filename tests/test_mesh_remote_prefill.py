@@ -25,8 +25,8 @@ from messages.mtp import PrefillHandoff
 from messages.requests import SamplingSpec, SynthesisRequest
 from messages.streams import REQUESTS_STREAM
 from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import (WAIT_S, codes_on_bus, events_of, replicas_serving, service_stats, stream_speech,
-                               terminal_count)
+from tests.mesh_client import (WAIT_S, codes_on_bus, events_of, one_replica_stats, replicas_serving,
+                               stream_speech, terminal_count)
 from tests.test_mesh_e2e import synth_codes
 from tests.test_mesh_preemption import FRAMES as PREEMPTION_FRAMES
 from tests.test_mesh_preemption import SMALL_BLOCKS, SMALL_POOL, TEXTS
@@ -44,11 +44,6 @@ BODIES = (
 def oracle(checkpoint, tmp_path, body: dict, ignore_eos: bool = False) -> np.ndarray:
     return synth_codes(checkpoint, tmp_path, body["input"], body["voice"], seed=body.get("seed"),
                        frames=body["max_new_tokens"], ignore_eos=ignore_eos)
-
-
-async def stats_of(mesh, service: str) -> dict:
-    [stats] = await service_stats(mesh.nats_url, service)
-    return stats
 
 
 async def handoffs_queued(mesh, count: int) -> None:
@@ -82,7 +77,8 @@ async def test_prefilled_remotely_or_not_the_codes_are_the_offline_ones(mesh, ti
         assert result.end["type"] == "audio.done", result.end
         codes, _ = await codes_on_bus(mesh.nats_url, result.request_id)
         np.testing.assert_array_equal(codes, oracle(tiny_checkpoint, tmp_path, body), err_msg=body["input"])
-    prefill, decode = await stats_of(mesh, "voxmesh-prefill"), await stats_of(mesh, "voxmesh-decode")
+    prefill = await one_replica_stats(mesh.nats_url, "voxmesh-prefill")
+    decode = await one_replica_stats(mesh.nats_url, "voxmesh-decode")
     assert prefill["handed_over"] >= 1, prefill
     assert decode["handoffs_fetched"] >= 1, decode
 
@@ -92,7 +88,7 @@ async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, ti
     body = {"input": "Its prefill replica goes away after the hand-off.", "voice": "ryan", "seed": 5,
             "max_new_tokens": FRAMES}
     serving = await replicas_serving(mesh.nats_url, "prefill")
-    before = await stats_of(mesh, "voxmesh-decode")
+    before = await one_replica_stats(mesh.nats_url, "voxmesh-decode")
     prefill_restarted = mesh.expect_restart("prefill")
     os.kill(mesh.pids["decode"], signal.SIGSTOP)
     try:
@@ -110,7 +106,7 @@ async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, ti
     assert result.end["type"] == "audio.done", result.end
     codes, _ = await codes_on_bus(mesh.nats_url, result.request_id)
     np.testing.assert_array_equal(codes, oracle(tiny_checkpoint, tmp_path, body))
-    after = await stats_of(mesh, "voxmesh-decode")
+    after = await one_replica_stats(mesh.nats_url, "voxmesh-decode")
     assert after["handoffs_fetch_failed"] == before["handoffs_fetch_failed"] + 1, after
     assert await terminal_count(mesh.nats_url, result.request_id) == 1
     if fault == signal.SIGKILL:
@@ -130,7 +126,7 @@ async def test_a_handoff_from_another_checkpoint_is_not_used_at_all(mesh, tiny_c
     foreign_first = [(code + 1) % 1024 for code in oracle_codes[0].tolist()]  # not frame 0: were it used, it shows
     handoff = PrefillHandoff(request=request, fingerprint="another-checkpoint", prefill_replica="prefill-elsewhere",
                              prompt_tokens=12, transfer=b"never fetched", first_frame=foreign_first)
-    before = await stats_of(mesh, "voxmesh-decode")
+    before = await one_replica_stats(mesh.nats_url, "voxmesh-decode")
     nc = await nats.connect(mesh.nats_url)
     try:
         await nc.jetstream().publish(subjects.handoff_queue("tiny"), encode(handoff), stream=REQUESTS_STREAM,
@@ -139,7 +135,7 @@ async def test_a_handoff_from_another_checkpoint_is_not_used_at_all(mesh, tiny_c
         await nc.close()
     codes, end = await codes_on_bus(mesh.nats_url, request.id)
     np.testing.assert_array_equal(codes, oracle_codes)
-    after = await stats_of(mesh, "voxmesh-decode")
+    after = await one_replica_stats(mesh.nats_url, "voxmesh-decode")
     assert after["handoffs_fetch_failed"] == before["handoffs_fetch_failed"] + 1, after
     assert after["handoffs_fetched"] == before["handoffs_fetched"], "nothing was fetched from the other checkpoint"
     events = await events_of(mesh.nats_url, request.id)  # up to its terminal, which the vocoder sends after the codes
@@ -162,7 +158,7 @@ async def test_the_preemption_contract_holds_for_remotely_prefilled_requests(mod
         finally:
             os.kill(mesh.pids["decode"], signal.SIGCONT)
         results = await asyncio.gather(*streams)
-        decode = await stats_of(mesh, "voxmesh-decode")
+        decode = await one_replica_stats(mesh.nats_url, "voxmesh-decode")
         codes = [(await codes_on_bus(mesh.nats_url, r.request_id))[0] for r in results]
         events = [await events_of(mesh.nats_url, r.request_id) for r in results]
         terminals = [await terminal_count(mesh.nats_url, r.request_id) for r in results]

@@ -21,6 +21,7 @@ import websockets
 from services.model.codec.loader import load_codec_decoder
 from tests.fixtures.mesh import Mesh, run_mesh
 from tests.mesh_client import codes_on_bus, stream_speech
+from tests.test_mesh_e2e import clone_codes
 from tests.oracle.voice_clone import clone_audio, load_wrapper
 from tests.reference_audio_files import audio_file, data_uri, reference_uri
 
@@ -79,17 +80,14 @@ async def test_cloned_codes_equal_offline_synthesis_and_say_takes_a_file(base_me
     reference = tmp_path / "me.flac"
     reference.write_bytes(audio_file(2.5, 48000, fmt="FLAC", seed=5))
     text, mode = "The offline oracle clones too.", ["--x-vector-only"] if x_vector_only else ["--ref-text", REF_TEXT]
-    codes_file = tmp_path / "codes.npy"
-    subprocess.run([sys.executable, "-m", "services.cli", "synth", "--model", str(tiny_base_checkpoint), "--text",
-                    text, "--ref-audio", str(reference), *mode, "--greedy", "--max-new-tokens", "20",
-                    "--output", str(tmp_path / "synth.wav"), "--codes-out", str(codes_file)], check=True)
+    offline_codes = clone_codes(tiny_base_checkpoint, tmp_path, text, reference, mode, frames=20)
     fields = {"x_vector_only_mode": True} if x_vector_only else {"ref_text": REF_TEXT}
     body = {"input": text, "temperature": 0, "max_new_tokens": 20,
             "ref_audio": data_uri(reference.read_bytes(), "audio/flac")}
     result = await stream_speech(base_mesh.gateway_url, body | fields)
     assert result.end["type"] == "audio.done", result.end
     codes, _ = await codes_on_bus(base_mesh.nats_url, result.request_id)
-    np.testing.assert_array_equal(codes, np.load(codes_file))
+    np.testing.assert_array_equal(codes, offline_codes)
     with wave.open(str(tmp_path / "synth.wav")) as offline:  # an in-context clone's audio continues its reference's
         offline_pcm = np.frombuffer(offline.readframes(offline.getnframes()), dtype="<i2")
     np.testing.assert_allclose(offline_pcm, np.frombuffer(result.pcm, dtype="<i2"), atol=1, rtol=0)

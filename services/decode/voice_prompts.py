@@ -96,11 +96,7 @@ class VoicePrompts:
         `attach`, and a replay after a preemption while it stays cached, take it instead of the audio work."""
         if clone.voice is None and clone.audio_key is None:
             return  # names no voice: `attach` refuses it as it would have
-        key = cache_key(clone)
-        self._cache[key] = prompt
-        self._cache.move_to_end(key)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self._keep(cache_key(clone), prompt)
         self.num_primed += 1
 
     async def _cached(self, key: CacheKey, make: Callable[[], Awaitable[VoicePrompt]]) -> VoicePrompt:
@@ -119,7 +115,11 @@ class VoicePrompts:
         self._pending.pop(key, None)
         if done.cancelled() or done.exception() is not None:
             return
-        self._cache[key] = done.result()
+        self._keep(key, done.result())
+
+    def _keep(self, key: CacheKey, prompt: VoicePrompt) -> None:
+        self._cache[key] = prompt
+        self._cache.move_to_end(key)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 

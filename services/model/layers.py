@@ -229,11 +229,9 @@ class DecoderStack(nn.Module):
         """x [..., T, hidden] with positions [T] (or broadcastable to x's leading dims)."""
         rope = self.rope.inputs(positions, x.dtype)
         if compiles_for(x.device) and self.norm.weight.dtype == x.dtype:
-            pending = None  # residual adds fused into the norms that follow them
+            pending = None  # residual adds fused into the norms that follow them (a config has at least one layer)
             for index, layer in enumerate(self.layers):
                 x, pending = layer.forward_deferred(x, pending, rope, index, attend)
-            if pending is None:
-                return self.norm(x)
             return fused_rms_norm.add_rms_norm(x, pending, self.norm.weight, self.norm.eps)[1]
         for index, layer in enumerate(self.layers):
             x = layer(x, rope, index, attend)
