@@ -12,7 +12,9 @@
 # one `voxmesh bench` per level, fixed-length requests: closed loop at each of --closed (--closed-per-stream
 # requests a stream, 2 by default, at least 8), then open loop at each of --rates with --open-seconds of Poisson arrivals (rate x seconds requests), so a
 # rate is sustained, not survived; meanwhile sample the GPU and the mesh's CPU time, and with --profile-s S record a
-# py-spy profile of every service for S seconds during the largest closed level; read decode's STATS
+# py-spy profile of every service for S seconds during the largest closed level (--profile-delay-s into it, 8 by
+# default), and with --trace-s T a torch profiler trace of every service's device work for T seconds at the same
+# moment (services/runtime/device_trace.py; summed up by loadtest/gpu/device_trace_summary.py); read decode's STATS
 # (loadtest/gpu/gpu_mesh_stats.py); stop the mesh (SIGTERM: it drains); print the table
 # (loadtest/gpu/gpu_mesh_table.py). The whole script keeps within --deadline (560 s). A cloned voice (issue 18):
 # --model-type base --ref-audio FILE [--ref-text TRANSCRIPT] (without it: x-vector only) [--bench-args
@@ -22,7 +24,8 @@ set -uo pipefail
 
 PRESET=0.6b DEVICE=cuda DTYPE=bfloat16 WHEELS=.whl_mesh PROMPTS=.gpumesh_data/prompts_en.tsv
 FRAMES=48 RATES="2 5 10 20" CLOSED="1 8 64" OPEN_S=60 LEVEL_TIMEOUT=120 REQUEST_TIMEOUT=60 READY_S=240
-UP_ARGS="--max-num-seqs 64 --kv-cache-blocks 4096" PROFILE_S=0 PER_STREAM=2 MODEL_TYPE=custom_voice
+UP_ARGS="--max-num-seqs 64 --kv-cache-blocks 4096" PROFILE_S=0 PROFILE_DELAY_S=8 TRACE_S=0 PER_STREAM=2
+MODEL_TYPE=custom_voice
 REF_AUDIO="" REF_TEXT="" BENCH_ARGS=""
 DEADLINE_S=560  # the whole script, so that one device call (limit 600 s) always ends with its files
 while [ $# -gt 0 ]; do
@@ -30,6 +33,7 @@ while [ $# -gt 0 ]; do
     --preset) PRESET=$2;; --device) DEVICE=$2;; --dtype) DTYPE=$2;; --wheels) WHEELS=$2;; --prompts) PROMPTS=$2;;
     --frames) FRAMES=$2;; --rates) RATES=$2;; --closed) CLOSED=$2;; --open-seconds) OPEN_S=$2;;
     --up-args) UP_ARGS=$2;; --profile-s) PROFILE_S=$2;; --closed-per-stream) PER_STREAM=$2;;
+    --profile-delay-s) PROFILE_DELAY_S=$2;; --trace-s) TRACE_S=$2;;
     --level-timeout) LEVEL_TIMEOUT=$2;; --deadline) DEADLINE_S=$2;;
     --model-type) MODEL_TYPE=$2;; --ref-audio) REF_AUDIO=$2;; --ref-text) REF_TEXT=$2;; --bench-args) BENCH_ARGS=$2;;
     *) echo "gpu_mesh_run.sh: unknown flag $1" >&2; exit 2;;
@@ -70,8 +74,12 @@ finish() {  # stop what this script started (by pid), pack the logs, print the t
     cp "$WORK/table.md" "$OUT"/ 2>/dev/null
     tar czf "$OUT/bench_docs.tgz" -C "$WORK" $(cd "$WORK" && ls bench_*.json) 2>/dev/null
   fi
+  if ls "$WORK"/traces/*.json.gz >/dev/null 2>&1; then
+    "$PY" -m loadtest.gpu.device_trace_summary "$WORK"/traces/*.json.gz --out "$OUT/device_trace_summary.json" \
+      | tee "$WORK/device_trace_summary.txt"
+  fi
   grep -E "ERROR|Traceback|Error:" "$WORK"/up.log 2>/dev/null | head -n 20
-  tar czf "$OUT/logs.tgz" -C "$WORK" --exclude=model --exclude=site --exclude=state . 2>/dev/null
+  tar czf "$OUT/logs.tgz" -C "$WORK" --exclude=model --exclude=site --exclude=state --exclude=traces . 2>/dev/null
   rm -rf "$WORK"  # what matters is under $OUT now
 }
 trap finish EXIT
@@ -102,6 +110,9 @@ grep -E "^(wrote|weights|talker) " "$WORK/model_init.log"
 
 PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 say "voxmesh up --model $WORK/model --device $DEVICE --dtype $DTYPE --port $PORT"
+if [ "$TRACE_S" != 0 ]; then  # the services record a device trace on SIGUSR1
+  export VOXMESH_DEVICE_TRACE_DIR="$WORK/traces" VOXMESH_DEVICE_TRACE_S="$TRACE_S"
+fi
 # shellcheck disable=SC2086  # UP_ARGS is a list of flags
 "$PY" -m services.cli up --model "$WORK/model" --device "$DEVICE" --dtype "$DTYPE" --port "$PORT" \
   --state-dir "$WORK/state" $UP_ARGS >"$WORK/up.log" 2>&1 &
@@ -131,17 +142,21 @@ if [ -n "$REF_AUDIO" ]; then  # a cloned voice in every request (a base checkpoi
 fi
 # shellcheck disable=SC2206  # BENCH_ARGS is a list of flags without spaces in their values
 common+=($BENCH_ARGS)
-profile() {  # py-spy of every mesh process for PROFILE_S seconds, in the background (raw folded stacks)
+profile() {  # after PROFILE_DELAY_S: py-spy of every mesh process for PROFILE_S seconds (raw folded stacks, idle
+  # samples included), and a device trace of each (SIGUSR1) where TRACE_S asks; all in the background
   local pid name
+  sleep "$PROFILE_DELAY_S"  # into the level's steady state: a window, not a synchronisation
   for pid in $(ps -o pid= --ppid "$UP_PID"); do
     name=$(ps -o args= -p "$pid" | grep -o "serve [a-z]*" | tr ' ' _)
-    [ -n "$name" ] && timeout $((PROFILE_S + 15)) py-spy record -p "$pid" -d "$PROFILE_S" -r 50 -f raw \
-      -o "$WORK/profile_$name.txt" >"$WORK/pyspy_$name.log" 2>&1 &
+    [ -z "$name" ] && continue
+    [ "$TRACE_S" != 0 ] && kill -USR1 "$pid"
+    [ "$PROFILE_S" -gt 0 ] && command -v py-spy >/dev/null && timeout $((PROFILE_S + 15)) py-spy record -p "$pid" \
+      -d "$PROFILE_S" -r 50 --idle --threads -f raw -o "$WORK/profile_$name.txt" >"$WORK/pyspy_$name.log" 2>&1 &
   done
 }
 for c in $CLOSED; do  # closed loop: at least 8 requests, --closed-per-stream (2) per stream
   requests=$((PER_STREAM * c > 8 ? PER_STREAM * c : 8))
-  [ "$PROFILE_S" -gt 0 ] && [ "$c" = "${CLOSED##* }" ] && command -v py-spy >/dev/null && profile
+  if [ "$c" = "${CLOSED##* }" ] && { [ "$PROFILE_S" -gt 0 ] || [ "$TRACE_S" != 0 ]; }; then profile & fi
   say "bench: closed loop x$c, $requests requests"
   timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency "$c" \
     --requests "$requests" --no-plot --out "$WORK/bench_c$c.json" 2>&1 | tail -n 3 | tee -a "$WORK/bench.log"

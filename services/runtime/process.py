@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from services.runtime import settings_schema as settings_lib
+from services.runtime import device_trace
 from services.runtime.lifecycle import ServiceFailed
 
 SERVICES = ("gateway", "decode", "vocoder", "prefill", "mtp")
@@ -72,13 +73,15 @@ def main(service: str, argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(settings.torch_threads)
     try:
-        return asyncio.run(run_until_signal(module.serve, settings))
+        return asyncio.run(run_until_signal(module.serve, settings, service))
     finally:
         stop_tracing()  # the spans still batched go out before the process ends
 
 
-async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]], settings: Any) -> int:
-    """Run `serve(settings, stop)` with SIGTERM/SIGINT setting `stop`; the process's exit status."""
+async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]], settings: Any,
+                           service: str = "service") -> int:
+    """Run `serve(settings, stop)` with SIGTERM/SIGINT setting `stop`; the process's exit status. SIGUSR1 records
+    a device trace where `VOXMESH_DEVICE_TRACE_DIR` asks for one (services/runtime/device_trace.py)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -93,6 +96,7 @@ async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]
 
     for sig in SIGNALS:
         loop.add_signal_handler(sig, on_signal)
+    device_trace.install(service)
     try:
         await serve(settings, stop)
     except ServiceFailed as failure:  # each task's traceback was logged when it died
