@@ -16,8 +16,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from services.model import fused_norm_rope, fused_rms_norm, fused_silu_mul
+from services.model import fused_norm_rope, fused_qk_norm_rope, fused_rms_norm, fused_silu_mul
 from services.model.config import DecoderConfig
+from services.model.fused_qk_norm_rope import KvDestination
 from services.model.triton_support import compiles_for
 
 _ACTIVATIONS = {
@@ -32,6 +33,22 @@ class Attend(Protocol):
     """Attention for one layer: q [..., Hq, D], k and v [..., Hkv, D] (normed, rotated) -> [..., Hq, D]."""
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
+class AttendsFromPool(Attend, Protocol):
+    """An `Attend` that may let the layer's fused q/k norm + RoPE kernel store k and v in its KV pool itself (one
+    launch instead of the kernel's k output and a separate write); the layer then hands it q alone. Optional: the
+    layer looks for `kv_destination` by name (an isinstance check on a protocol costs ~10 us, more than the launches
+    it saves in an eager step)."""
+
+    def kv_destination(self, layer: int) -> KvDestination | None:
+        """Where this layer's new k and v go, for the fused kernel to write (then `attend_stored`); None: call the
+        attend with k and v as usual (its attention kernel does not run where the fused one does)."""
+        ...
+
+    def attend_stored(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """Attention for q [T, Hq, D] once the layer's new k and v are at `kv_destination(layer)`."""
+        ...
 
 
 class RMSNorm(nn.Module):
@@ -146,6 +163,17 @@ class SelfAttention(nn.Module):
         self.qkv = _fused((self.q_proj, self.k_proj, self.v_proj))
 
     def forward(self, x: torch.Tensor, rope: RopeInputs, layer: int, attend: Attend) -> torch.Tensor:
+        if self.qkv is not None and isinstance(rope, FusedRope) and self._norm_weights_in(x.dtype):
+            out = self._attend_fused(F.linear(x, *self.qkv), rope, layer, attend)
+        else:
+            out = self._attend_unfused(x, rope, layer, attend)
+        return self.o_proj(out.reshape(*x.shape[:-1], -1))
+
+    def _norm_weights_in(self, dtype: torch.dtype) -> bool:
+        return self.q_norm.weight.dtype == dtype and self.k_norm.weight.dtype == dtype
+
+    def _attend_unfused(self, x: torch.Tensor, rope: RopeInputs, layer: int, attend: Attend) -> torch.Tensor:
+        """q and k normed and rotated one after the other (the torch form, or one `norm_rope` launch each)."""
         heads = (*x.shape[:-1], -1, self.head_dim)
         if self.qkv is not None:
             q, k, v = F.linear(x, *self.qkv).split(self.widths, dim=-1)
@@ -153,8 +181,22 @@ class SelfAttention(nn.Module):
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = norm_and_rotate(self.q_norm, q.view(heads), rope)
         k = norm_and_rotate(self.k_norm, k.view(heads), rope)
-        out = attend(layer, q, k, v.view(heads))
-        return self.o_proj(out.reshape(*x.shape[:-1], -1))
+        return attend(layer, q, k, v.view(heads))
+
+    def _attend_fused(self, qkv: torch.Tensor, rope: FusedRope, layer: int, attend: Attend) -> torch.Tensor:
+        """q and k normed and rotated in one launch (`fused_qk_norm_rope.py`), which also stores k and v where the
+        attend offers its pool; else the attend gets k and v as usual."""
+        norms = ((self.q_norm.weight, self.q_norm.eps), (self.k_norm.weight, self.k_norm.eps))
+        num_heads = self.widths[0] // self.head_dim
+        kv_destination = getattr(attend, "kv_destination", None)  # see `AttendsFromPool`
+        destination = kv_destination(layer) if kv_destination is not None else None
+        if destination is not None:
+            q = fused_qk_norm_rope.qk_norm_rope_into_pool(qkv, *norms, rope.positions, rope.inv_freq, num_heads,
+                                                          self.head_dim, destination)
+            return attend.attend_stored(layer, q)
+        q, k = fused_qk_norm_rope.qk_norm_rope(qkv, *norms, rope.positions, rope.inv_freq, num_heads, self.head_dim)
+        v = qkv[..., self.widths[0] + self.widths[1]:]
+        return attend(layer, q, k, v.view(*v.shape[:-1], -1, self.head_dim))
 
 
 class MLP(nn.Module):

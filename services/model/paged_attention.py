@@ -6,13 +6,15 @@ and correct on every device; `select_kernel` picks one by the batch's shape:
 - `REFERENCE` serves any batch (prefill, chunked prefill, mixed); it reads sizes back from the device;
 - `DECODE` (`paged_decode.py`) serves decode-only batches with no host synchronisation, so a decode step
   can be captured in a CUDA graph; it is tested equal to the reference.
-What does not depend on the layer (padding, masks, block columns) is worked out once per forward, in the
-kernel's layout.
+What does not depend on the layer (padding, masks, block columns, each slot's block and offset) is worked out
+once per forward. Where the attention kernel is Triton (`FUSED_DECODE`, `TOKEN` on CUDA), the layer's fused
+q/k norm + RoPE kernel writes K and V itself (`kv_destination`, `attend_stored`): no separate write at all.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Callable
 
 import torch
@@ -20,6 +22,7 @@ from torch.nn import functional as F
 
 from services.model.attention_batch import AttentionBatch
 from services.model import triton_decode
+from services.model.fused_qk_norm_rope import KvDestination
 from services.model.paged_decode import DecodeLayout, decode_kernel, is_decode_only
 from services.model.triton_support import compiles_for
 
@@ -60,12 +63,28 @@ class PagedLayout:
 
 
 
+@dataclass(frozen=True, slots=True)
+class PoolSlots:
+    """Each new token's flat slot `block * block_size + offset` split into its block and offset (two launches, paid
+    once per forward rather than in every layer)."""
+
+    blocks: torch.Tensor
+    offsets: torch.Tensor
+
+    @classmethod
+    def of(cls, slot_mapping: torch.Tensor, block_size: int) -> PoolSlots:
+        return cls(slot_mapping // block_size, slot_mapping % block_size)
+
+
 def write_kv(pool: torch.Tensor, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Store k and v [T, Hkv, D] of one layer at their flat slots `block * block_size + offset`."""
-    block_size = pool.shape[3]
-    blocks, offsets = slot_mapping // block_size, slot_mapping % block_size
-    pool[blocks, layer, 0, offsets] = k.to(pool.dtype)
-    pool[blocks, layer, 1, offsets] = v.to(pool.dtype)
+    write_kv_at(pool, layer, PoolSlots.of(slot_mapping, pool.shape[3]), k, v)
+
+
+def write_kv_at(pool: torch.Tensor, layer: int, slots: PoolSlots, k: torch.Tensor, v: torch.Tensor) -> None:
+    """`write_kv` with the slots already split."""
+    pool[slots.blocks, layer, 0, slots.offsets] = k.to(pool.dtype)
+    pool[slots.blocks, layer, 1, slots.offsets] = v.to(pool.dtype)
 
 
 def reference_kernel(q: torch.Tensor, pool: torch.Tensor, layer: int, layout: PagedLayout, scale: float) -> torch.Tensor:
@@ -92,6 +111,9 @@ class AttentionKernel:
     """(batch, block_size, pool dtype) -> the layout, built once per forward."""
     attend: Callable[[torch.Tensor, torch.Tensor, int, object, float], torch.Tensor]
     """(q [T, Hq, D], pool, layer, layout, scale) -> [T, Hq, D], the new tokens' K/V already in the pool."""
+    is_triton: Callable[[torch.device], bool] = lambda _device: False
+    """Whether it runs Triton for a pool on that device: then the fused q/k norm + RoPE kernel, Triton too, may write
+    the new tokens' K/V (`PagedAttention.kv_destination`); the torch kernels keep `write_kv`, which runs anywhere."""
 
 
 REFERENCE = AttentionKernel("reference", lambda batch, block_size, _dtype: PagedLayout.of(batch, block_size),
@@ -124,9 +146,9 @@ def _fused_attend(q: torch.Tensor, pool: torch.Tensor, layer: int, batch: Attent
     return triton_decode.decode_attention(q, pool, layer, batch.block_tables, batch.seq_lens, scale)
 
 
-FUSED_DECODE = AttentionKernel("fused_decode", _fused_plan, _fused_attend)
+FUSED_DECODE = AttentionKernel("fused_decode", _fused_plan, _fused_attend, lambda _device: True)
 """The Triton kernel (`triton_decode.py`) on a decode-only batch: reads each row's blocks in place."""
-TOKEN = AttentionKernel("token", _token_plan, _token_attend)
+TOKEN = AttentionKernel("token", _token_plan, _token_attend, compiles_for)
 """Per-token form (`AttentionBatch.token_rows`): any mix of prefill and decode tokens, no host sync; the Triton
 kernel where it runs, else the torch decode kernel over per-token tables (the CPU tests' path)."""
 
@@ -142,7 +164,7 @@ def select_kernel(batch: AttentionBatch) -> AttentionKernel:
 
 
 class PagedAttention:
-    """The talker's `Attend` for one forward pass over a flattened batch."""
+    """The talker's `Attend` for one forward pass over a flattened batch (an `AttendsFromPool`: see `layers.py`)."""
 
     def __init__(self, pool: torch.Tensor, batch: AttentionBatch, scale: float,
                  kernel: AttentionKernel | None = None) -> None:
@@ -152,5 +174,21 @@ class PagedAttention:
         self.layout = self.kernel.plan(batch, pool.shape[3], pool.dtype)
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        write_kv(self.pool, layer, self.slot_mapping, k, v)
+        write_kv_at(self.pool, layer, self._slots, k, v)
+        return self.attend_stored(layer, q)
+
+    def kv_destination(self, layer: int) -> KvDestination | None:
+        """The pool slots of this layer's new K/V where the attention kernel is Triton, for the fused q/k norm + RoPE
+        kernel to write; None where it is torch (then `__call__` writes them)."""
+        if not self.kernel.is_triton(self.pool.device):
+            return None
+        return KvDestination(self.pool, layer, self.slot_mapping)
+
+    def attend_stored(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """Attention of q [T, Hq, D] once this layer's new K/V are in the pool."""
         return self.kernel.attend(q, self.pool, layer, self.layout, self.scale)
+
+    @cached_property
+    def _slots(self) -> PoolSlots:
+        # On first use, so a forward whose every layer writes through the fused kernel never pays for it.
+        return PoolSlots.of(self.slot_mapping, self.pool.shape[3])
