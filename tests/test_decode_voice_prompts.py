@@ -21,6 +21,7 @@ from services.bus.object_store import delete_object, open_object_store, read_obj
 from services.decode.request_check import Admission, AdmissionError, ServedModel, admit
 from services.decode.settings import DecodeSettings
 from services.decode.voice_prompts import VoicePrompts
+from services.decode.voice_work import ThreadPromptMaker
 from services.model.config import load_config
 from services.model.loader import load_model
 from services.model.prompt import PromptRequest
@@ -44,7 +45,7 @@ def cloner(tiny_base_checkpoint: Path) -> VoiceCloner:
 async def voices(nats_client, cloner):
     js = nats_client.jetstream()
     await fresh_bus(js, BusConfig(storage="memory"))
-    prompts = VoicePrompts(js, cloner, "tiny")
+    prompts = VoicePrompts(js, ThreadPromptMaker(cloner), "tiny")
     try:
         yield prompts
     finally:

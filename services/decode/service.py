@@ -23,6 +23,7 @@ from services.decode.request_check import ServedModel
 from services.decode.settings import DecodeSettings
 from services.decode.shutdown import finish_or_end
 from services.decode.voice_prompts import VoicePrompts
+from services.decode.voice_work import ProcessPromptMaker, ThreadPromptMaker, uses_process
 from services.decode.worker import EngineWorker
 from services.engine.config import StageConfig, StageKind
 from services.engine.engine import Engine
@@ -102,12 +103,18 @@ def load_engine(settings: DecodeSettings) -> tuple[Engine, ServedModel]:
 
 async def voice_prompts_of(settings: DecodeSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
                            context: ServiceContext, stack: AsyncExitStack) -> VoicePrompts | None:
-    """A base checkpoint's voice cloning (decode's, or a prefill replica's): its encoders loaded once (on the engine
-    thread, before serving); None for a checkpoint that does not clone."""
+    """A base checkpoint's voice cloning (decode's, or a prefill replica's): its encoders loaded once before serving,
+    in a child process or on the engine thread (`voice_work`); None for a checkpoint that does not clone."""
     if served.config.tts_model_type != "base":
         return None
-    cloner = await worker.run(VoiceCloner.load, engine.model, served.tokenizer)
-    voices = VoicePrompts(context.js, cloner, settings.model_name)
+    if uses_process(settings.voice_work, settings.device):
+        maker = ProcessPromptMaker(settings.model_dir, DTYPES[settings.dtype], settings.device, served.tokenizer)
+        stack.callback(maker.close)  # also when waiting for it fails
+        await maker.ready()
+        log.info("reference audio becomes voice prompts in child process %s", maker.process_ids)
+    else:
+        maker = ThreadPromptMaker(await worker.run(VoiceCloner.load, engine.model, served.tokenizer))
+    voices = VoicePrompts(context.js, maker, settings.model_name)
     stack.callback(voices.close)
     return voices
 

@@ -43,6 +43,10 @@ class DecodeSettings(CommonSettings):
     mtp_attempts: int = setting(3, "mtp topology: replicas one step is sent to before its requests fail")
     handoff_timeout_s: float = setting(
         10.0, "watchdog of a remotely prefilled prompt's KV fetch (by UCX): past it the prompt is prefilled here")
+    voice_work: str = setting(
+        "auto", "base checkpoints: where reference audio becomes a voice prompt: a child process (process), a thread "
+                "of this one (thread), or auto (a process on CUDA, where that work is launch-bound Python that would "
+                "hold the interpreter lock the step loop needs)", choices=("auto", "thread", "process"))
     shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
     metrics_port: int = setting(0, "port of the Prometheus /metrics listener (0: off)",
                                 env="VOXMESH_DECODE_METRICS_PORT")

@@ -2,7 +2,8 @@
 step loop (decode's, or a prefill replica's, which hands the prompt to decode with the request: `prime`).
 
 A request names its voice by key: reference audio in the REF_AUDIO store, or a saved voice in VOICES. The audio
-work (resampling, mel, speaker encoder, codec encoder) runs on this part's own thread, never on the engine's, and
+work (resampling, mel, speaker encoder, codec encoder) runs on its own thread or process (`voice_work.py`), never on
+the engine's thread, and
 the result is cached by (key, transcript, mode): the segments of one long input or one WebSocket session, and
 every request naming a saved voice, pay for it once. Concurrent requests for one uncached key share one
 computation. Saved voices are made here too (`create`, the `voice-create` endpoint: any replica of the model).
@@ -28,8 +29,7 @@ from messages.voice_clone import (REF_AUDIO_STORE, VOICES_STORE, ReferenceAudio,
 from services.bus.object_store import open_object_store, read_object, write_object
 from services.decode.request_check import Admission, AdmissionError
 from services.decode.voice_records import saved_voice, voice_prompt
-from services.decode.worker import EngineWorker
-from services.model.voice.cloner import VoiceCloner
+from services.decode.voice_work import PromptMaker, VoiceWorkLost
 from services.model.voice.errors import ReferenceAudioError
 from services.model.voice.voice_prompt import VoicePrompt
 
@@ -64,10 +64,9 @@ def refusal(error: ReferenceAudioError) -> AdmissionError:
 class VoicePrompts:
     """Voice prompts of one base checkpoint's requests; `close()` stops its thread."""
 
-    def __init__(self, js: JetStreamContext, cloner: VoiceCloner, model: str, cache_size: int = CACHE_SIZE) -> None:
-        self.js, self.cloner, self.model = js, cloner, model
-        self.worker = EngineWorker("decode-voice")
-        """Runs the audio work, so neither the event loop nor the engine thread waits for it."""
+    def __init__(self, js: JetStreamContext, maker: PromptMaker, model: str, cache_size: int = CACHE_SIZE) -> None:
+        self.js, self.maker, self.model = js, maker, model
+        """`maker` runs the audio work, so neither the event loop nor the engine thread waits for it."""
         self._cache: OrderedDict[CacheKey, VoicePrompt] = OrderedDict()
         self._cache_size = cache_size
         self._pending: dict[CacheKey, asyncio.Future[VoicePrompt]] = {}
@@ -129,10 +128,11 @@ class VoicePrompts:
     async def _compute(self, audio: ReferenceAudio, ref_text: str | None, x_vector_only: bool) -> VoicePrompt:
         samples = np.frombuffer(audio.samples, dtype="<f4")
         try:
-            prompt = await self.worker.run(self.cloner.make_prompt, samples, audio.sample_rate, ref_text,
-                                           x_vector_only)
+            prompt = await self.maker.make_prompt(samples, audio.sample_rate, ref_text, x_vector_only)
         except ReferenceAudioError as exc:
             raise refusal(exc) from exc
+        except VoiceWorkLost as exc:
+            raise AdmissionError(ErrorCode.INTERNAL, str(exc)) from exc
         self.num_computed += 1
         return prompt
 
@@ -152,7 +152,7 @@ class VoicePrompts:
             raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"the saved voice {clone.voice!r} was deleted")
         try:
             record = decode(found, SavedVoice)
-            return voice_prompt(record, self.cloner.tokenizer)
+            return voice_prompt(record, self.maker.tokenizer)
         except (DecodeError, ReferenceAudioError, ValueError) as exc:
             raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"the saved voice {clone.voice!r} is unreadable ({exc}): "
                                  "save it again") from exc
@@ -196,4 +196,4 @@ class VoicePrompts:
     def close(self) -> None:
         for future in self._pending.values():
             future.cancel()
-        self.worker.close()
+        self.maker.close()

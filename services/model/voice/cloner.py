@@ -75,6 +75,29 @@ class VoiceCloner:
         codec = load_codec_encoder(Path(directory or model.directory) / SPEECH_TOKENIZER_DIR, device=model.device)
         return cls(model.config, speaker, codec, tokenizer)
 
+    @classmethod
+    def from_directory(cls, directory: str | Path, dtype: torch.dtype, device: str | torch.device) -> VoiceCloner:
+        """The cloner of a base checkpoint directory without its talker: the config, the speaker encoder's tensors
+        (in `dtype`, as the loader gives them), the codec encoder and the tokenizer; for a process that does only
+        the reference-audio work (services/decode/voice_process.py)."""
+        from services.model import checkpoint
+        from services.model.config import load_config
+        from services.model.text_tokenizer import TextTokenizer
+
+        directory, device = Path(directory), torch.device(device)
+        config, _ = load_config(directory)
+        if config.speaker_encoder is None:
+            raise ReferenceAudioError("voice_cloning_unsupported", f"{directory} is a {config.tts_model_type} "
+                                      "checkpoint: only base checkpoints clone voices")
+        expected = checkpoint.speaker_encoder_shapes(config.speaker_encoder)
+        stored = checkpoint.scan(directory)
+        # Only the speaker encoder's tensors are checked (missing ones, shapes): the talker's are not read here.
+        checkpoint.check({name: stored[name] for name in expected if name in stored}, expected, directory)
+        tensors = checkpoint.load_tensors(stored, list(expected), dtype, device)
+        speaker = SpeakerEncoder.from_checkpoint(config.speaker_encoder, tensors)
+        codec = load_codec_encoder(directory / SPEECH_TOKENIZER_DIR, device=device)
+        return cls(config, speaker, codec, TextTokenizer.from_dir(directory))
+
     def make_prompt(self, samples: np.ndarray | torch.Tensor, sample_rate: int, ref_text: str | None,
                     x_vector_only: bool) -> VoicePrompt:
         """A voice prompt from mono (or [n, channels]) samples at `sample_rate`. In-context mode (`x_vector_only`

@@ -15,3 +15,7 @@ class ReferenceAudioError(ModelError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+    def __reduce__(self) -> tuple:
+        # Raised in the reference-audio process and re-raised in decode: pickled with its code.
+        return type(self), (self.code, str(self))

@@ -1,0 +1,129 @@
+"""Where a cloned voice's reference-audio work runs: a thread beside the step loop, or a process of its own.
+
+On a GPU the work is a few milliseconds of device time behind hundreds of small eager launches (the mel, the
+speaker encoder's CNN, the codec encoder's convolutions and transformer): ~29 ms of Python a 6-s reference in
+context on an H200 (`loadtest/gpu/voice_prompt_probe.py`). On a thread of the decode process that Python holds the
+interpreter lock the step thread and the event loop need: at 20 new voices a second decode's frames stalled
+(loadtest/RESULTS-GPU.md). So on CUDA it runs in a child process (spawned: CUDA cannot be forked) that loads only
+the speaker and codec encoders (`VoiceCloner.from_directory`) and answers one prompt at a time; its prompts, a few
+kB of CPU tensors, come back pickled. On the CPU the work is torch compute that releases the lock, and a thread
+serves as well without a second copy of the encoders.
+
+A child that dies (killed, out of memory) fails the prompts in flight with `VoiceWorkLost` and is started again for
+the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from services.decode.worker import EngineWorker
+from services.model.voice.cloner import TextEncoder, VoiceCloner
+from services.model.voice.voice_prompt import VoicePrompt
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "thread", "process")
+"""`voice_work` settings: auto is a process on CUDA and a thread elsewhere."""
+
+
+class VoiceWorkLost(RuntimeError):
+    """The reference-audio process died while computing this prompt (it is restarted for the next one)."""
+
+
+class PromptMaker(Protocol):
+    """Computes voice prompts off the step loop."""
+
+    tokenizer: TextEncoder
+
+    async def make_prompt(self, samples: np.ndarray, sample_rate: int, ref_text: str | None,
+                          x_vector_only: bool) -> VoicePrompt: ...
+
+    def close(self) -> None: ...
+
+
+class ThreadPromptMaker:
+    """The work on a thread of this process, with the cloner this process loaded."""
+
+    def __init__(self, cloner: VoiceCloner) -> None:
+        self.cloner, self.tokenizer = cloner, cloner.tokenizer
+        self._thread = EngineWorker("decode-voice")
+
+    async def make_prompt(self, samples: np.ndarray, sample_rate: int, ref_text: str | None,
+                          x_vector_only: bool) -> VoicePrompt:
+        return await self._thread.run(self.cloner.make_prompt, samples, sample_rate, ref_text, x_vector_only)
+
+    def close(self) -> None:
+        self._thread.close()
+
+
+_CLONER: VoiceCloner | None = None
+"""The child process's cloner (loaded by `_load_cloner` when the child starts)."""
+
+
+def _load_cloner(directory: str, dtype: str, device: str) -> None:
+    global _CLONER
+    torch.set_num_threads(1)
+    with torch.inference_mode():
+        _CLONER = VoiceCloner.from_directory(directory, getattr(torch, dtype), device)
+
+
+def _child_prompt(samples: np.ndarray, sample_rate: int, ref_text: str | None, x_vector_only: bool) -> VoicePrompt:
+    assert _CLONER is not None, "the reference-audio process has no cloner"
+    return _CLONER.make_prompt(samples, sample_rate, ref_text, x_vector_only)
+
+
+def _child_ready() -> bool:
+    return _CLONER is not None
+
+
+class ProcessPromptMaker:
+    """The work in a spawned child process holding its own speaker and codec encoders."""
+
+    def __init__(self, directory: str | Path, dtype: torch.dtype, device: str, tokenizer: TextEncoder) -> None:
+        self.tokenizer = tokenizer
+        self._args = (str(directory), str(dtype).removeprefix("torch."), device)
+        self._pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_load_cloner, initargs=self._args)
+
+    async def ready(self) -> None:
+        """Wait until the child has loaded its encoders (start-up: the first voice must not pay for it)."""
+        await asyncio.wrap_future(self._pool.submit(_child_ready))
+
+    async def make_prompt(self, samples: np.ndarray, sample_rate: int, ref_text: str | None,
+                          x_vector_only: bool) -> VoicePrompt:
+        pool = self._pool
+        try:
+            return await asyncio.wrap_future(pool.submit(_child_prompt, samples, sample_rate, ref_text,
+                                                         x_vector_only))
+        except BrokenProcessPool as exc:
+            if self._pool is pool:  # the first to see it starts the next child
+                log.error("the reference-audio process died; starting another")
+                self._pool = self._start()
+            raise VoiceWorkLost("the reference-audio process died while computing this voice; retry the "
+                                "request") from exc
+
+    @property
+    def process_ids(self) -> list[int]:
+        """The child's pid (none before it starts or after it died): for an operator's diagnostics and the tests."""
+        return [process.pid for process in (self._pool._processes or {}).values() if process.is_alive()]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def uses_process(mode: str, device: str) -> bool:
+    """Whether `voice_work` (auto, thread or process) puts the work in a child process on `device`."""
+    return mode == "process" or (mode == "auto" and device.startswith("cuda"))
