@@ -23,17 +23,18 @@ if triton is not None:
     @triton.jit
     def _draw_kernel(values_ptr, ids_ptr, top_k_ptr, top_p_ptr, keys_ptr, temperature_ptr, greedy_ptr, out_ptr,
                      salt_a, salt_b, first, second, num_cols, vocab_size, stride_values, stride_ids, stride_keys,
-                     stride_lane, USES_TOP_P: tl.constexpr, BLOCK: tl.constexpr):
+                     stride_lane, stride_top_k, stride_top_p, stride_temperature, stride_greedy,
+                     USES_TOP_P: tl.constexpr, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         inside = cols < num_cols
         values = tl.load(values_ptr + row * stride_values + cols, mask=inside, other=float("-inf")).to(tl.float64)
         ids = tl.load(ids_ptr + row * stride_ids + cols, mask=inside, other=0)
-        top_k = tl.load(top_k_ptr + row)
+        top_k = tl.load(top_k_ptr + row * stride_top_k)
         top_k = tl.where(top_k > 0, top_k, vocab_size)
         values = tl.where(cols >= top_k, float("-inf"), values)
         if USES_TOP_P:
-            top_p = tl.load(top_p_ptr + row).to(tl.float64)
+            top_p = tl.load(top_p_ptr + row * stride_top_p).to(tl.float64)
             exps = tl.exp(values - tl.max(values, axis=0))
             probs = exps / tl.sum(exps, axis=0)
             mass_before = tl.cumsum(probs, axis=0) - probs
@@ -50,8 +51,8 @@ if triton is not None:
         scores = tl.where(inside, values - tl.log(-tl.log(uniform)), float("-inf"))
         choice = tl.argmax(scores, axis=0)
         drawn = tl.sum(tl.where(cols == choice, ids, 0), axis=0)
-        temperature = tl.load(temperature_ptr + row)
-        tl.store(out_ptr + row, tl.where(temperature > 0, drawn, tl.load(greedy_ptr + row)))
+        temperature = tl.load(temperature_ptr + row * stride_temperature)
+        tl.store(out_ptr + row, tl.where(temperature > 0, drawn, tl.load(greedy_ptr + row * stride_greedy)))
 
 
 def draw(values: torch.Tensor, ids: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, keys: torch.Tensor,
@@ -67,5 +68,8 @@ def draw(values: torch.Tensor, ids: torch.Tensor, top_k: torch.Tensor, top_p: to
             values, ids, top_k, top_p, keys, temperature, greedy, out, salts[0], salts[1],
             fused_gumbel.HASH_MULTIPLIERS[0], fused_gumbel.HASH_MULTIPLIERS[1], num_cols, vocab_size,
             values.stride(0), ids.stride(0), keys.stride(0), keys.stride(1),
+            # Per-row parameters may be columns of a wider table (the sampling graphs' static inputs): read with
+            # their strides, never as if dense.
+            top_k.stride(0), top_p.stride(0), temperature.stride(0), greedy.stride(0),
             USES_TOP_P=uses_top_p, BLOCK=triton.next_power_of_2(num_cols))
     return out
