@@ -20,7 +20,7 @@ from services.engine import model_ops
 from services.engine.config import EngineConfig
 from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.engine import Engine
-from services.engine.predictor_graphs import FrameBucketError, PaddedFrameSampler
+from services.engine.predictor_graphs import CAPPED, WHOLE, FrameBucketError, PaddedFrameSampler
 from services.engine.runner import ModelRunner
 from services.model.attention_batch import AttentionBatch
 from services.model.layers import fuse_projections
@@ -135,13 +135,14 @@ def test_every_sampling_mix_shares_one_graph_per_bucket(tiny):
     for params in (greedy, sampled, greedy, top_p, mixed):
         args = _inputs(model, 2, params, seed=3)
         assert torch.equal(sampler.run(*args), model_ops.sample_frames(model, *args))
-    assert list(sampler.graphs) == [(2, False, False)] and sampler.captures == 1
+    assert list(sampler.graphs) == [(2, CAPPED, CAPPED)] and sampler.captures == 1
     # A row that keeps more candidates than the cap (top_k 0: the whole vocabulary) takes the key's other graph.
     whole = [(SamplingParams(), SamplingParams(top_k=0)), (GREEDY, GREEDY)]
     args = _inputs(model, 2, whole, seed=5)
     assert torch.equal(sampler.run(*args), model_ops.sample_frames(model, *args))
-    assert list(sampler.graphs)[-1] == (2, False, True)
+    assert list(sampler.graphs)[-1] == (2, CAPPED, WHOLE)
     sampler.prepare_all()
+    # On the CPU the fused sampler never serves: the four mixes of the top-p modes a bucket.
     assert len(sampler.graphs) == 4 * len(sampler.row_buckets) == 12 and sampler.captures == 12
     with pytest.raises(FrameBucketError) as raised:
         sampler.run(*_inputs(model, 5, [(GREEDY, GREEDY)] * 5, seed=4))
@@ -157,7 +158,7 @@ def test_graphs_are_capped_least_recently_used_first(tiny):
         args = _inputs(model, rows, params, seed=3)
         assert torch.equal(sampler.run(*args), model_ops.sample_frames(model, *args))
     # (2, capped) was used again after (2, whole), so (2, whole) is the one evicted when 4 rows came.
-    assert list(sampler.graphs) == [(2, False, False), (4, False, False)] and sampler.captures == 3
+    assert list(sampler.graphs) == [(2, CAPPED, CAPPED), (4, CAPPED, CAPPED)] and sampler.captures == 3
 
 
 class HostSync(AssertionError):

@@ -77,7 +77,7 @@ def build_model(directory: Path, device: torch.device, dtype: torch.dtype, seed:
         if compiles_for(device):  # as `load_model` does
             fuse_projections(module)
     if compiles_for(device):
-        check_fused_kernels(config.talker.code_predictor, device, dtype)
+        check_fused_kernels(config.talker, device, dtype)
     return TTSModel(directory, config, generation, talker, predictor, None)
 
 

@@ -4,10 +4,11 @@ Eager, this part of an engine step issues ~4,500-5,700 kernels and costs 73-137 
 11.5-15.6 ms replayed as a graph (loadtest/RESULTS-GPU.md). `model_ops.sample_frames` has no host
 synchronisation: every shape it picks comes from tensor shapes or from `RowSampling`'s host-side summaries
 (`max_top_k`, `uses_top_p`, `is_all_greedy`). The sampler replaces each summary by a bound that holds for
-any request (top-p always applied, greedy decided per row, candidates cut at `TOP_K_CAP` unless a row asks
-for more or for none), so every mix of requests shares one graph per
+any request of its kind (greedy decided per row; each side's mode: `FUSED` where no row uses top-p and the fused
+sampler serves, one launch a draw whatever the top_k; else top-p applied, candidates cut at `TOP_K_CAP` unless a
+row asks for more or for none), so every mix of requests shares one graph per
 
-    (rows bucket, talker needs the whole vocabulary, predictor needs the whole vocabulary)
+    (rows bucket, the talker's mode, the predictor's mode)
 
 and the per-request values (temperature, top-k, top-p, penalty, seed) are tensor inputs. All of them are
 captured up front (`prepare_all`). Rows pad up to a bucket (powers of two up to `max_rows`, as the talker's decode graphs do).
@@ -34,8 +35,10 @@ from services.engine import model_ops
 from services.model import cuda_graph
 from services.engine.talker_graphs import buckets
 from services.engine.errors import EngineError
+from services.model import fused_sample
 from services.model.loader import TTSModel
 from services.model.sampling import RowSampling, row_keys
+from services.model.triton_support import compiles_for
 from services.model.talker_logits import MIN_NEW_TOKENS
 
 TOP_K_CAP = 128
@@ -46,8 +49,11 @@ NUM_FRAMES, MIN_FRAMES, TALKER_TOP_K, PREDICTOR_TOP_K, SEED, FRAME, KEYS = 0, 1,
 PENALTY, TALKER_TEMPERATURE, TALKER_TOP_P, PREDICTOR_TEMPERATURE, PREDICTOR_TOP_P = 0, 1, 2, 3, 4
 """Columns of the static float32 inputs."""
 
-GraphKey = tuple[int, bool, bool]
-"""(rows bucket, whether the talker's rows need the whole vocabulary, whether the predictor's do)."""
+FUSED, CAPPED, WHOLE = "fused", "capped", "whole"
+"""How one side (talker or predictor) of a graph draws: the fused sampler (no row uses top-p), or the top
+candidates then the keyed draw, cut at TOP_K_CAP or over the whole vocabulary."""
+GraphKey = tuple[int, str, str]
+"""(rows bucket, the talker's mode, the predictor's mode)."""
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +69,19 @@ def needs_whole_vocabulary(rows: RowSampling) -> bool:
     return rows.max_top_k is None or rows.max_top_k > TOP_K_CAP
 
 
-def _summary(whole_vocabulary: bool) -> tuple[int | None, bool, bool]:
-    """Summaries true for any rows: top-p applied (a no-op where top_p is 1), greedy rows chosen per row."""
-    return None if whole_vocabulary else TOP_K_CAP, True, False
+def sampling_mode(rows: RowSampling, vocab_size: int, device: torch.device) -> str:
+    """The mode a side's rows need: FUSED where none uses top-p and the fused sampler serves on `device`."""
+    if not rows.uses_top_p and compiles_for(device) and fused_sample.covers(vocab_size, device):
+        return FUSED
+    return WHOLE if needs_whole_vocabulary(rows) else CAPPED
+
+
+def _summary(mode: str) -> tuple[int | None, bool, bool]:
+    """Summaries true for any rows of a mode, greedy rows chosen per row: FUSED, no top-p (the fused sampler keeps
+    each row's own top_k); else top-p applied (a no-op where top_p is 1), candidates cut at TOP_K_CAP or none."""
+    if mode == FUSED:
+        return None, False, False
+    return None if mode == WHOLE else TOP_K_CAP, True, False
 
 
 class PaddedFrameSampler:
@@ -74,9 +90,9 @@ class PaddedFrameSampler:
     def __init__(self, model: TTSModel, max_rows: int, capture: bool = True,
                  max_graphs: int | None = None) -> None:
         """`capture` False runs the same padded, static-buffer step eagerly (the CPU tests' path).
-        `max_graphs` None keeps every key's graph (4 per rows bucket)."""
+        `max_graphs` None keeps every key's graph (9 per rows bucket)."""
         self.row_buckets = buckets(max_rows)
-        max_graphs = 4 * len(self.row_buckets) if max_graphs is None else max_graphs
+        max_graphs = 9 * len(self.row_buckets) if max_graphs is None else max_graphs
         if max_graphs < 1:
             raise FrameBucketError(f"max_graphs must be >= 1, got {max_graphs}")
         self.model, self.capture, self.max_graphs = model, capture, max_graphs
@@ -96,13 +112,20 @@ class PaddedFrameSampler:
         """Captures that failed; from the first one on, every step runs eagerly (logged, reported in the stats)."""
 
     def prepare_all(self) -> None:
-        """Prepare (capture) the graph of every key now, so that no step after start-up pays for a capture."""
+        """Prepare (capture) now the graphs requests take, so that no step after start-up pays for a capture: both
+        sides fused (the released defaults have no top-p) where the fused sampler serves, and every mix of the
+        top-p modes; a mix of a fused side with a top-p side is prepared when a step first needs it."""
+        device = self.model.device
+        fused = compiles_for(device) and all(fused_sample.covers(size, device) for size in self._vocab_sizes())
+        pairs = [(talker, predictor) for talker in (CAPPED, WHOLE) for predictor in (CAPPED, WHOLE)]
         for rows in self.row_buckets:
-            for talker_whole in (False, True):
-                for predictor_whole in (False, True):
-                    key = (rows, talker_whole, predictor_whole)
-                    if key not in self.graphs:
-                        self._prepare(key)
+            for key in [(rows, FUSED, FUSED)] * fused + [(rows, *pair) for pair in pairs]:
+                if key not in self.graphs:
+                    self._prepare(key)
+
+    def _vocab_sizes(self) -> tuple[int, int]:
+        talker = self.model.config.talker
+        return talker.vocab_size, talker.code_predictor.vocab_size
 
     def bucket(self, num_rows: int) -> int | None:
         """The rows bucket of a batch of `num_rows`, or None if it is larger than every bucket."""
@@ -119,7 +142,9 @@ class PaddedFrameSampler:
         if rows is None:
             raise FrameBucketError(f"{count} rows fit no frame bucket (largest {self.row_buckets[-1]}); "
                                    "check `bucket(rows)` first and sample such a step eagerly")
-        key: GraphKey = (rows, needs_whole_vocabulary(talker_rows), needs_whole_vocabulary(predictor_rows))
+        device, (talker_vocab, predictor_vocab) = self.model.device, self._vocab_sizes()
+        key: GraphKey = (rows, sampling_mode(talker_rows, talker_vocab, device),
+                         sampling_mode(predictor_rows, predictor_vocab, device))
         self._stage(hidden, seen, num_frames, penalty, talker_rows, predictor_rows, min_new_frames)
         step = self.graphs.get(key)
         if step is None:

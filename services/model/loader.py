@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from services.model import checkpoint, fused_small_attention
+from services.model import checkpoint, fused_sample, fused_small_attention
 from services.model.code_predictor import CodePredictor
-from services.model.config import CodePredictorConfig, GenerationDefaults, TTSConfig, load_config
+from services.model.config import GenerationDefaults, TalkerConfig, TTSConfig, load_config
 from services.model.layers import fuse_projections
 from services.model.talker import Talker
 from services.model.triton_support import compiles_for
@@ -81,14 +81,16 @@ def load_model(directory: str | Path, dtype: torch.dtype = torch.float32, device
     if compiles_for(device):  # fewer launches where they cost the most; the CPU keeps the reference's exact form
         fuse_projections(talker)
         fuse_projections(predictor)
-        check_fused_kernels(config.talker.code_predictor, device, dtype)
+        check_fused_kernels(config.talker, device, dtype)
     encoder = {n: t for n, t in tensors.items() if n.startswith("speaker_encoder.")} if config.speaker_encoder else None
     return TTSModel(directory, config, generation, talker, predictor, encoder)
 
 
-def check_fused_kernels(cfg: CodePredictorConfig, device: torch.device, dtype: torch.dtype) -> None:
+def check_fused_kernels(talker: TalkerConfig, device: torch.device, dtype: torch.dtype) -> None:
     """Check once, on the device, the fused kernels that are not checked elsewhere at start-up (the code predictor's
-    attention): one that fails there is refused and the torch form serves (logged)."""
+    attention, the sampler): one that fails there is refused and the torch form serves (logged)."""
+    cfg = talker.code_predictor
     decoder = cfg.decoder
     fused_small_attention.check(device, dtype, decoder.num_heads, decoder.num_kv_heads, decoder.head_dim,
                                 cfg.num_code_groups)
+    fused_sample.check(device, (talker.vocab_size, cfg.vocab_size))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from services.model import fused_draw, fused_gumbel
+from services.model import fused_draw, fused_gumbel, fused_sample
 from services.model.triton_support import compiles_for
 from services.model.uploads import upload
 
@@ -267,6 +267,11 @@ def sample(logits: torch.Tensor, rows: RowSampling, codebook: int) -> torch.Tens
         raise SamplingParamsError(f"logits must be [B, V] with B == {rows.num_rows} rows, got {tuple(logits.shape)}")
     if codebook < 0:
         raise SamplingParamsError(f"codebook must be >= 0, got {codebook}")
+    if (compiles_for(logits.device) and not rows.uses_top_p and not rows.is_all_greedy
+            and fused_sample.covers(logits.shape[1], logits.device)):
+        # Without top-p a draw needs only which tokens are the top k, not their order: one launch, no sort.
+        keys = rows.keys if rows.keys is not None else row_keys(rows.seed, rows.frame)
+        return fused_sample.sample(logits, rows.temperature, rows.top_k, keys, _codebook_salts(codebook))
     greedy = logits.argmax(dim=1)
     if rows.is_all_greedy:
         return greedy
