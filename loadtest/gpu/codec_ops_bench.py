@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             error = float((causal_conv._as_gemm(conv, x).float() - want).abs().max() / want.abs().max())
             cudnn_us = _per_call_us(lambda: conv(x), device)
             gemm_us = _per_call_us(lambda: causal_conv._as_gemm(conv, x), device)
-        chosen = "gemm" if inputs * taps >= causal_conv.GEMM_FORM_MIN_INPUTS else "cudnn"
+        chosen = "gemm" if per_frame * args.frames <= causal_conv.GEMM_FORM_MAX_OUTPUTS else "cudnn"
         results.append({"op": "conv", "name": name, "inputs": inputs, "outputs": outputs, "taps": taps,
                         "dilation": dilation, "samples": x.shape[-1], "cudnn_us": cudnn_us, "gemm_us": gemm_us,
                         "serving_form": chosen, "max_rel_error": error})

@@ -47,17 +47,17 @@ class CausalConv1d(StreamingConv):
     def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, C_in, n] -> [B, C_out, n]."""
         full = self._with_history(x, stream)
-        inputs_per_output = self.in_channels * self.conv.kernel_size[0]
-        if full.is_cuda and self.conv.groups == 1 and inputs_per_output >= GEMM_FORM_MIN_INPUTS:
+        if full.is_cuda and self.conv.groups == 1 and x.shape[-1] <= GEMM_FORM_MAX_OUTPUTS:
             return _as_gemm(self.conv, full)
         return self.conv(full)
 
 
-GEMM_FORM_MIN_INPUTS = 4096
-"""Convolutions whose every output reads at least this many inputs (channels x taps) run on CUDA as one GEMM over
-their unfolded windows. cuDNN gave the vocoder's input conv (1024 -> 1536 channels, k=7, on a chunk's few latents) a
-generic non-tensor-core kernel: 5.9 of a graphed codec call's 41.6 ms on the H200 (64 streams x 8 frames); the GEMM
-form copies the windows once and runs on tensor cores (loadtest/gpu/codec_ops_bench.py times both per shape)."""
+GEMM_FORM_MAX_OUTPUTS = 64
+"""Convolutions with at most this many outputs a row (the latent-rate ones: a chunk's few frames) run on CUDA as one
+GEMM over their unfolded windows: the copy is small there and the product runs on tensor cores, where cuDNN spent
+more per call (H200, 64 streams x 8 frames, `loadtest/gpu/codec_ops_bench.py`: the pre-conv 42 -> 12 us, the
+vocoder's input conv 207 -> 113 us). On longer rows cuDNN is faster (the first block's 768-channel convs 282-384
+against 463-475 us; the audio-rate ones by 1.5-2.5x), so they stay with it."""
 
 
 def _as_gemm(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:

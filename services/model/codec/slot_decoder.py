@@ -61,6 +61,12 @@ class SlotDecoder:
         with torch.inference_mode():
             self.pool = CodecSlotPool(decoder.stream_layout, max_streams, decoder.device, decoder.dtype)
         self._graph_pool = torch.cuda.graph_pool_handle() if self.capture else None
+        if self.capture:
+            # cuDNN picks each convolution's algorithm by timing them at the warm-up before capture, not by its
+            # heuristic, which gave one 384-channel conv (k=7, 1,328 samples a row) a generic non-tensor-core
+            # kernel: 5.9 of a graphed call's 30 ms on an H200 (loadtest/RESULTS-GPU.md). Process-wide, as torch's
+            # flag is; the decoder's other users gain from it too.
+            torch.backends.cudnn.benchmark = True
         self._steps: dict[tuple[int, int], ShapeStep] = {}
         self.capture_failures: dict[tuple[int, int], str] = {}
         """(rows, frames) -> why its capture failed; those shapes run eagerly."""
