@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
 
+from loadtest.gpu.gpu_common import top_kernels
 from services.model.loader import load_model
 from services.model.text_tokenizer import TextTokenizer
 from services.model.voice.cloner import VoiceCloner
@@ -51,20 +50,10 @@ def measure(cloner: VoiceCloner, samples: np.ndarray, x_vector_only: bool, reps:
         started = time.perf_counter()
         call()  # returns after its stream is synchronised: the wall time is the caller's wait
         walls.append(1000 * (time.perf_counter() - started))
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        call()
-    kernels: dict[str, list[float]] = {}
-    for event in prof.events():
-        if event.device_type == DeviceType.CUDA:
-            entry = kernels.setdefault(event.name[:90], [0, 0.0])
-            entry[0] += 1
-            entry[1] += event.device_time_total
-    ranked = sorted(kernels.items(), key=lambda item: -item[1][1])
+    kernels = top_kernels(call, cloner.device, limit=10_000)  # every kernel, most device time first
     return {"mode": "x_vector_only" if x_vector_only else "in_context", "wall_ms_median": statistics.median(walls),
-            "wall_ms_min": min(walls), "device_ms": sum(us for _, us in kernels.values()) / 1000,
-            "launches": int(sum(count for count, _ in kernels.values())),
-            "top_kernels": [{"kernel": name, "count": int(count), "total_us": round(us, 1)}
-                            for name, (count, us) in ranked[:15]]}
+            "wall_ms_min": min(walls), "device_ms": sum(k["total_us"] for k in kernels) / 1000,
+            "launches": sum(k["count"] for k in kernels), "top_kernels": kernels[:15]}
 
 
 def main(argv: list[str] | None = None) -> int:
