@@ -35,9 +35,21 @@ VOCODERS = ("vocoder-0", "vocoder-1")
 
 @pytest.fixture(scope="module")
 def mesh(tiny_checkpoint, tmp_path_factory):
+    # Placed as on a two-GPU host (the CPU ignores it; the processes' environments show it).
     with run_mesh(tiny_checkpoint, tmp_path_factory.mktemp("replicas-mesh"), "--topology", "replicas",
-                  env={"VOXMESH_CODEC_BATCHING": "false"}) as running:
+                  "--gpus", "decode=0,1", "--gpus", "vocoder=1", env={"VOXMESH_CODEC_BATCHING": "false"}) as running:
         yield running
+
+
+def test_each_replica_sees_the_gpu_it_was_placed_on(mesh):
+    def visible(name: str) -> str | None:
+        with open(f"/proc/{mesh.pids[name]}/environ", "rb") as environ:
+            variables = dict(item.split(b"=", 1) for item in environ.read().split(b"\0") if b"=" in item)
+        value = variables.get(b"CUDA_VISIBLE_DEVICES")
+        return None if value is None else value.decode()
+
+    assert [visible(name) for name in (*DECODES, *VOCODERS)] == ["0", "1", "1", "1"]
+    assert visible("gateway") == os.environ.get("CUDA_VISIBLE_DEVICES")  # not placed: inherits `up`'s
 
 
 @pytest.fixture(scope="module")

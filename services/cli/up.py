@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from services.bus.nats_auth import NatsAuth
+from services.mesh.gpu_placement import PlacementError, parse_placements, replica_environment
 from services.mesh.compose_plan import ComposeError, LaunchPlan, ServicePlan, container_only_removed, load_plan
 from services.mesh.resume_secret import ensure_resume_secret
 from services.mesh.roles import nats_user_of, role_of
@@ -63,6 +64,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=None, help="decode's concurrent sequence limit")
     parser.add_argument("--recompute-preemption", choices=("allow", "fail"), default=None,
                         help="what decode does with a preempted request (DESIGN.md)")
+    parser.add_argument("--gpus", action="append", default=[], metavar="SERVICE=I[,J...]",
+                        help="on a host with several GPUs: the GPU each replica of SERVICE sees (replica k the k-th "
+                             "index), e.g. --gpus prefill=1 --gpus decode=0; repeatable; unnamed services see all")
 
 
 def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict[str, str]:
@@ -146,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         plan = load_plan(args.topology)
-    except ComposeError as error:
+        args.placements = parse_placements(args.gpus, [service.name for service in plan.services])
+    except (ComposeError, PlacementError) as error:
         print(f"voxmesh up: {error}", file=sys.stderr)
         return 2
     try:
@@ -201,7 +206,9 @@ def _serve(args, plan, state_dir: Path, nats_url: str, bus: str, group: ProcessG
     for step in plan.one_shot:
         group.run_one_shot(step, _environment(step, overrides, auth, resume_secret, tls), timeout_s=120)
     for service in plan.services:
-        group.start(service, _environment(service, overrides, auth, resume_secret, tls))
+        placed = args.placements.get(service.name)
+        group.start(service, _environment(service, overrides, auth, resume_secret, tls),
+                    lambda replica, placed=placed: replica_environment(placed, replica))
     gateway = f"{'https' if tls is not None else 'http'}://127.0.0.1:{args.port}"
     if not _wait_ready(gateway, group, stop, tls):
         if group.exited_child is not None:

@@ -8,6 +8,8 @@ one that keeps dying, or has no restart policy, stops the mesh: a half mesh serv
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import ctypes
 import logging
 import os
@@ -68,10 +70,13 @@ class ProcessGroup:
         if result.returncode != 0:
             raise RuntimeError(f"{plan.name} exited with {result.returncode}:\n{result.stderr[-4000:]}")
 
-    def start(self, plan: ServicePlan, env: dict[str, str]) -> None:
+    def start(self, plan: ServicePlan, env: dict[str, str],
+              replica_env: Callable[[int], dict[str, str]] = lambda _replica: {}) -> None:
+        """Start every replica of `plan`; replica k's environment is `env` plus `replica_env(k)` (its GPU)."""
         for index in range(plan.replicas):
             name = plan.name if plan.replicas == 1 else f"{plan.name}-{index}"
-            child = Child(name, plan, env, self._spawn(plan, env))
+            child_env = {**env, **replica_env(index)}
+            child = Child(name, plan, child_env, self._spawn(plan, child_env))
             self.children.append(child)
             log.info("started %s (pid %d)", name, child.process.pid)
             threading.Thread(target=self._watch, args=(child,), name=f"watch-{name}", daemon=True).start()
