@@ -76,7 +76,7 @@ def sampling_mode(rows: RowSampling, vocab_size: int, device: torch.device) -> s
     return WHOLE if needs_whole_vocabulary(rows) else CAPPED
 
 
-def _summary(mode: str) -> tuple[int | None, bool, bool]:
+def mode_summary(mode: str) -> tuple[int | None, bool, bool]:
     """Summaries true for any rows of a mode, greedy rows chosen per row: FUSED, no top-p (the fused sampler keeps
     each row's own top_k); else top-p applied (a no-op where top_p is 1), candidates cut at TOP_K_CAP or none."""
     if mode == FUSED:
@@ -174,7 +174,7 @@ class PaddedFrameSampler:
 
     def _forward(self, key: GraphKey) -> Callable[[], torch.Tensor]:
         """`sample_frames` over rows [:bucket] of the static inputs, with summaries that hold for any rows."""
-        rows, talker_summary, predictor_summary = key[0], _summary(key[1]), _summary(key[2])
+        rows, talker_summary, predictor_summary = key[0], mode_summary(key[1]), mode_summary(key[2])
         ints, floats = self.ints[:rows], self.floats[:rows]
         seed, frame = ints[:, SEED], ints[:, FRAME]
         talker = RowSampling(floats[:, TALKER_TEMPERATURE], ints[:, TALKER_TOP_K], floats[:, TALKER_TOP_P], seed,

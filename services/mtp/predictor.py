@@ -2,7 +2,8 @@
 
 It loads the whole checkpoint with `load_model` (talker included: the loader builds both modules together and has no
 predictor-only path yet), then serves only `predict_rest`, the same function decode runs locally, so a remote step
-gives the codes a local one would.
+gives the codes a local one would; on CUDA as graphs over padded rows (`padded_rest.py`), the shapes decode's own
+graphs run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from services.model.checkpoint_summary import checkpoint_fingerprint
 from services.model.loader import TTSModel, load_model
 from services.model.sampling import SamplingParamsError
 from services.mtp.errors import StepRefused
+from services.mtp.padded_rest import PaddedRestPredictor
 from services.mtp.step_rows import DTYPE_NAMES, StepRows, codes_bytes
 
 
@@ -28,11 +30,19 @@ class LoadedPredictor:
 
     model: TTSModel
     fingerprint: str
+    padded: PaddedRestPredictor | None = None
+    """The graphed steps (CUDA), or None: every step eager."""
 
     @staticmethod
-    def load(model_dir: str | Path, dtype: torch.dtype, device: str) -> LoadedPredictor:
-        """(On the worker thread.) Load the checkpoint; CheckpointError names the file at fault."""
-        return LoadedPredictor(load_model(model_dir, dtype=dtype, device=device), checkpoint_fingerprint(model_dir))
+    def load(model_dir: str | Path, dtype: torch.dtype, device: str, graph_rows: int | None = None) -> LoadedPredictor:
+        """(On the worker thread.) Load the checkpoint; CheckpointError names the file at fault. On CUDA with
+        `graph_rows`, capture the steps of up to that many rows now, before the replica serves."""
+        model = load_model(model_dir, dtype=dtype, device=device)
+        padded = None
+        if graph_rows is not None and model.device.type == "cuda":
+            padded = PaddedRestPredictor(model, graph_rows)
+            padded.prepare_all()
+        return LoadedPredictor(model, checkpoint_fingerprint(model_dir), padded)
 
     @property
     def dtype_name(self) -> str:
@@ -60,4 +70,6 @@ class LoadedPredictor:
         except SamplingParamsError as bad:
             raise StepRefused(ErrorCode.INVALID_REQUEST, str(bad)) from bad
         with torch.inference_mode():
+            if self.padded is not None:
+                return codes_bytes(self.padded.predict(rows.hidden, rows.c0, rows.sampling))
             return codes_bytes(predict_rest(self.model, rows.hidden, rows.c0, rows.sampling))

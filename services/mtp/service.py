@@ -34,10 +34,15 @@ class MtpSettings(CommonSettings):
                                          "caller sends it to another replica)")
     lease_ttl_s: float = setting(3.0, "seconds after which others consider this replica dead")
     tick_s: float = setting(1.0, "lease renewal period (seconds)")
+    cuda_graphs: bool = setting(True, "on CUDA, replay each step as a CUDA graph (one per rows bucket and sampling "
+                                      "mode, captured at start-up)")
+    max_step_rows: int = setting(64, "the largest step replayed as a graph (decode's --max-num-seqs); larger steps "
+                                     "run eagerly")
 
     def __post_init__(self) -> None:
-        if self.max_queued_steps < 1:
-            raise SettingsError(f"--max-queued-steps: must be >= 1, got {self.max_queued_steps}")
+        if self.max_queued_steps < 1 or self.max_step_rows < 1:
+            raise SettingsError(f"--max-queued-steps ({self.max_queued_steps}) and --max-step-rows "
+                                f"({self.max_step_rows}) must be >= 1")
         if not 0 < self.tick_s < self.lease_ttl_s:
             raise SettingsError(f"--tick-s ({self.tick_s}) must be > 0 and below --lease-ttl-s ({self.lease_ttl_s})")
 
@@ -51,8 +56,9 @@ async def serve(settings: MtpSettings, stop: asyncio.Event) -> None:
         raise SettingsError("--model-dir / VOXMESH_MODEL_DIR: the mtp service needs a checkpoint directory")
     worker = PredictorWorker()
     try:
+        graph_rows = settings.max_step_rows if settings.cuda_graphs else None
         predictor = await worker.run(LoadedPredictor.load, settings.model_dir, DTYPES[settings.dtype],
-                                     settings.device)
+                                     settings.device, graph_rows)
         await run_service(settings, SERVICE, functools.partial(build_mtp, settings, predictor, worker), stop)
     finally:
         worker.close()

@@ -1,0 +1,121 @@
+"""An mtp replica's steps as CUDA graphs: codebooks 1..15 over static, padded inputs, one replay a step.
+
+Eager, one step of the code predictor is some thousand launches from Python (15 codebooks x 5 layers, the draws):
+on an H200 the `mtp` topology served 49 audio-s/s at 64 streams against 261 for `single`, its replica the busy
+process (loadtest/RESULTS-GPU.md). Decode replays the same work as a graph (`services/engine/predictor_graphs.py`);
+here it is the predictor's part alone, graphed the same way:
+
+- rows pad up to a bucket (powers of two up to `max_rows`, the buckets decode's graphs use, so a step of B rows runs
+  the same shapes here as it would in decode), one graph per (rows bucket, sampling mode), the mode as decode's
+  (`sampling_mode`: the fused draws where no row uses top-p, else top-p with candidates capped or not);
+- each step's rows are copied into rows [:B] of static inputs (hidden states, codebook 0, temperature, top-k, top-p,
+  seeds, frames, hash keys); per-row values are tensors, so every mix of requests of a mode shares its graph;
+- every operation is row-wise (the predictor's per-row attention, the keyed draws), so a padding row cannot change
+  a real one; its codes are dropped.
+
+With `capture` False (the CPU) the same padded step runs eagerly: the CPU tests check it gives `predict_rest`'s codes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+
+from services.engine.model_ops import predict_rest
+from services.engine.predictor_graphs import mode_summary, sampling_mode
+from services.engine.talker_graphs import buckets
+from services.model import cuda_graph
+from services.model.loader import TTSModel
+from services.model.sampling import RowSampling, SamplingParams, row_keys
+
+log = logging.getLogger(__name__)
+
+TOP_K, SEED, FRAME, KEYS = 0, 1, 2, 3
+"""Columns of the static int64 inputs (KEYS takes two: the keyed sampler's hash lanes)."""
+TEMPERATURE, TOP_P = 0, 1
+"""Columns of the static float32 inputs."""
+
+GraphKey = tuple[int, str]
+"""(rows bucket, sampling mode)."""
+
+
+class PaddedRestPredictor:
+    """`predict_rest` over static, padded inputs; graph-replayed per key when `capture`."""
+
+    def __init__(self, model: TTSModel, max_rows: int, capture: bool | None = None) -> None:
+        device = model.device
+        self.model = model
+        self.capture = device.type == "cuda" if capture is None else capture
+        self.row_buckets = buckets(max_rows)
+        width = model.config.talker.decoder.hidden_size
+        self.hidden = torch.zeros((max_rows, width), dtype=model.dtype, device=device)
+        self.c0 = torch.zeros(max_rows, dtype=torch.int64, device=device)
+        self.ints = torch.zeros((max_rows, KEYS + 2), dtype=torch.int64, device=device)
+        self.floats = torch.ones((max_rows, TOP_P + 1), dtype=torch.float32, device=device)
+        self.floats[:, TEMPERATURE] = 0.0  # padding rows start greedy, top-p off
+        self.graph_pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.graphs: dict[GraphKey, Callable[[], torch.Tensor]] = {}
+        self.num_capture_failures = 0
+
+    def prepare_all(self) -> None:
+        """Prepare (capture) every bucket's graph of the default requests' mode now: no step after start-up pays for
+        it; other modes are prepared when a step first needs them."""
+        default = RowSampling.build([SamplingParams()], [0], [0], self.model.device)
+        mode = sampling_mode(default, self._vocab_size(), self.model.device)
+        for rows in self.row_buckets:
+            self._step((rows, mode))
+
+    def bucket(self, num_rows: int) -> int | None:
+        """The rows bucket of a step of `num_rows`, or None if it is larger than every bucket (run it eagerly)."""
+        return next((size for size in self.row_buckets if size >= num_rows), None)
+
+    def predict(self, hidden: torch.Tensor, c0: torch.Tensor, rows: RowSampling) -> torch.Tensor:
+        """`predict_rest(model, hidden, c0, rows)`: codebooks 1..15 [B, 15] (a view, valid until the next call)."""
+        count = hidden.shape[0]
+        bucket = self.bucket(count)
+        if bucket is None:
+            return predict_rest(self.model, hidden, c0, rows)
+        self._stage(hidden, c0, rows)
+        mode = sampling_mode(rows, self._vocab_size(), self.model.device)
+        return self._step((bucket, mode))()[:count]
+
+    def _stage(self, hidden: torch.Tensor, c0: torch.Tensor, rows: RowSampling) -> None:
+        count = hidden.shape[0]
+        keys = rows.keys if rows.keys is not None else row_keys(rows.seed, rows.frame)
+        self.hidden[:count].copy_(hidden)
+        self.c0[:count].copy_(c0)
+        self.ints[:count].copy_(torch.stack((rows.top_k, rows.seed, rows.frame, keys[:, 0], keys[:, 1]), dim=1))
+        self.floats[:count].copy_(torch.stack((rows.temperature, rows.top_p), dim=1))
+
+    def _step(self, key: GraphKey) -> Callable[[], torch.Tensor]:
+        step = self.graphs.get(key)
+        if step is not None:
+            return step
+        step = self._forward(key)
+        if self.capture:
+            try:
+                step = cuda_graph.capture(step, self.model.device, self.graph_pool)
+            except RuntimeError:
+                # Same results eagerly, more launches: a replica that cannot capture still serves; said once.
+                log.exception("capturing the code predictor's step failed; it runs eagerly from now on")
+                self.capture = False
+                self.num_capture_failures += 1
+        self.graphs[key] = step
+        return step
+
+    def _forward(self, key: GraphKey) -> Callable[[], torch.Tensor]:
+        rows, mode = key
+        ints, floats = self.ints[:rows], self.floats[:rows]
+        sampling = RowSampling(floats[:, TEMPERATURE], ints[:, TOP_K], floats[:, TOP_P], ints[:, SEED],
+                               ints[:, FRAME], *mode_summary(mode), keys=ints[:, KEYS:])
+        hidden, c0 = self.hidden[:rows], self.c0[:rows]
+
+        def forward() -> torch.Tensor:
+            return predict_rest(self.model, hidden, c0, sampling)
+
+        return forward
+
+    def _vocab_size(self) -> int:
+        return self.model.config.talker.code_predictor.vocab_size
