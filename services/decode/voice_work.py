@@ -32,10 +32,6 @@ from services.model.voice.voice_prompt import VoicePrompt
 
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "thread", "process")
-"""`voice_work` settings: auto is a process on CUDA and a thread elsewhere."""
-
-
 class VoiceWorkLost(RuntimeError):
     """The reference-audio process died while computing this prompt (it is restarted for the next one)."""
 
