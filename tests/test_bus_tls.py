@@ -77,3 +77,30 @@ def test_half_a_client_certificate_is_a_settings_error(certs):
     with pytest.raises(TlsConfigError, match="CA"):
         client_context(None, certs / "client.pem", certs / "client-key.pem")
     assert client_context(None) is None
+
+
+async def test_a_first_connection_that_swallows_a_cancellation_is_still_stopped():
+    """nats-py swallows a cancellation that lands in its flush and retries on (the cause of this module's test hanging
+    under load, a client without a certificate retrying against the verifying server): `stop_connecting` cancels
+    until the attempt has ended."""
+    import asyncio
+
+    from services.bus.connection import stop_connecting
+
+    attempts = 0
+    swallowed = asyncio.Event()
+
+    async def retries_for_ever():  # as nats-py's first-connection loop, the first cancellation swallowed
+        nonlocal attempts
+        while True:
+            attempts += 1
+            try:
+                await asyncio.Event().wait()  # a flush that never completes
+            except asyncio.CancelledError:
+                if swallowed.is_set():
+                    raise
+                swallowed.set()
+
+    connecting = asyncio.ensure_future(retries_for_ever())
+    await asyncio.wait_for(stop_connecting(connecting), timeout=5)
+    assert connecting.cancelled() and swallowed.is_set() and attempts == 2

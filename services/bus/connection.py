@@ -76,14 +76,25 @@ async def connect(url: str | list[str], name: str, *, credentials_file: Path | N
     done, _ = await asyncio.wait({connecting, refused}, timeout=initial_timeout_s, return_when=asyncio.FIRST_COMPLETED)
     if connecting in done:
         return connecting.result()
-    connecting.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await connecting  # its reconnect loop ends with it
+    await stop_connecting(connecting)
     if refused in done:
         raise CredentialsRefused(f"{name}: the NATS server at {servers} refused this service's credentials "
                                  f"({refused.result()}); check VOXMESH_NATS_USER and its password file, or the creds "
                                  "file") from refused.result()
     raise ConnectionError(f"{name}: no NATS server answered at {servers} within {initial_timeout_s}s")
+
+
+async def stop_connecting(connecting: asyncio.Task, recheck_s: float = 0.1) -> None:
+    """Cancel a first-connection attempt and wait until it has ended (its retry loop with it).
+
+    One cancel is not always enough: nats-py swallows a cancellation that lands while it flushes (`_flush_pending`
+    catches CancelledError), and its retry loop then goes on, against a server that refuses the TLS handshake for
+    ever (seen as a test stuck for 15 minutes under load). So it is cancelled again until it ends."""
+    while not connecting.done():
+        connecting.cancel()
+        await asyncio.wait({connecting}, timeout=recheck_s)
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        connecting.result()  # retrieved, so asyncio does not log it as never read
 
 
 class CredentialsRefused(ConnectionError):
