@@ -1,6 +1,7 @@
 """The vocoder's costliest operations at serving shapes, in their torch and their CUDA forms: SnakeBeta (torch
-expression against `fused_snake.snake_beta`) and each kind of causal conv as cuDNN runs it against its GEMM form
-(`causal_conv._as_gemm`, which `CausalConv1d` takes on CUDA for wide convs). Times are CUDA-event medians of a graph of
+expression against `fused_snake.snake_beta`) and each kind of causal conv as cuDNN runs it (benchmark mode, as served) against its GEMM form
+(`causal_conv._as_gemm`, which `CausalConv1d` takes on CUDA for latent-rate convs) and against a channels-last 2-D
+conv (the NHWC layout cuDNN's Hopper kernels read). Times are CUDA-event medians of a graph of
 20 calls, per call.
 
     python3 -m loadtest.gpu.codec_ops_bench [--streams 64] [--frames 8] [--out ops.json]
@@ -25,7 +26,9 @@ SAMPLES_PER_FRAME = 1920
 # channels at 4 latents a frame, halved per block while upsampled 8, 5, 4, 3 times).
 CONV_SHAPES = (("pre_conv", 512, 1024, 3, 1, 1), ("input", 1024, 1536, 7, 1, 4), ("block1 unit", 768, 768, 7, 1, 32),
                ("block1 unit", 768, 768, 7, 9, 32), ("block2 unit", 384, 384, 7, 3, 160),
-               ("block3 unit", 192, 192, 7, 3, 640), ("block4 unit", 96, 96, 7, 3, 1920), ("output", 96, 1, 7, 1, 1920))
+               ("block3 unit", 192, 192, 7, 3, 640), ("block4 unit", 96, 96, 7, 3, 1920), ("output", 96, 1, 7, 1, 1920),
+               ("block2 unit 1x1", 384, 384, 1, 1, 160), ("block3 unit 1x1", 192, 192, 1, 1, 640),
+               ("block4 unit 1x1", 96, 96, 1, 1, 1920))
 """(name, channels in, out, taps, dilation, samples per frame) of the codec's causal convs with history."""
 SNAKE_SHAPES = ((1536, 4), (768, 32), (384, 160), (192, 640), (96, 1920))
 
@@ -41,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     device, dtype = torch.device("cuda"), torch.bfloat16
+    torch.backends.cudnn.benchmark = True  # as the serving slot decoder sets it where it captures
     results: list[dict] = []
     for channels, per_frame in SNAKE_SHAPES:
         snake = SnakeBeta(channels).to(device, dtype)
@@ -71,12 +75,21 @@ def main(argv: list[str] | None = None) -> int:
             error = float((causal_conv._as_gemm(conv, x).float() - want).abs().max() / want.abs().max())
             cudnn_us = _per_call_us(lambda: conv(x), device)
             gemm_us = _per_call_us(lambda: causal_conv._as_gemm(conv, x), device)
+            # The same conv as a 2-D one over [B, C, 1, L] held channels-last (NHWC), the layout cuDNN's Hopper
+            # kernels read: what the vocoder would gain if its activations stayed in that layout throughout.
+            x_nhwc = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+            w_nhwc = conv.weight.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+            nhwc = lambda: F.conv2d(x_nhwc, w_nhwc, conv.bias, dilation=(1, dilation))  # noqa: E731
+            nhwc_error = float((nhwc().squeeze(2).float() - want).abs().max() / want.abs().max())
+            nhwc_us = _per_call_us(nhwc, device)
         chosen = "gemm" if per_frame * args.frames <= causal_conv.GEMM_FORM_MAX_OUTPUTS else "cudnn"
         results.append({"op": "conv", "name": name, "inputs": inputs, "outputs": outputs, "taps": taps,
                         "dilation": dilation, "samples": x.shape[-1], "cudnn_us": cudnn_us, "gemm_us": gemm_us,
-                        "serving_form": chosen, "max_rel_error": error})
-        print(f"conv {name:12s} {inputs:5d} -> {outputs:5d} k{taps} d{dilation} x {x.shape[-1]:6d}: cuDNN "
-              f"{cudnn_us:8.1f} us, GEMM form {gemm_us:8.1f} us, serving {chosen} (error {error:.2g})", flush=True)
+                        "serving_form": chosen, "max_rel_error": error, "nhwc_us": nhwc_us,
+                        "nhwc_max_rel_error": nhwc_error})
+        print(f"conv {name:16s} {inputs:5d} -> {outputs:5d} k{taps} d{dilation} x {x.shape[-1]:6d}: cuDNN "
+              f"{cudnn_us:8.1f} us, GEMM form {gemm_us:8.1f} us, NHWC {nhwc_us:8.1f} us, serving {chosen} "
+              f"(errors {error:.2g}, {nhwc_error:.2g})", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"benchmark": "codec_ops", "streams": args.streams, "frames": args.frames,
                                         "results": results}, indent=2))

@@ -13,7 +13,8 @@
 # requests a stream, 2 by default, at least 8), then open loop at each of --rates with --open-seconds of Poisson arrivals (rate x seconds requests), so a
 # rate is sustained, not survived; meanwhile sample the GPU and the mesh's CPU time, and with --profile-s S record a
 # py-spy profile of every service for S seconds during the largest closed level (--profile-delay-s into it, 8 by
-# default), and with --trace-s T a torch profiler trace of every service's device work for T seconds at the same
+# default; --profile-gil: only samples that hold the interpreter lock, so a process's rows are its CPU time, not
+# its waits), and with --trace-s T a torch profiler trace of every service's device work for T seconds at the same
 # moment (services/runtime/device_trace.py; summed up by loadtest/gpu/device_trace_summary.py); read decode's STATS
 # (loadtest/gpu/gpu_mesh_stats.py); stop the mesh (SIGTERM: it drains); print the table
 # (loadtest/gpu/gpu_mesh_table.py). The whole script keeps within --deadline (560 s). A cloned voice (issue 18):
@@ -24,7 +25,7 @@ set -uo pipefail
 
 PRESET=0.6b DEVICE=cuda DTYPE=bfloat16 WHEELS=.whl_mesh PROMPTS=.gpumesh_data/prompts_en.tsv
 FRAMES=48 RATES="2 5 10 20" CLOSED="1 8 64" OPEN_S=60 LEVEL_TIMEOUT=120 REQUEST_TIMEOUT=60 READY_S=240
-UP_ARGS="--max-num-seqs 64 --kv-cache-blocks 4096" PROFILE_S=0 PROFILE_DELAY_S=8 TRACE_S=0 PER_STREAM=2
+UP_ARGS="--max-num-seqs 64 --kv-cache-blocks 4096" PYSPY_SAMPLES=--idle PROFILE_S=0 PROFILE_DELAY_S=8 TRACE_S=0 PER_STREAM=2
 MODEL_TYPE=custom_voice
 REF_AUDIO="" REF_TEXT="" BENCH_ARGS=""
 DEADLINE_S=560  # the whole script, so that one device call (limit 600 s) always ends with its files
@@ -34,6 +35,7 @@ while [ $# -gt 0 ]; do
     --frames) FRAMES=$2;; --rates) RATES=$2;; --closed) CLOSED=$2;; --open-seconds) OPEN_S=$2;;
     --up-args) UP_ARGS=$2;; --profile-s) PROFILE_S=$2;; --closed-per-stream) PER_STREAM=$2;;
     --profile-delay-s) PROFILE_DELAY_S=$2;; --trace-s) TRACE_S=$2;;
+    --profile-gil) PYSPY_SAMPLES=--gil; shift; continue;;
     --level-timeout) LEVEL_TIMEOUT=$2;; --deadline) DEADLINE_S=$2;;
     --model-type) MODEL_TYPE=$2;; --ref-audio) REF_AUDIO=$2;; --ref-text) REF_TEXT=$2;; --bench-args) BENCH_ARGS=$2;;
     *) echo "gpu_mesh_run.sh: unknown flag $1" >&2; exit 2;;
@@ -151,7 +153,7 @@ profile() {  # after PROFILE_DELAY_S: py-spy of every mesh process for PROFILE_S
     [ -z "$name" ] && continue
     [ "$TRACE_S" != 0 ] && kill -USR1 "$pid"
     [ "$PROFILE_S" -gt 0 ] && command -v py-spy >/dev/null && timeout $((PROFILE_S + 15)) py-spy record -p "$pid" \
-      -d "$PROFILE_S" -r 50 --idle --threads -f raw -o "$WORK/profile_$name.txt" >"$WORK/pyspy_$name.log" 2>&1 &
+      -d "$PROFILE_S" -r 50 "$PYSPY_SAMPLES" --threads -f raw -o "$WORK/profile_$name.txt" >"$WORK/pyspy_$name.log" 2>&1 &
   done
 }
 for c in $CLOSED; do  # closed loop: at least 8 requests, --closed-per-stream (2) per stream

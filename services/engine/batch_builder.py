@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import torch
 
 from services.engine.outputs import ScheduledSequence
@@ -15,29 +16,36 @@ def build_attention_batch(
 ) -> AttentionBatch:
     """Positions, KV slots and block tables of every new token, in the order of `scheduled`.
 
-    Built on the CPU (small integer tensors) and moved to `device` in one copy each. `max_seq_len` is set
-    from host-side numbers, so attention never reads sequence lengths back from the device.
+    Built on the CPU with numpy (no torch call per sequence: in a serving process each torch call releases and
+    retakes the interpreter lock, which the publishing thread competes for) and moved to `device` in one copy each.
+    `max_seq_len` is set from host-side numbers, so attention never reads sequence lengths back from the device.
     """
-    starts = torch.tensor([item.start for item in scheduled], dtype=torch.int64)
-    counts = torch.tensor([item.num_new_tokens for item in scheduled], dtype=torch.int64)
-    num_blocks = max(len(item.seq.block_table) for item in scheduled)
-    tables = torch.zeros((len(scheduled), num_blocks), dtype=torch.int64)
-    for row, item in enumerate(scheduled):
-        tables[row, : len(item.seq.block_table)] = torch.tensor(item.seq.block_table, dtype=torch.int64)
-    query_start = torch.zeros(len(scheduled) + 1, dtype=torch.int64)
-    torch.cumsum(counts, dim=0, out=query_start[1:])
-    row_of_token = torch.repeat_interleave(torch.arange(len(scheduled)), counts)
-    positions = starts[row_of_token] + torch.arange(int(query_start[-1])) - query_start[:-1][row_of_token]
-    blocks = tables[row_of_token, positions // block_size]
-    slot_mapping = blocks * block_size + positions % block_size
+    num_seqs = len(scheduled)
+    starts = np.fromiter((item.start for item in scheduled), dtype=np.int64, count=num_seqs)
+    counts = np.fromiter((item.num_new_tokens for item in scheduled), dtype=np.int64, count=num_seqs)
+    widths = [len(item.seq.block_table) for item in scheduled]
+    tables = np.zeros((num_seqs, max(widths)), dtype=np.int64)
+    for row, (item, width) in enumerate(zip(scheduled, widths)):
+        tables[row, :width] = item.seq.block_table
+    query_start = np.zeros(num_seqs + 1, dtype=np.int64)
+    np.cumsum(counts, out=query_start[1:])
+    row_of_token = np.repeat(np.arange(num_seqs), counts)
+    positions = starts[row_of_token] + np.arange(query_start[-1]) - query_start[:-1][row_of_token]
+    slot_mapping = tables[row_of_token, positions // block_size] * block_size + positions % block_size
+    seq_lens = starts + counts
     return AttentionBatch(
-        positions=positions.to(device),
-        slot_mapping=slot_mapping.to(device),
-        query_start=query_start.to(device),
-        seq_lens=(starts + counts).to(device),
-        block_tables=tables.to(device),
-        max_seq_len=max(item.start + item.num_new_tokens for item in scheduled),
+        positions=_on(positions, device),
+        slot_mapping=_on(slot_mapping, device),
+        query_start=_on(query_start, device),
+        seq_lens=_on(seq_lens, device),
+        block_tables=_on(tables, device),
+        max_seq_len=int(seq_lens.max()),
     )
+
+
+def _on(array: np.ndarray, device: torch.device | str) -> torch.Tensor:
+    host = torch.from_numpy(array)
+    return host if torch.device(device).type == "cpu" else host.to(device)
 
 
 def on_device(batch: AttentionBatch, device: torch.device | str) -> AttentionBatch:

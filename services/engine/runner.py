@@ -150,22 +150,30 @@ class ModelRunner:
         """The flattened input rows [T, H]: prefill slices copied in place, decode rows built in one batch from
         each request's last frame on the device (`slot_of`: scheduled index -> its `SeenTable` row)."""
         model = self.model
+        is_decode = [_is_decode(item) for item in scheduled]
+        decode = [index for index, flag in enumerate(is_decode) if flag]
+        if len(decode) == len(scheduled):  # decode rows only, in order: the built rows are the step's rows
+            return self._decode_rows(scheduled, decode, slot_of)
         rows = torch.empty((query_start[-1], model.talker.hidden_size), dtype=model.dtype, device=model.device)
-        decode: list[int] = []
         for index, item in enumerate(scheduled):
-            if _is_decode(item):
-                decode.append(index)
-                continue
-            source = self._prefill_source(item.seq)
-            rows[query_start[index] : query_start[index + 1]] = source[item.start : item.start + item.num_new_tokens]
+            if not is_decode[index]:
+                source = self._prefill_source(item.seq)
+                rows[query_start[index] : query_start[index + 1]] = \
+                    source[item.start : item.start + item.num_new_tokens]
         if decode:
-            seqs = [scheduled[index].seq for index in decode]
-            slots = upload(torch.tensor([slot_of[index] for index in decode], dtype=torch.int64), model.device)
-            codes = self.seen.last_frames.index_select(0, slots)
-            built = model_ops.frame_input_rows(model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs])
             where = torch.tensor([query_start[index] for index in decode], dtype=torch.int64)
-            rows[upload(where, model.device)] = built.to(rows.dtype)
+            rows[upload(where, model.device)] = self._decode_rows(scheduled, decode, slot_of)
         return rows
+
+    def _decode_rows(self, scheduled: list[ScheduledSequence], decode: list[int],
+                     slot_of: dict[int, int]) -> torch.Tensor:
+        """The input rows [len(decode), H] of these decode rows, built on the device from their last frames."""
+        model = self.model
+        seqs = [scheduled[index].seq for index in decode]
+        slots = upload(torch.tensor([slot_of[index] for index in decode], dtype=torch.int64), model.device)
+        codes = self.seen.last_frames.index_select(0, slots)
+        built = model_ops.frame_input_rows(model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs])
+        return built.to(model.dtype)
 
     def _prefill_source(self, seq: Sequence) -> torch.Tensor:
         """The rows a prefill reads, built once per prefill (a chunked one reuses them)."""

@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 
 from services.model import cuda_graph
@@ -143,15 +144,18 @@ class PaddedTalkerStep:
         """
         pin = self.spec.capture
         host = torch.empty((tokens, LIMIT + 1), dtype=torch.int64, pin_memory=pin)
-        host[:, POSITION], host[:, SLOT], host[:, ROW], host[:, LIMIT] = \
+        # Filled through a numpy view: no torch call per column (each releases and retakes the interpreter lock,
+        # which decode's publishing competes for).
+        filled = host.numpy()
+        filled[:, POSITION], filled[:, SLOT], filled[:, ROW], filled[:, LIMIT] = \
             0, self.scratch_block * self.block_size, self.scratch_row, 1
         if batch is None:
             return host, torch.empty((0, 0), dtype=torch.int64)
         count = batch.num_tokens
-        counts = batch.query_start[1:] - batch.query_start[:-1]
-        host[:count, POSITION], host[:count, SLOT] = batch.positions, batch.slot_mapping
-        host[:count, ROW] = torch.repeat_interleave(torch.arange(batch.num_seqs), counts)
-        host[:count, LIMIT] = batch.positions + 1  # causal: a token sees the cache up to itself
+        positions, query_start = batch.positions.numpy(), batch.query_start.numpy()
+        filled[:count, POSITION], filled[:count, SLOT] = positions, batch.slot_mapping.numpy()
+        filled[:count, ROW] = np.repeat(np.arange(batch.num_seqs), np.diff(query_start))
+        filled[:count, LIMIT] = positions + 1  # causal: a token sees the cache up to itself
         tables = batch.block_tables.to(torch.int64)
         return host, (tables.pin_memory() if pin else tables)
 

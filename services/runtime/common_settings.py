@@ -31,6 +31,10 @@ class CommonSettings:
                                   "default: <service>-<host>-<pid>-<random incarnation>")
     num_partitions: int = setting(4, "vocoder partitions of the CODES stream (must match provisioning)")
     torch_threads: int = setting(1, "torch intra-op threads for this process")
+    switch_interval_ms: float = setting(5.0, "how long a thread holds the interpreter lock before one waiting for "
+                                        "it may take it (Python's sys.setswitchinterval; its default is 5 ms); "
+                                        "shorter lets decode's step thread take the lock back sooner from the "
+                                        "threads publishing codes")
     log_level: str = setting("INFO", "logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     health_dir: str | None = setting(None, "directory where each service of this process records its micro service "
                                      "id while it serves; `voxmesh health` asks exactly those (the image sets "

@@ -56,6 +56,9 @@ def main(service: str, argv: list[str] | None = None) -> int:
     try:
         settings = settings_lib.resolve(module.SETTINGS, args)
         nats_tls(settings)  # unreadable or half-given TLS files: said now, not as a traceback at the first connect
+        if not 0 < settings.switch_interval_ms < float("inf"):
+            raise settings_lib.SettingsError(f"--switch-interval-ms: must be a finite number > 0, got "
+                                             f"{settings.switch_interval_ms}")
     except (settings_lib.SettingsError, TlsConfigError) as error:
         print(f"voxmesh {service}: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -72,6 +75,7 @@ def main(service: str, argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(settings.torch_threads)
+    sys.setswitchinterval(settings.switch_interval_ms / 1000)
     try:
         return asyncio.run(run_until_signal(module.serve, settings, service))
     finally:
