@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import torch
+
 from services.engine.block_manager import BlockManager
 from services.engine.config import EngineConfig, PreemptionMode
 from services.engine.errors import DuplicateRequestError
@@ -190,6 +192,7 @@ class Scheduler:
         """Apply a launched step's codes: record frames, end requests at EOS or their budget. A frame of a request
         that ended or was preempted since the launch is dropped (a replay draws it again)."""
         rows = {request_id: row for row, request_id in enumerate(runner_output.request_ids)}
+        host_codes = runner_output.codes.numpy()  # rows by numpy indexing: no torch call per frame
         frames: list[FrameOutput] = []
         outcomes: list[RequestOutcome] = []
         for item in scheduled.scheduled:
@@ -202,10 +205,10 @@ class Scheduler:
                 self.running.remove(seq)
                 outcomes.append(self._end(seq, SequenceStatus.FINISHED_EOS))
                 continue
-            codes = runner_output.codes[row]
+            codes = host_codes[row]
             seq.append_frame(codes)
             hidden = runner_output.hidden[row] if runner_output.hidden is not None else None
-            frames.append(FrameOutput(seq.request_id, seq.num_frames - 1, codes, hidden))
+            frames.append(FrameOutput(seq.request_id, seq.num_frames - 1, torch.from_numpy(codes), hidden))
             if seq.num_frames >= seq.max_new_frames:
                 self.running.remove(seq)
                 outcomes.append(self._end(seq, SequenceStatus.FINISHED_LENGTH))

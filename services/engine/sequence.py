@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from services.model.talker_logits import MIN_NEW_TOKENS
@@ -102,7 +103,9 @@ class Sequence:
         [n, *block]: written into this request's first blocks when it is first scheduled, instead of a prefill."""
         self.exports_kv = False
         """Whether its outcome carries the KV of its prompt (a prefill replica's request)."""
-        self._frames = torch.zeros((8, NUM_CODEBOOKS), dtype=torch.int64)
+        # numpy, not torch: a frame is appended per request per step, and a torch call each would release and
+        # retake the interpreter lock that decode's event loop competes for.
+        self._frames = np.zeros((8, NUM_CODEBOOKS), dtype=np.int64)
         self._num_frames = 0
 
     @property
@@ -132,12 +135,12 @@ class Sequence:
     @property
     def frames(self) -> torch.Tensor:
         """Every emitted frame, int64 [num_frames, 16] (a view; do not modify)."""
-        return self._frames[: self._num_frames]
+        return torch.from_numpy(self._frames[: self._num_frames])
 
-    def append_frame(self, codes: torch.Tensor) -> None:
-        """Record a frame's 16 codes (int64 [16])."""
+    def append_frame(self, codes: np.ndarray | torch.Tensor) -> None:
+        """Record a frame's 16 codes (int64 [16], on the host)."""
         if self._num_frames == self._frames.shape[0]:
-            grown = torch.zeros((2 * self._frames.shape[0], NUM_CODEBOOKS), dtype=torch.int64)
+            grown = np.zeros((2 * self._frames.shape[0], NUM_CODEBOOKS), dtype=np.int64)
             grown[: self._num_frames] = self._frames
             self._frames = grown
         self._frames[self._num_frames] = codes

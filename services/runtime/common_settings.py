@@ -31,6 +31,9 @@ class CommonSettings:
                                   "default: <service>-<host>-<pid>-<random incarnation>")
     num_partitions: int = setting(4, "vocoder partitions of the CODES stream (must match provisioning)")
     torch_threads: int = setting(1, "torch intra-op threads for this process")
+    event_loop: str = setting("uvloop", "the event loop: uvloop (libuv's; less interpreter time per message, and "
+                              "decode's loop publishes every chunk of every stream) or asyncio (the standard "
+                              "library's)", choices=("uvloop", "asyncio"))
     switch_interval_ms: float = setting(5.0, "how long a thread holds the interpreter lock before one waiting for "
                                         "it may take it (Python's sys.setswitchinterval; its default is 5 ms); "
                                         "shorter lets decode's step thread take the lock back sooner from the "

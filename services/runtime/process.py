@@ -77,9 +77,19 @@ def main(service: str, argv: list[str] | None = None) -> int:
     torch.set_num_threads(settings.torch_threads)
     sys.setswitchinterval(settings.switch_interval_ms / 1000)
     try:
-        return asyncio.run(run_until_signal(module.serve, settings, service))
+        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+            return runner.run(run_until_signal(module.serve, settings, service))
     finally:
         stop_tracing()  # the spans still batched go out before the process ends
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a service runs on (`--event-loop`); None: asyncio's own."""
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return None
 
 
 async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]], settings: Any,
