@@ -101,3 +101,23 @@ async def test_log_lines_carry_the_request_id() -> None:
         logger.removeHandler(handler)
     assert [(r.request_id, r.service) for r in records] == [("req-42", "decode"), ("req-42", "decode"),
                                                             ("-", "decode")]
+
+
+async def test_a_read_of_every_lease_leaves_no_consumer_behind(nats_client) -> None:
+    """`current_records` reads through a consumer of the bucket's stream; the server holds at most 1,000 a stream,
+    so readiness probes and control loops that read every second must not leave theirs for nats-py's default 5
+    minutes (that filled the stream within 90 s of a mesh start on the H200)."""
+    from services.bus.kvstore import ONE_READ_CONSUMER_IDLE_S, current_records
+    from services.bus.leases import Lease
+
+    js = nats_client.jetstream()
+    kv = await fresh_bus(js, CONFIG)
+    stream = f"KV_{CONFIG.bucket().name}"
+    before = (await js.stream_info(stream)).state.consumer_count
+    for _ in range(20):
+        assert await current_records(kv, "lease.*", Lease) == []
+    assert (await js.stream_info(stream)).state.consumer_count > before  # the reads' consumers, not yet gone
+    deadline = asyncio.get_running_loop().time() + ONE_READ_CONSUMER_IDLE_S + TIMEOUT_S
+    while (await js.stream_info(stream)).state.consumer_count > before:
+        assert asyncio.get_running_loop().time() < deadline, "the reads' consumers outlived their idle limit"
+        await asyncio.sleep(0.2)  # polling the server's state until it holds, bounded by the deadline

@@ -37,12 +37,19 @@ async def read_record(kv: KeyValue, key: str, kind: type[R]) -> Versioned[R] | N
     return Versioned(decode(entry.value, kind), entry.revision)
 
 
+ONE_READ_CONSUMER_IDLE_S = 2.0
+"""How long the server keeps a `current_records` read's consumer once the read has stopped listening. nats-py's
+default is 5 minutes, and the server holds at most 1,000 consumers a stream: control loops and readiness probes that
+read every second (`voxmesh up` polls the gateway's /ready 4 times a second while the codec warms up) filled the
+bucket's stream within 90 s on the H200, and every later read failed with `maximum consumers limit reached`."""
+
+
 async def current_records(kv: KeyValue, pattern: str, kind: type[R], *, timeout_s: float = 5.0) -> list[R]:
     """Every current record whose key matches `pattern` (e.g. "lease.*"); unreadable ones are logged and skipped.
 
     Raises nats' TimeoutError when the values stop coming for `timeout_s` (the connection went away mid-read): a
     control loop reading this every tick must not hang on a watcher whose end marker never comes."""
-    watcher = await kv.watch(pattern, ignore_deletes=True)
+    watcher = await kv.watch(pattern, ignore_deletes=True, inactive_threshold=ONE_READ_CONSUMER_IDLE_S)
     found: list[R] = []
     try:
         while True:
