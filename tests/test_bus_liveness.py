@@ -10,6 +10,7 @@ import logging
 import pytest
 from nats.micro.service import ServiceVerb, control_subject
 
+from messages import subjects
 from messages.errors import InvalidConfig
 from messages.streams import BusConfig
 from services.bus import LeaseKeeper, is_alive, lease_expired, read_lease, register_service, request_context
@@ -115,7 +116,7 @@ async def test_a_read_of_every_lease_leaves_no_consumer_behind(nats_client) -> N
     stream = f"KV_{CONFIG.bucket().name}"
     before = (await js.stream_info(stream)).state.consumer_count
     for _ in range(20):
-        assert await current_records(kv, "lease.*", Lease) == []
+        assert await current_records(kv, subjects.all_lease_keys(), Lease) == []
     assert (await js.stream_info(stream)).state.consumer_count > before  # the reads' consumers, not yet gone
     deadline = asyncio.get_running_loop().time() + ONE_READ_CONSUMER_IDLE_S + TIMEOUT_S
     while (await js.stream_info(stream)).state.consumer_count > before:

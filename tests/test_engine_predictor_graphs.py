@@ -9,6 +9,7 @@ The capture runs in the CUDA-only test at the end and in `loadtest/gpu/gpu_step_
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -22,6 +23,7 @@ from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.engine import Engine
 from services.engine.predictor_graphs import CAPPED, WHOLE, FrameBucketError, PaddedFrameSampler
 from services.engine.runner import ModelRunner
+from services.model import cuda_graph
 from services.model.attention_batch import AttentionBatch
 from services.model.layers import fuse_projections
 from services.model.sampling import RowSampling, SamplingParams
@@ -159,6 +161,39 @@ def test_graphs_are_capped_least_recently_used_first(tiny):
         assert torch.equal(sampler.run(*args), model_ops.sample_frames(model, *args))
     # (2, capped) was used again after (2, whole), so (2, whole) is the one evicted when 4 rows came.
     assert list(sampler.graphs) == [(2, CAPPED, CAPPED), (4, CAPPED, CAPPED)] and sampler.captures == 3
+
+
+def _refuse_captures(monkeypatch) -> list[int]:
+    """Every CUDA graph capture raises, as one the driver refuses does; the list records each attempt."""
+    attempts: list[int] = []
+
+    def refuse(forward, device, pool):
+        attempts.append(1)
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(cuda_graph, "capture", refuse)
+    return attempts
+
+
+@torch.inference_mode()
+def test_a_failed_capture_runs_every_step_eagerly_and_is_counted(tiny, monkeypatch, caplog):
+    model, _ = tiny
+    engine = _padded(new_engine(model, blocks=60))
+    runner, sampler = engine.runner, engine.runner.frame_sampler
+    sampler.graph_capture.is_capturing = True  # as on CUDA, with no device here: the capture is what fails
+    attempts = _refuse_captures(monkeypatch)
+    with caplog.at_level(logging.ERROR, logger="services.engine.predictor_graphs"):
+        runner.prepare_graphs()
+    # Tried once, then never again (a failed capture can leave the graph pool unusable); every key still prepared.
+    assert len(attempts) == 1 and not sampler.graph_capture.is_capturing
+    assert sampler.captures == len(sampler.graphs) == 4 * len(sampler.row_buckets)
+    assert sampler.num_capture_failures == runner.num_capture_failures == 1
+    [failure] = [r for r in caplog.records if r.name == "services.engine.predictor_graphs"]
+    assert "the sampling step (rows bucket 1, talker capped, predictor capped) failed" in failure.getMessage()
+    assert failure.exc_info is not None, "the capture's error is in the log"
+    mixed = [(SamplingParams(), SamplingParams(top_k=5)), (GREEDY, SamplingParams(top_p=0.7)), (GREEDY, GREEDY)]
+    args = _inputs(model, 3, mixed, seed=6)
+    assert torch.equal(sampler.run(*args), model_ops.sample_frames(model, *args))
 
 
 class HostSync(AssertionError):

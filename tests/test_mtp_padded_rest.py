@@ -4,11 +4,14 @@ bucket, and padding rows left behind by a larger step."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
 from services.engine.model_ops import predict_rest
 from services.engine.predictor_graphs import CAPPED, WHOLE
+from services.model import cuda_graph
 from services.model.sampling import RowSampling, SamplingParams
 from services.mtp.padded_rest import PaddedRestPredictor
 from tests.engine_helpers import load_tiny
@@ -54,3 +57,39 @@ def test_the_default_mode_is_prepared_for_every_bucket(model):
     padded = PaddedRestPredictor(model, max_rows=8, capture=False)
     padded.prepare_all()
     assert set(padded.graphs) == {(rows, CAPPED) for rows in (1, 2, 4, 8)}  # on the CPU the fused draws never serve
+
+
+@torch.inference_mode()
+def test_a_failed_capture_runs_every_step_eagerly_and_is_counted(model, monkeypatch, caplog):
+    padded = PaddedRestPredictor(model, max_rows=4, capture=False)
+    padded.graph_capture.is_capturing = True  # as on CUDA, with no device here: the capture is what fails
+    attempts: list[int] = []
+
+    def refuse(forward, device, pool):
+        attempts.append(1)
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(cuda_graph, "capture", refuse)
+    with caplog.at_level(logging.ERROR, logger="services.mtp.padded_rest"):
+        for seed, params in enumerate([[SamplingParams()] * 3, [SamplingParams(top_k=0), GREEDY]]):
+            hidden, c0, rows = step(model, params, seed)
+            assert torch.equal(padded.predict(hidden, c0, rows), predict_rest(model, hidden, c0, rows)), seed
+    # Tried once, then never again (a failed capture can leave the graph pool unusable); both steps still ran.
+    assert len(attempts) == 1 and padded.num_capture_failures == 1 and not padded.graph_capture.is_capturing
+    assert set(padded.graphs) == {(4, CAPPED), (2, WHOLE)}
+    [failure] = [r for r in caplog.records if r.name == "services.mtp.padded_rest"]
+    assert "the code predictor's step (rows bucket 4, capped) failed" in failure.getMessage()
+
+
+@torch.inference_mode()
+def test_draws_follow_the_keys_alone(model):
+    """The static inputs hold the rows' hash keys, not their seeds and frames: rows given keys of other seeds draw
+    what those seeds draw, as `predict_rest` does."""
+    padded = PaddedRestPredictor(model, max_rows=4, capture=False)
+    params = [SamplingParams(temperature=1.5, top_k=0)] * 3
+    hidden, c0, rows = step(model, params, seed=7)
+    other_seeds = RowSampling.build(params, [5, 6, 7], [1, 2, 3])
+    rekeyed = RowSampling.build(params, rows.seed.tolist(), rows.frame.tolist(), keys=other_seeds.keys)
+    expected = predict_rest(model, hidden, c0, other_seeds)
+    assert torch.equal(padded.predict(hidden, c0, rekeyed), expected)
+    assert not torch.equal(expected, predict_rest(model, hidden, c0, rows)), "the seeds must matter for the check"

@@ -32,7 +32,7 @@ from typing import Callable
 import torch
 
 from services.engine import model_ops
-from services.model import cuda_graph
+from services.engine.graph_capture import GraphCapture
 from services.engine.talker_graphs import buckets
 from services.engine.errors import EngineError
 from services.model import fused_sample
@@ -95,7 +95,7 @@ class PaddedFrameSampler:
         max_graphs = 9 * len(self.row_buckets) if max_graphs is None else max_graphs
         if max_graphs < 1:
             raise FrameBucketError(f"max_graphs must be >= 1, got {max_graphs}")
-        self.model, self.capture, self.max_graphs = model, capture, max_graphs
+        self.model, self.max_graphs = model, max_graphs
         device, vocab = model.device, model.config.talker.vocab_size
         self.hidden = torch.zeros((max_rows, model.talker.hidden_size), dtype=model.dtype, device=device)
         self.seen = torch.zeros((max_rows, vocab), dtype=torch.bool, device=device)
@@ -104,12 +104,15 @@ class PaddedFrameSampler:
         # Padding rows start greedy, unpenalised, top-p off: a defined row whatever graph runs first.
         self.floats[:, PENALTY] = 1.0
         self.floats[:, TALKER_TOP_P] = self.floats[:, PREDICTOR_TOP_P] = 1.0
-        self.graph_pool = torch.cuda.graph_pool_handle() if capture else None
+        self.graph_capture = GraphCapture(device, capture, log)
         self.graphs: OrderedDict[GraphKey, Callable[[], torch.Tensor]] = OrderedDict()
         self.captures = 0
         """How many steps were prepared (captured, when `capture`): evictions make it exceed len(graphs)."""
-        self.num_capture_failures = 0
+
+    @property
+    def num_capture_failures(self) -> int:
         """Captures that failed; from the first one on, every step runs eagerly (logged, reported in the stats)."""
+        return self.graph_capture.num_failures
 
     def prepare_all(self) -> None:
         """Prepare (capture) now the graphs requests take, so that no step after start-up pays for a capture: both
@@ -191,21 +194,11 @@ class PaddedFrameSampler:
         return forward
 
     def _prepare(self, key: GraphKey) -> Callable[[], torch.Tensor]:
-        step = self._forward(key)
-        if self.capture:
-            try:
-                step = self._capture(step)
-            except RuntimeError:
-                # A region that cannot be captured must not take the replica down: run it eagerly from now on
-                # (same results, more launches) and say so once.
-                log.exception("capturing the sampling step failed; it runs eagerly from now on")
-                self.capture = False
-                self.num_capture_failures += 1
+        rows, talker_mode, predictor_mode = key
+        name = f"the sampling step (rows bucket {rows}, talker {talker_mode}, predictor {predictor_mode})"
+        step = self.graph_capture.graph_or_eager(self._forward(key), name)
         self.captures += 1
         self.graphs[key] = step
         while len(self.graphs) > self.max_graphs:
             self.graphs.popitem(last=False)  # its graph's memory goes back to the shared pool
         return step
-
-    def _capture(self, forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
-        return cuda_graph.capture(forward, self.model.device, self.graph_pool)

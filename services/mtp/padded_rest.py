@@ -9,7 +9,8 @@ here it is the predictor's part alone, graphed the same way:
   the same shapes here as it would in decode), one graph per (rows bucket, sampling mode), the mode as decode's
   (`sampling_mode`: the fused draws where no row uses top-p, else top-p with candidates capped or not);
 - each step's rows are copied into rows [:B] of static inputs (hidden states, codebook 0, temperature, top-k, top-p,
-  seeds, frames, hash keys); per-row values are tensors, so every mix of requests of a mode shares its graph;
+  the hash keys of the rows' seeds and frames); per-row values are tensors, so every mix of requests of a mode shares
+  its graph;
 - every operation is row-wise (the predictor's per-row attention, the keyed draws), so a padding row cannot change
   a real one; its codes are dropped.
 
@@ -23,17 +24,18 @@ from typing import Callable
 
 import torch
 
+from services.engine.graph_capture import GraphCapture
 from services.engine.model_ops import predict_rest
 from services.engine.predictor_graphs import mode_summary, sampling_mode
 from services.engine.talker_graphs import buckets
-from services.model import cuda_graph
 from services.model.loader import TTSModel
 from services.model.sampling import RowSampling, SamplingParams, row_keys
 
 log = logging.getLogger(__name__)
 
-TOP_K, SEED, FRAME, KEYS = 0, 1, 2, 3
-"""Columns of the static int64 inputs (KEYS takes two: the keyed sampler's hash lanes)."""
+TOP_K, KEYS = 0, 1
+"""Columns of the static int64 inputs (KEYS takes two: the keyed sampler's hash lanes). No seed or frame: the step's
+sampling always carries the keys hashed from them, and `sample` reads seed and frame only to hash missing keys."""
 TEMPERATURE, TOP_P = 0, 1
 """Columns of the static float32 inputs."""
 
@@ -47,7 +49,6 @@ class PaddedRestPredictor:
     def __init__(self, model: TTSModel, max_rows: int, capture: bool | None = None) -> None:
         device = model.device
         self.model = model
-        self.capture = device.type == "cuda" if capture is None else capture
         self.row_buckets = buckets(max_rows)
         width = model.config.talker.decoder.hidden_size
         self.hidden = torch.zeros((max_rows, width), dtype=model.dtype, device=device)
@@ -55,9 +56,13 @@ class PaddedRestPredictor:
         self.ints = torch.zeros((max_rows, KEYS + 2), dtype=torch.int64, device=device)
         self.floats = torch.ones((max_rows, TOP_P + 1), dtype=torch.float32, device=device)
         self.floats[:, TEMPERATURE] = 0.0  # padding rows start greedy, top-p off
-        self.graph_pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.graph_capture = GraphCapture(device, device.type == "cuda" if capture is None else capture, log)
         self.graphs: dict[GraphKey, Callable[[], torch.Tensor]] = {}
-        self.num_capture_failures = 0
+
+    @property
+    def num_capture_failures(self) -> int:
+        """Captures that failed; from the first one on, every step runs eagerly (logged)."""
+        return self.graph_capture.num_failures
 
     def prepare_all(self) -> None:
         """Prepare (capture) every bucket's graph of the default requests' mode now: no step after start-up pays for
@@ -86,30 +91,27 @@ class PaddedRestPredictor:
         keys = rows.keys if rows.keys is not None else row_keys(rows.seed, rows.frame)
         self.hidden[:count].copy_(hidden)
         self.c0[:count].copy_(c0)
-        self.ints[:count].copy_(torch.stack((rows.top_k, rows.seed, rows.frame, keys[:, 0], keys[:, 1]), dim=1))
+        self.ints[:count].copy_(torch.stack((rows.top_k, keys[:, 0], keys[:, 1]), dim=1))
         self.floats[:count].copy_(torch.stack((rows.temperature, rows.top_p), dim=1))
 
     def _step(self, key: GraphKey) -> Callable[[], torch.Tensor]:
         step = self.graphs.get(key)
         if step is not None:
             return step
-        step = self._forward(key)
-        if self.capture:
-            try:
-                step = cuda_graph.capture(step, self.model.device, self.graph_pool)
-            except RuntimeError:
-                # Same results eagerly, more launches: a replica that cannot capture still serves; said once.
-                log.exception("capturing the code predictor's step failed; it runs eagerly from now on")
-                self.capture = False
-                self.num_capture_failures += 1
+        rows, mode = key
+        step = self.graph_capture.graph_or_eager(self._forward(key),
+                                                 f"the code predictor's step (rows bucket {rows}, {mode})")
         self.graphs[key] = step
         return step
 
     def _forward(self, key: GraphKey) -> Callable[[], torch.Tensor]:
         rows, mode = key
         ints, floats = self.ints[:rows], self.floats[:rows]
-        sampling = RowSampling(floats[:, TEMPERATURE], ints[:, TOP_K], floats[:, TOP_P], ints[:, SEED],
-                               ints[:, FRAME], *mode_summary(mode), keys=ints[:, KEYS:])
+        # Never all-greedy and always keyed (`mode_summary`), so `sample` never reads seed or frame; a RowSampling
+        # still takes them, and its row count is theirs: zeros of the bucket's rows stand in.
+        unread = ints.new_zeros(rows)
+        sampling = RowSampling(floats[:, TEMPERATURE], ints[:, TOP_K], floats[:, TOP_P], unread, unread,
+                               *mode_summary(mode), keys=ints[:, KEYS:])
         hidden, c0 = self.hidden[:rows], self.c0[:rows]
 
         def forward() -> torch.Tensor:
