@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from contextlib import AsyncExitStack
 
 import nats.errors
@@ -195,3 +196,18 @@ def test_a_switch_interval_that_python_would_refuse_is_a_usage_error(value, caps
 
     assert main("gateway", ["--switch-interval-ms", value]) == EXIT_USAGE
     assert "--switch-interval-ms: must be a finite number > 0" in capsys.readouterr().err
+
+
+def test_services_run_on_uvloop_unless_told_otherwise_or_it_is_missing(monkeypatch, caplog) -> None:
+    import uvloop
+
+    from services.runtime.common_settings import CommonSettings
+    from services.runtime.process import loop_factory
+
+    assert CommonSettings().event_loop == "uvloop"
+    assert loop_factory("uvloop") is uvloop.new_event_loop
+    assert loop_factory("asyncio") is None
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as where it is not installed: importing it raises
+    with caplog.at_level(logging.WARNING):
+        assert loop_factory("uvloop") is None
+    assert "uvloop is not installed here" in caplog.text

@@ -84,12 +84,16 @@ def main(service: str, argv: list[str] | None = None) -> int:
 
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The event loop a service runs on (`--event-loop`); None: asyncio's own."""
-    if name == "uvloop":
+    """The event loop a service runs on (`--event-loop`); None: asyncio's own (also where uvloop is not installed:
+    it has no Windows build)."""
+    if name != "uvloop":
+        return None
+    try:
         import uvloop
-
-        return uvloop.new_event_loop
-    return None
+    except ImportError:
+        log.warning("--event-loop uvloop: uvloop is not installed here; running on asyncio's event loop")
+        return None
+    return uvloop.new_event_loop
 
 
 async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]], settings: Any,
