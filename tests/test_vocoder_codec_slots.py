@@ -127,3 +127,42 @@ def test_the_stream_table_releases_a_stream_s_codec_slot():
     table.release("a", ended=False)
     table.release("b", ended=True)
     assert released == [slot]
+
+
+async def test_a_batch_is_decoded_shortest_chunks_first_each_answered_when_its_call_returns(worker, codec_decoder):
+    """A stream's first chunk (2 frames) is its first packet: it must not wait for the 8-frame chunks of the other
+    streams in its batch. Every chunk still decodes as it would alone."""
+    size = codec_decoder.config.codebook_size
+    streams = [await worker.new_stream() for _ in range(2)]  # the fixture's pool holds two
+    codes = [random_codes(8, size, seed=1), random_codes(2, size, seed=2)]
+    loop = asyncio.get_running_loop()
+    jobs = [_Job(stream, chunk, 0, loop.create_future()) for stream, chunk in zip(streams, codes)]
+    calls: list[tuple[list[int], list[bool]]] = []
+    decode_on_thread = worker._decode_on_thread
+
+    def recording(slots, chunks):
+        calls.append(([chunk.shape[0] for chunk in chunks], [job.done.done() for job in jobs]))
+        return decode_on_thread(slots, chunks)
+
+    worker._decode_on_thread = recording
+    await worker._run_batch(jobs)
+    assert calls == [([2], [False, False]), ([8], [False, True])]
+    for job, chunk in zip(jobs, codes):
+        alone = codec_decoder.decode(torch.from_numpy(chunk)).numpy()
+        assert np.abs(job.done.result() - alone).max() <= 1e-5
+    for stream in streams:
+        stream.release()
+
+
+async def test_two_chunks_of_one_stream_in_a_batch_stay_in_order_in_one_call(worker, codec_decoder):
+    size = codec_decoder.config.codebook_size
+    stream = await worker.new_stream()
+    codes = random_codes(10, size, seed=4)
+    loop = asyncio.get_running_loop()
+    jobs = [_Job(stream, codes[:8], 0, loop.create_future()), _Job(stream, codes[8:], 0, loop.create_future())]
+    calls_before = worker.num_calls
+    await worker._run_batch(jobs)
+    assert worker.num_calls == calls_before + 1
+    full = codec_decoder.decode(torch.from_numpy(codes)).numpy()
+    assert np.abs(np.concatenate([job.done.result() for job in jobs]) - full).max() <= 1e-5
+    stream.release()
