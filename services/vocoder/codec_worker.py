@@ -1,9 +1,8 @@
 """All codec work of the vocoder, on one worker thread, batched across requests, each request's state in a slot.
 
 The event loop never runs torch: callers `await decode(stream, codes)`, the job joins a queue, and one batcher task
-hands everything queued so far to the worker thread, as one `SlotDecoder.decode_chunks` call per chunk length,
-shortest (a stream's first chunks) first. While the thread is busy, new jobs pile up and go together in the next
-batch, so batching grows with load without any waiting on purpose.
+hands everything queued so far to the worker thread as one `SlotDecoder.decode_chunks` call. While the thread is
+busy, new jobs pile up and go together in the next call, so batching grows with load without any waiting on purpose.
 
 Each request holds a `CodecStream` (a slot of the decoder's state pool) from `new_stream()` until `release()`.
 Slots are taken and given back on the codec thread, in order with the decode calls, and a job of a released
@@ -190,14 +189,6 @@ class CodecWorker:
             await self._run_batch(jobs)
 
     async def _run_batch(self, jobs: list[_Job]) -> None:
-        """Decode a batch as calls of one chunk length each, shortest first, each call's requests answered as soon
-        as it returns: a stream's first chunks (2 frames) are its first packet, and they no longer wait behind the
-        8-frame chunks of every other stream in the batch. A stream with two chunks in the batch keeps them in
-        order in one call (as one call decodes a stream's chunks in list order)."""
-        for group in _calls_by_length(jobs):
-            await self._run_call(group)
-
-    async def _run_call(self, jobs: list[_Job]) -> None:
         # No await between here and the hand-off: a stream released later is released after this call on the thread.
         released = [j for j in jobs if j.stream.is_released]
         _settle(released, [CodecFailure(f"{j.stream} was released: its request ended") for j in released])
@@ -238,17 +229,6 @@ class CodecWorker:
                 job.done.set_exception(asyncio.CancelledError())
         if self._owns_executor:
             self._executor.shutdown(wait=True)
-
-
-def _calls_by_length(jobs: list[_Job]) -> list[list[_Job]]:
-    """The batch's jobs grouped by chunk length (context frames included), shortest first; the whole batch as one
-    group when a stream has more than one job in it, so that its chunks cannot be decoded out of order."""
-    if len({id(job.stream) for job in jobs}) < len(jobs):
-        return [jobs]
-    groups: dict[int, list[_Job]] = {}
-    for job in jobs:
-        groups.setdefault(job.codes.shape[0], []).append(job)
-    return [groups[length] for length in sorted(groups)]
 
 
 def _settle(jobs: list[_Job], outputs: list[np.ndarray | Exception]) -> None:
