@@ -12,6 +12,7 @@ from services.engine.engine import Engine
 from services.engine.model_ops import ReplayBuilder, replay_rows
 from services.engine.outputs import StepOutput
 from services.engine.sequence import RequestOutcome
+from services.model import cuda_graph
 from services.model.generate import generate
 from services.model.loader import TTSModel, load_model
 from services.model.prompt import PromptRequest, assistant_text
@@ -86,3 +87,15 @@ def run_to_end(engine: Engine, run: EngineRun | None = None, max_steps: int = 50
         record(run, engine)
         assert run.steps < max_steps, "the engine did not finish"
     return run
+
+
+def refuse_captures(monkeypatch) -> list[int]:
+    """Every CUDA graph capture raises, as one the driver refuses does; the list records each attempt."""
+    attempts: list[int] = []
+
+    def refuse(forward, device, pool):
+        attempts.append(1)
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(cuda_graph, "capture", refuse)
+    return attempts

@@ -23,11 +23,10 @@ from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.engine import Engine
 from services.engine.predictor_graphs import CAPPED, WHOLE, FrameBucketError, PaddedFrameSampler
 from services.engine.runner import ModelRunner
-from services.model import cuda_graph
 from services.model.attention_batch import AttentionBatch
 from services.model.layers import fuse_projections
 from services.model.sampling import RowSampling, SamplingParams
-from tests.engine_helpers import TEXTS, EngineRun, load_tiny, make_request, new_engine, record
+from tests.engine_helpers import TEXTS, EngineRun, load_tiny, make_request, new_engine, record, refuse_captures
 
 GREEDY = SamplingParams(temperature=0.0, repetition_penalty=1.0)
 PARAMS = [  # (talker, predictor, frames): greedy, default seeded, top-k only, top-p, mixed greedy/sampled
@@ -163,25 +162,13 @@ def test_graphs_are_capped_least_recently_used_first(tiny):
     assert list(sampler.graphs) == [(2, CAPPED, CAPPED), (4, CAPPED, CAPPED)] and sampler.captures == 3
 
 
-def _refuse_captures(monkeypatch) -> list[int]:
-    """Every CUDA graph capture raises, as one the driver refuses does; the list records each attempt."""
-    attempts: list[int] = []
-
-    def refuse(forward, device, pool):
-        attempts.append(1)
-        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
-
-    monkeypatch.setattr(cuda_graph, "capture", refuse)
-    return attempts
-
-
 @torch.inference_mode()
 def test_a_failed_capture_runs_every_step_eagerly_and_is_counted(tiny, monkeypatch, caplog):
     model, _ = tiny
     engine = _padded(new_engine(model, blocks=60))
     runner, sampler = engine.runner, engine.runner.frame_sampler
     sampler.graph_capture.is_capturing = True  # as on CUDA, with no device here: the capture is what fails
-    attempts = _refuse_captures(monkeypatch)
+    attempts = refuse_captures(monkeypatch)
     with caplog.at_level(logging.ERROR, logger="services.engine.predictor_graphs"):
         runner.prepare_graphs()
     # Tried once, then never again (a failed capture can leave the graph pool unusable); every key still prepared.

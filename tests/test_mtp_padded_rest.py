@@ -11,10 +11,9 @@ import torch
 
 from services.engine.model_ops import predict_rest
 from services.engine.predictor_graphs import CAPPED, WHOLE
-from services.model import cuda_graph
 from services.model.sampling import RowSampling, SamplingParams
 from services.mtp.padded_rest import PaddedRestPredictor
-from tests.engine_helpers import load_tiny
+from tests.engine_helpers import load_tiny, refuse_captures
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -63,13 +62,7 @@ def test_the_default_mode_is_prepared_for_every_bucket(model):
 def test_a_failed_capture_runs_every_step_eagerly_and_is_counted(model, monkeypatch, caplog):
     padded = PaddedRestPredictor(model, max_rows=4, capture=False)
     padded.graph_capture.is_capturing = True  # as on CUDA, with no device here: the capture is what fails
-    attempts: list[int] = []
-
-    def refuse(forward, device, pool):
-        attempts.append(1)
-        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
-
-    monkeypatch.setattr(cuda_graph, "capture", refuse)
+    attempts = refuse_captures(monkeypatch)
     with caplog.at_level(logging.ERROR, logger="services.mtp.padded_rest"):
         for seed, params in enumerate([[SamplingParams()] * 3, [SamplingParams(top_k=0), GREEDY]]):
             hidden, c0, rows = step(model, params, seed)

@@ -190,14 +190,6 @@ async def test_a_stop_while_waiting_for_nats_ends_the_wait() -> None:
     await asyncio.wait_for(run_service(settings, SERVICE, build, stop), TIMEOUT_S)
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
-def test_a_switch_interval_that_python_would_refuse_is_a_usage_error(value, capsys) -> None:
-    from services.runtime.process import EXIT_USAGE, main
-
-    assert main("gateway", ["--switch-interval-ms", value]) == EXIT_USAGE
-    assert "--switch-interval-ms: must be a finite number > 0" in capsys.readouterr().err
-
-
 def test_services_run_on_uvloop_unless_told_otherwise_or_it_is_missing(monkeypatch, caplog) -> None:
     import uvloop
 

@@ -34,9 +34,6 @@ class CommonSettings:
     event_loop: str = setting("uvloop", "the event loop: uvloop (libuv's; less interpreter time per message, and "
                               "decode's loop publishes every chunk of every stream) or asyncio (the standard "
                               "library's)", choices=("uvloop", "asyncio"))
-    switch_interval_ms: float = setting(5.0, "how long a thread holds the interpreter lock before one waiting for "
-                                        "it may take it (Python's sys.setswitchinterval, default 5 ms); 0.5 ms "
-                                        "made decode slower on an H200 (loadtest/RESULTS-GPU.md)")
     log_level: str = setting("INFO", "logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     health_dir: str | None = setting(None, "directory where each service of this process records its micro service "
                                      "id while it serves; `voxmesh health` asks exactly those (the image sets "

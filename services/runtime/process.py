@@ -56,9 +56,6 @@ def main(service: str, argv: list[str] | None = None) -> int:
     try:
         settings = settings_lib.resolve(module.SETTINGS, args)
         nats_tls(settings)  # unreadable or half-given TLS files: said now, not as a traceback at the first connect
-        if not 0 < settings.switch_interval_ms < float("inf"):
-            raise settings_lib.SettingsError(f"--switch-interval-ms: must be a finite number > 0, got "
-                                             f"{settings.switch_interval_ms}")
     except (settings_lib.SettingsError, TlsConfigError) as error:
         print(f"voxmesh {service}: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -75,7 +72,6 @@ def main(service: str, argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(settings.torch_threads)
-    sys.setswitchinterval(settings.switch_interval_ms / 1000)
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             return runner.run(run_until_signal(module.serve, settings, service))
