@@ -11,10 +11,13 @@ from messages import SynthesisRequest, decode, subjects
 from messages.streams import REQUESTS_STREAM, BusConfig
 from services.bus import Capacity, Delivery, PullConsumer, submit_request, watch_max_deliveries
 from services.bus.advisories import load_exhausted_message
+from services.bus.prompt_pull import PromptPull
 from tests.fixtures.nats_server import fresh_bus
 
 CONFIG = BusConfig(models=("tiny",), num_partitions=1, max_queued_requests=16, request_max_deliver=3)
 TIMEOUT_S = 10.0
+LONG_FETCH_S = 60.0
+"""A fetch timeout far past TIMEOUT_S: a message held until its fetch times out fails the test instead of passing late."""
 
 
 def request(n: int) -> SynthesisRequest:
@@ -24,11 +27,13 @@ def request(n: int) -> SynthesisRequest:
 class Serving:
     """A PullConsumer on the tiny model's requests, run as a task, with its handler's deliveries in a queue."""
 
-    def __init__(self, nc, handler, capacity: Capacity, retry_delay_s: float = 1.0, on_refused=None) -> None:
+    def __init__(self, nc, handler, capacity: Capacity, retry_delay_s: float = 1.0, on_refused=None,
+                 fetch_timeout_s: float = 0.2, max_batch: int = 16) -> None:
         self.stop = asyncio.Event()
         self.consumer = PullConsumer(nc.jetstream(), nc, stream=REQUESTS_STREAM, durable="decode-tiny",
                                      message_type=SynthesisRequest, handler=handler, capacity=capacity,
-                                     fetch_timeout_s=0.2, retry_delay_s=retry_delay_s, on_refused=on_refused)
+                                     max_batch=max_batch, fetch_timeout_s=fetch_timeout_s,
+                                     retry_delay_s=retry_delay_s, on_refused=on_refused)
 
     async def __aenter__(self) -> Serving:
         self.task = asyncio.create_task(self.consumer.run(self.stop))
@@ -161,3 +166,54 @@ async def test_a_refused_message_naming_a_request_is_handed_to_its_owner(nats_cl
     assert serving.consumer.num_termed == 3
     assert serving.consumer.num_termed_by_code == {"unsupported_version": 1, "bad_message": 2}
     assert (await js.stream_info(REQUESTS_STREAM)).state.messages == 0
+
+
+async def test_a_lone_message_is_handed_over_without_waiting_for_the_rest_of_the_batch(nats_client) -> None:
+    # nats-py's fetch(64) held a message that reached its waiting pull request until the fetch timed out (waiting
+    # for 63 more): up to 1 s of a request's admission, and of its codes' way to the vocoder, at low load.
+    js = nats_client.jetstream()
+    await fresh_bus(js, CONFIG)
+    received: asyncio.Queue = asyncio.Queue()
+
+    async def handler(message: SynthesisRequest, delivery: Delivery) -> None:
+        await delivery.ack(confirmed=True)
+        await received.put(message.id)
+
+    serving = Serving(nats_client, handler, Capacity(64), fetch_timeout_s=LONG_FETCH_S, max_batch=64)
+    task = asyncio.create_task(serving.consumer.run(serving.stop))
+    try:
+        for n in range(3):  # each published while the consumer's pull request waits at the server
+            await until_a_pull_waits(js)
+            await submit_request(js, request(n))
+            assert await asyncio.wait_for(received.get(), TIMEOUT_S) == f"req-{n}"
+    finally:
+        task.cancel()  # a stop would wait for the pull in flight, up to LONG_FETCH_S
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def until_a_pull_waits(js) -> None:
+    """Until the server holds a pull request of the consumer (polled: the server announces none)."""
+    for _ in range(int(TIMEOUT_S / 0.01)):
+        if (await js.consumer_info(REQUESTS_STREAM, "decode-tiny")).num_waiting > 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no pull request reached the server")
+
+
+async def test_a_pull_takes_what_is_stored_up_to_its_batch_and_waits_only_for_the_first(nats_client) -> None:
+    js = nats_client.jetstream()
+    await fresh_bus(js, CONFIG)
+    for n in range(5):
+        await submit_request(js, request(n))
+    pull = PromptPull(nats_client, REQUESTS_STREAM, "decode-tiny")
+    await pull.open()
+    try:
+        first = await asyncio.wait_for(pull.fetch(3, LONG_FETCH_S), TIMEOUT_S)
+        rest = await asyncio.wait_for(pull.fetch(3, LONG_FETCH_S), TIMEOUT_S)  # 2 stored: no wait for a third
+        for message in first + rest:
+            await message.ack()
+        assert [decode(m.data, SynthesisRequest).id for m in first + rest] == [f"req-{n}" for n in range(5)]
+        assert [len(first), len(rest)] == [3, 2]
+        assert await pull.fetch(4, 0.2) == []  # nothing stored: empty once the lingering request expires
+    finally:
+        await pull.close()

@@ -22,6 +22,7 @@ from messages import DecodeError, decode
 from messages.errors import InvalidConfig
 from services.bus.errors import NotProvisioned
 from services.bus.logs import request_context
+from services.bus.prompt_pull import PromptPull
 
 log = logging.getLogger(__name__)
 M = TypeVar("M")
@@ -136,7 +137,7 @@ class PullConsumer(Generic[M]):
         self._type, self._handler, self.capacity = message_type, handler, capacity
         self._max_batch, self._fetch_timeout_s, self._retry_delay_s = max_batch, fetch_timeout_s, retry_delay_s
         self._request_id_of = request_id_of or (lambda m: getattr(m, "id", None) or getattr(m, "request_id", None))
-        self._sub: JetStreamContext.PullSubscription | None = None
+        self._pull: PromptPull | None = None
         self.num_termed = 0
         self.num_termed_by_code: Counter[str] = Counter()
         """Termed messages by the DecodeError's code (bad_message, unsupported_version), for the metrics."""
@@ -154,11 +155,13 @@ class PullConsumer(Generic[M]):
         except NotFoundError as exc:
             raise NotProvisioned(f"consumer {self.durable} on stream {self.stream} does not exist: run "
                                  f"`voxmesh provision`") from exc
-        self._sub = await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        pull = PromptPull(self._nc, self.stream, self.durable)
+        await pull.open()
+        self._pull = pull
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set. Fetches at most `room()` messages, and nothing while there is no room."""
-        if self._sub is None:
+        if self._pull is None:
             await self.bind()
         try:
             while not stop.is_set():
@@ -185,14 +188,14 @@ class PullConsumer(Generic[M]):
         """Drop the pull subscription. Call it before the connection drains: an expired pull leaves a status
         message in the subscription's queue that nobody reads, and `nc.drain()` would wait for it until its
         drain timeout."""
-        sub, self._sub = self._sub, None
-        if sub is not None and not self._nc.is_closed:
-            await sub.unsubscribe()
+        pull, self._pull = self._pull, None
+        if pull is not None and not self._nc.is_closed:
+            await pull.close()
 
     async def _fetch(self, batch: int) -> list[Msg]:
         try:
-            return await self._sub.fetch(batch, timeout=self._fetch_timeout_s)
-        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            return await self._pull.fetch(batch, self._fetch_timeout_s)
+        except nats.errors.TimeoutError:
             return []
 
     async def _decoded(self, delivery: Delivery) -> M | None:
