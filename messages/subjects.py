@@ -203,6 +203,11 @@ def max_deliveries_advisory(stream: str, consumer: str) -> str:
     return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
 
 
+def consumer_next(stream: str, consumer: str) -> str:
+    """JetStream's API subject that hands out a pull consumer's next messages (the default API prefix, no domain)."""
+    return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+
+
 def terminated_advisory(stream: str, consumer: str) -> str:
     """JetStream's advisory when a message of `consumer` on `stream` was termed (carries the term reason)."""
     return f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream}.{consumer}"

@@ -25,7 +25,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-JS_API_PREFIX = "$JS.API"  # the services' JetStream contexts use the default API prefix (no domain)
+from messages import subjects
+
 STATUS_HEADER = "Status"
 HEARTBEAT_STATUS = "100"
 EXPIRY_MARGIN_S = 0.5
@@ -39,7 +40,7 @@ class PromptPull:
 
     def __init__(self, nc: Client, stream: str, durable: str) -> None:
         self._nc = nc
-        self._next_subject = f"{JS_API_PREFIX}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._next_subject = subjects.consumer_next(stream, durable)
         self._inbox = ""
         self._sub: Subscription | None = None
 
