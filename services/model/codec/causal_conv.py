@@ -8,12 +8,16 @@ output sample sees exactly the inputs it would see in a full decode.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from services.model.codec.stream_state import StreamRows
+
+Writer = Callable[[torch.Tensor, torch.Tensor], object]
+"""`write(x, out)`: puts an elementwise function of x into `out` (same shape, a view into a convolution's input)."""
 
 
 class StreamingConv(nn.Module):
@@ -34,6 +38,18 @@ class StreamingConv(nn.Module):
         stream.conv_histories[self.history_slot] = stream.keep(full[..., full.shape[-1] - self.history_len :])
         return full
 
+    def _with_history_written(self, x: torch.Tensor, stream: StreamRows, write: Writer) -> torch.Tensor:
+        """`_with_history(f(x))` without the concatenation's copy of the whole activation: `write(x, out)` puts f(x)
+        straight into the buffer after the history (the fused SnakeBeta before a convolution writes there)."""
+        batch, channels, length = x.shape
+        full = torch.empty((batch, channels, self.history_len + length), dtype=x.dtype, device=x.device)
+        if self.history_len:
+            full[..., : self.history_len].copy_(stream.conv_histories[self.history_slot])
+        write(x, full[..., self.history_len :])
+        if self.history_len:
+            stream.conv_histories[self.history_slot] = stream.keep(full[..., full.shape[-1] - self.history_len :])
+        return full
+
 
 class CausalConv1d(StreamingConv):
     """Stride-1 Conv1d that sees only the present and past (`conv` holds the weights)."""
@@ -46,10 +62,21 @@ class CausalConv1d(StreamingConv):
 
     def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, C_in, n] -> [B, C_out, n]."""
-        full = self._with_history(x, stream)
-        if full.is_cuda and self.conv.groups == 1 and x.shape[-1] <= GEMM_FORM_MAX_OUTPUTS:
-            return _as_gemm(self.conv, full)
-        return self.conv(full)
+        return self.convolve(self._with_history(x, stream))
+
+    def forward_written(self, x: torch.Tensor, stream: StreamRows, write: Writer, *, bias: bool = True) -> torch.Tensor:
+        """`forward(f(x))` where `write(x, out)` writes f(x) into `out` (see `_with_history_written`); `bias=False`
+        leaves the bias out, for a fused kernel after it to add."""
+        return self.convolve(self._with_history_written(x, stream, write), bias=bias)
+
+    def convolve(self, full: torch.Tensor, *, bias: bool = True) -> torch.Tensor:
+        """The convolution over an input that already holds its history: [B, C_in, H + n] -> [B, C_out, n]."""
+        conv = self.conv
+        if full.is_cuda and conv.groups == 1 and full.shape[-1] - self.history_len <= GEMM_FORM_MAX_OUTPUTS:
+            return _as_gemm(conv, full, bias=bias)
+        if bias:
+            return conv(full)  # the module's call: its hooks see it (the random checkpoint calibrates on one)
+        return F.conv1d(full, conv.weight, None, dilation=conv.dilation, groups=conv.groups)
 
 
 GEMM_FORM_MAX_OUTPUTS = 64
@@ -60,14 +87,14 @@ vocoder's input conv 207 -> 113 us). On longer rows cuDNN is faster (the first b
 against 463-475 us; the audio-rate ones by 1.5-2.5x), so they stay with it."""
 
 
-def _as_gemm(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+def _as_gemm(conv: nn.Conv1d, x: torch.Tensor, *, bias: bool = True) -> torch.Tensor:
     """`conv(x)` for a stride-1, ungrouped, unpadded conv as unfold + one matrix product: [B, C_in, L] -> [B, C_out,
-    L - (k - 1) * dilation]."""
+    L - (k - 1) * dilation] (without the bias when `bias` is False)."""
     taps, dilation = conv.kernel_size[0], conv.dilation[0]
     windows = x.unfold(2, (taps - 1) * dilation + 1, 1)[..., ::dilation]  # [B, C_in, T, taps], a view
     batch, _, length, _ = windows.shape
     columns = windows.permute(0, 2, 1, 3).reshape(batch * length, -1)  # [B*T, C_in*taps]: the one copy
-    out = F.linear(columns, conv.weight.reshape(conv.out_channels, -1), conv.bias)
+    out = F.linear(columns, conv.weight.reshape(conv.out_channels, -1), conv.bias if bias else None)
     return out.view(batch, length, -1).transpose(1, 2).contiguous()
 
 
@@ -88,7 +115,16 @@ class CausalConvTranspose1d(StreamingConv):
 
     def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """[B, C_in, n] -> [B, C_out, n * stride]."""
-        num_new = x.shape[-1]
-        y = self.conv(self._with_history(x, stream))
+        return self._trimmed(self.conv(self._with_history(x, stream)), x.shape[-1])
+
+    def forward_written(self, x: torch.Tensor, stream: StreamRows, write: Writer, *, bias: bool = True) -> torch.Tensor:
+        """`forward(f(x))` where `write(x, out)` writes f(x) into `out`; `bias=False` leaves the bias out. The result
+        is a view (trimmed), with dense samples."""
+        conv = self.conv
+        full = self._with_history_written(x, stream, write)
+        y = conv(full) if bias else F.conv_transpose1d(full, conv.weight, None, stride=conv.stride)
+        return self._trimmed(y, x.shape[-1])
+
+    def _trimmed(self, y: torch.Tensor, num_new: int) -> torch.Tensor:
         start = self.history_len * self.stride
         return y[..., start : start + num_new * self.stride]

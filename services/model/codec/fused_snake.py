@@ -22,8 +22,9 @@ of two (at most TILE), so short rows (the first block's 4 latents a frame) do no
 if triton is not None:
 
     @triton.jit
-    def _snake_kernel(x_ptr, alpha_ptr, beta_ptr, out_ptr, num_rows, channels, length, stride_xb, stride_xc,
-                      stride_ob, stride_oc, epsilon, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    def _snake_kernel(x_ptr, alpha_ptr, beta_ptr, bias_ptr, out_ptr, num_rows, channels, length, stride_xb,
+                      stride_xc, stride_ob, stride_oc, epsilon, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                      HAS_BIAS: tl.constexpr):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # batch * channels + channel
         offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         row_inside = rows < num_rows
@@ -31,6 +32,9 @@ if triton is not None:
         inside = row_inside[:, None] & (offsets < length)[None, :]
         x = tl.load(x_ptr + (batch * stride_xb + channel * stride_xc)[:, None] + offsets[None, :], mask=inside,
                     other=0.0).to(tl.float32)
+        if HAS_BIAS:  # the bias of the convolution before, added here instead of in a pass of its own
+            bias = tl.load(bias_ptr + channel, mask=row_inside, other=0.0).to(tl.float32)
+            x = (x + bias[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
         alpha = tl.exp(tl.load(alpha_ptr + channel, mask=row_inside, other=0.0).to(tl.float32))
         inverse_beta = 1.0 / (tl.exp(tl.load(beta_ptr + channel, mask=row_inside, other=0.0).to(tl.float32))
                               + epsilon)
@@ -40,18 +44,28 @@ if triton is not None:
                  y.to(out_ptr.dtype.element_ty), mask=inside)
 
 
-def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """SnakeBeta of x [B, C, T] (samples dense: stride 1 on T) with per-channel log alpha and log beta [C]."""
-    if x.dim() != 3 or x.stride(-1) != 1:
-        raise ValueError(f"snake_beta needs [B, C, T] with dense samples, got shape {tuple(x.shape)} "
-                         f"strides {x.stride()}")
+def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, epsilon: float, *,
+               bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """SnakeBeta of x [B, C, T] (samples dense: stride 1 on T) with per-channel log alpha and log beta [C].
+
+    `bias` [C]: SnakeBeta of x + bias (the sum rounded to x's dtype first, as the separate add would), so the
+    convolution before can skip its own bias pass. `out`: where to write (a [B, C, T] view with dense samples, such as
+    the part after a streaming convolution's history in its input buffer), instead of a new tensor."""
+    for name, tensor in (("x", x), ("out", out)):
+        if tensor is not None and (tensor.dim() != 3 or tensor.stride(-1) != 1):
+            raise ValueError(f"snake_beta needs {name} [B, C, T] with dense samples, got shape {tuple(tensor.shape)} "
+                             f"strides {tensor.stride()}")
     batch, channels, length = x.shape
-    out = torch.empty((batch, channels, length), dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty((batch, channels, length), dtype=x.dtype, device=x.device)
+    elif out.shape != x.shape:
+        raise ValueError(f"snake_beta writes x's shape {tuple(x.shape)}, out is {tuple(out.shape)}")
     if out.numel() == 0:
         return out
     block = min(TILE, triton.next_power_of_2(length))
     rows_per_program = TILE // block
     grid = (triton.cdiv(batch * channels, rows_per_program), triton.cdiv(length, block))
-    _snake_kernel[grid](x, log_alpha, log_beta, out, batch * channels, channels, length, x.stride(0), x.stride(1),
-                        out.stride(0), out.stride(1), epsilon, ROWS=rows_per_program, BLOCK=block)
+    _snake_kernel[grid](x, log_alpha, log_beta, log_alpha if bias is None else bias, out, batch * channels, channels,
+                        length, x.stride(0), x.stride(1), out.stride(0), out.stride(1), epsilon,
+                        ROWS=rows_per_program, BLOCK=block, HAS_BIAS=bias is not None)
     return out

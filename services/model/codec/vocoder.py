@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from services.model.codec import fused_snake
+from services.model.codec import fused_bias, fused_snake
 from services.model.codec.causal_conv import CausalConv1d, CausalConvTranspose1d
 from services.model.codec.config import CodecConfig
 from services.model.codec.stream_state import StreamRows
@@ -36,6 +36,10 @@ class SnakeBeta(nn.Module):
         beta = self.beta.exp()[None, :, None]
         return x + (1.0 / (beta + _SNAKE_EPSILON)) * torch.sin(x * alpha).pow(2)
 
+    def write(self, x: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """The fused form only: SnakeBeta of x (+ `bias`, a convolution's left out) into `out`."""
+        fused_snake.snake_beta(x, self.alpha, self.beta, _SNAKE_EPSILON, bias=bias, out=out)
+
 
 class ResidualUnit(nn.Module):
     def __init__(self, dim: int, dilation: int) -> None:
@@ -46,8 +50,18 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
 
     def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
+        if _fuses(x):
+            return self._fused(x, stream)
         h = self.conv1(self.act1(x), stream)
         return x + self.conv2(self.act2(h), stream)
+
+    def _fused(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
+        """The same sums in four passes over the activation and two convolutions: act1 writes into conv1's input
+        buffer after its history (no concatenation), conv1's bias rides in act2, conv2's in the residual add."""
+        h = self.conv1.forward_written(x, stream, self.act1.write, bias=False)
+        s = torch.empty_like(h)
+        self.act2.write(h, s, bias=self.conv1.conv.bias)
+        return _add_bias(self.conv2.convolve(s, bias=False), self.conv2.conv.bias, residual=x)
 
 
 class VocoderBlock(nn.Module):
@@ -60,7 +74,12 @@ class VocoderBlock(nn.Module):
         self.block = nn.ModuleList(layers)
 
     def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
-        for layer in self.block:
+        layers = list(self.block)
+        if _fuses(x):  # the activation written into the transposed conv's input buffer, its bias added after
+            snake, upsample = layers[0], layers[1]
+            x = _add_bias(upsample.forward_written(x, stream, snake.write, bias=False), upsample.conv.bias)
+            layers = layers[2:]
+        for layer in layers:
             x = layer(x, stream)
         return x
 
@@ -77,6 +96,24 @@ def build_vocoder(config: CodecConfig) -> nn.ModuleList:
 
 def run_vocoder(layers: nn.ModuleList, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
     """[B, latent, m] -> [B, m * prod(upsample_rates)] samples clamped to [-1, 1]."""
-    for layer in layers:
+    *body, snake, out_conv = layers
+    for layer in body:
         x = layer(x, stream)
+    if _fuses(x):  # the last activation written into the output conv's input buffer
+        x = out_conv.forward_written(x, stream, snake.write)
+    else:
+        x = out_conv(snake(x), stream)
     return x.squeeze(1).clamp(min=-1.0, max=1.0)
+
+
+def _fuses(x: torch.Tensor) -> bool:
+    """Whether the fused forms serve this activation: on CUDA with Triton, [B, C, T] with dense samples."""
+    return compiles_for(x.device) and x.dim() == 3 and x.is_contiguous()
+
+
+def _add_bias(y: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """`residual + (y + bias)` as a contiguous tensor, in one pass where there is a bias."""
+    if bias is None:
+        y = y.contiguous()
+        return y if residual is None else residual + y
+    return fused_bias.add_bias(y, bias, residual)

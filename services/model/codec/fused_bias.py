@@ -1,0 +1,57 @@
+"""A convolution's bias (and the residual after it) as one Triton pass on CUDA: `residual + (y + bias)`.
+
+torch adds a cuDNN convolution's bias in a pass of its own, a broadcast over [B, C, 1, T] that takes torch's generic
+elementwise path (a third of the bandwidth): on the H200, 64 streams x 8 frames, those adds were 4.9 of a 25-ms codec
+call, and the residual adds after them another 0.9 (`loadtest/gpu/gpu_codec_slots.py`'s op table). Here the
+convolution runs without its bias and this kernel adds it, with the residual when one follows, in one read of each
+input and one write. Each sum is rounded to the dtype as the separate adds round it, so the result is the torch
+form's, bit for bit. Off CUDA the torch form serves; the CPU tests check this kernel under Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from services.model.codec.fused_snake import TILE
+from services.model.triton_support import tl, triton
+
+if triton is not None:
+
+    @triton.jit
+    def _bias_kernel(y_ptr, bias_ptr, residual_ptr, out_ptr, num_rows, channels, length, stride_yb, stride_yc,
+                     ROWS: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # batch * channels + channel
+        offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        row_inside = rows < num_rows
+        batch, channel = rows // channels, rows % channels
+        inside = row_inside[:, None] & (offsets < length)[None, :]
+        y = tl.load(y_ptr + (batch * stride_yb + channel * stride_yc)[:, None] + offsets[None, :], mask=inside,
+                    other=0.0).to(tl.float32)
+        bias = tl.load(bias_ptr + channel, mask=row_inside, other=0.0).to(tl.float32)
+        total = (y + bias[:, None]).to(out_ptr.dtype.element_ty)
+        dense = rows[:, None] * length + offsets[None, :]  # residual and out are contiguous [B, C, T]
+        if HAS_RESIDUAL:
+            residual = tl.load(residual_ptr + dense, mask=inside, other=0.0).to(tl.float32)
+            total = (residual + total.to(tl.float32)).to(out_ptr.dtype.element_ty)
+        tl.store(out_ptr + dense, total, mask=inside)
+
+
+def add_bias(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """`y + bias[None, :, None]`, then `residual + that` when given, as a new contiguous [B, C, T] tensor. `y` may be a
+    view with dense samples (a transposed convolution's trimmed output); `residual` must be contiguous."""
+    if y.dim() != 3 or y.stride(-1) != 1:
+        raise ValueError(f"add_bias needs y [B, C, T] with dense samples, got shape {tuple(y.shape)} strides "
+                         f"{y.stride()}")
+    if residual is not None and (residual.shape != y.shape or not residual.is_contiguous()):
+        raise ValueError(f"add_bias needs a contiguous residual of y's shape {tuple(y.shape)}, got "
+                         f"{tuple(residual.shape)}")
+    batch, channels, length = y.shape
+    out = torch.empty((batch, channels, length), dtype=y.dtype, device=y.device)
+    if out.numel() == 0:
+        return out
+    block = min(TILE, triton.next_power_of_2(length))
+    rows_per_program = TILE // block
+    grid = (triton.cdiv(batch * channels, rows_per_program), triton.cdiv(length, block))
+    _bias_kernel[grid](y, bias, y if residual is None else residual, out, batch * channels, channels, length,
+                       y.stride(0), y.stride(1), ROWS=rows_per_program, BLOCK=block, HAS_RESIDUAL=residual is not None)
+    return out
