@@ -1,0 +1,58 @@
+"""The codec's fused passes against the torch forms on CUDA: one decode with them on and one with them off.
+
+The 0.6B codec with random weights, 15 frames in chunks of 3, 5 and 7 (histories carried across chunks), in float32
+and bfloat16; and the bias kernel against torch's sums. Writes the differences as JSON (the CPU runs the same
+comparison under Triton's interpreter in tests/test_fused_codec_convs.py).
+
+    python3 -m loadtest.gpu.fused_codec_check --out check.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from loadtest.gpu.gpu_models import build_codec
+from services.model.codec import vocoder
+from services.model.codec.fused_bias import add_bias
+from services.model.triton_support import compiles_for
+
+
+def decode(decoder, codes: torch.Tensor, fused: bool) -> torch.Tensor:
+    vocoder.compiles_for = lambda device: fused and compiles_for(device)  # the switch the fused paths read
+    try:
+        state, pieces, start = decoder.new_stream(), [], 0
+        for size in (3, 5, 7):
+            pieces.append(decoder.decode_chunk(state, codes[start : start + size]).float())
+            start += size
+        return torch.cat(pieces)
+    finally:
+        vocoder.compiles_for = compiles_for
+
+
+@torch.no_grad()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    y = torch.randn(4, 96, 5000, device=device, dtype=torch.bfloat16)[..., 3:4003]
+    bias = torch.randn(96, device=device, dtype=torch.bfloat16)
+    residual = torch.randn(4, 96, 4000, device=device, dtype=torch.bfloat16)
+    report = {"add_bias_bf16_mismatches": int((add_bias(y, bias, residual) != residual + (y + bias[None, :, None])).sum())}
+    for dtype in (torch.float32, torch.bfloat16):
+        decoder = build_codec("0.6b", device, dtype)
+        codes = torch.randint(0, decoder.config.codebook_size, (15, decoder.config.num_quantizers), device=device)
+        plain, fused = decode(decoder, codes, False), decode(decoder, codes, True)
+        report[str(dtype)] = {"max_abs_diff": float((fused - plain).abs().max()), "peak": float(plain.abs().max()),
+                              "rms_diff_over_std": float((fused - plain).pow(2).mean().sqrt() / plain.std())}
+    print(json.dumps(report, indent=1))
+    args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
