@@ -19,23 +19,29 @@ def bias_mismatches(device: str, dtype_name: str) -> int:
     """Elements where `add_bias` differs from torch's `residual + (y + bias)` (each sum rounded to the dtype): y dense,
     y a trimmed view (a transposed conv's output), with and without a residual, rows shorter than a tile and longer."""
     from services.model.codec.fused_bias import add_bias
-    from services.model.codec.fused_snake import TILE
+    from services.model.codec.layout import TILE, channels_dense
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(3)
     mismatches = 0
     for batch, channels, length, trimmed, with_residual in ((2, 3, 40, False, True), (3, 4, 50, True, True),
-                                                           (1, 2, TILE + 37, True, False), (3, 5, 4, False, True)):
-        wide = (3 * torch.randn((batch, channels, length + 9), generator=generator)).to(device, dtype)
-        y = wide[..., 4 : 4 + length] if trimmed else wide[..., :length].contiguous()
-        bias = torch.randn(channels, generator=generator).to(device, dtype)
-        residual = torch.randn((batch, channels, length), generator=generator).to(device, dtype)
-        expected = y + bias[None, :, None]
-        if with_residual:
-            expected = residual + expected
-        got = add_bias(y, bias, residual if with_residual else None)
-        assert got.shape == expected.shape and got.is_contiguous()
-        mismatches += int((got != expected).sum())
+                                                           (1, 2, TILE + 37, True, False), (3, 5, 4, False, True),
+                                                           (2, 70, 30, True, True)):
+        for last in (False, True):  # samples dense, then channels dense (channels-last)
+            wide = (3 * torch.randn((batch, channels, length + 9), generator=generator)).to(device, dtype)
+            if last:
+                wide = wide.transpose(1, 2).contiguous().transpose(1, 2)
+            y = wide[..., 4 : 4 + length] if trimmed else wide[..., :length].clone()
+            bias = torch.randn(channels, generator=generator).to(device, dtype)
+            residual = torch.randn((batch, channels, length), generator=generator).to(device, dtype)
+            if last:
+                residual = residual.transpose(1, 2).contiguous().transpose(1, 2)
+            expected = y + bias[None, :, None]
+            if with_residual:
+                expected = residual + expected
+            got = add_bias(y, bias, residual if with_residual else None)
+            assert got.shape == expected.shape and channels_dense(got) == (last and channels > 1)
+            mismatches += int((got != expected).sum())
     return mismatches
 
 
@@ -47,19 +53,25 @@ def snake_with_bias_error(device: str) -> float:
     from services.model.codec.vocoder import _SNAKE_EPSILON, SnakeBeta
 
     generator = torch.Generator().manual_seed(4)
-    snake = SnakeBeta(6)
-    snake.alpha.copy_(0.5 * torch.randn(6, generator=generator))
-    snake.beta.copy_(0.5 * torch.randn(6, generator=generator))
-    snake = snake.to(device)
-    x = (3 * torch.randn((2, 6, 30), generator=generator)).to(device)
-    bias = torch.randn(6, generator=generator).to(device)
-    buffer = torch.full((2, 6, 7 + 30), 5.0, device=device)
-    snake_beta(x, snake.alpha, snake.beta, _SNAKE_EPSILON, bias=bias, out=buffer[..., 7:])
-    assert bool((buffer[..., :7] == 5.0).all()), "the history part was written"
-    shifted = x + bias[None, :, None]
-    alpha, beta = snake.alpha.exp()[None, :, None], snake.beta.exp()[None, :, None]
-    expected = shifted + (1.0 / (beta + _SNAKE_EPSILON)) * torch.sin(shifted * alpha).pow(2)
-    return float((buffer[..., 7:] - expected).abs().max() / expected.abs().max())
+    worst = 0.0
+    for channels, last in ((6, False), (6, True), (70, True)):  # channels-last: x and the buffer both
+        snake = SnakeBeta(channels)
+        snake.alpha.copy_(0.5 * torch.randn(channels, generator=generator))
+        snake.beta.copy_(0.5 * torch.randn(channels, generator=generator))
+        snake = snake.to(device)
+        x = (3 * torch.randn((2, channels, 30), generator=generator)).to(device)
+        bias = torch.randn(channels, generator=generator).to(device)
+        buffer = torch.full((2, channels, 7 + 30), 5.0, device=device)
+        if last:
+            x = x.transpose(1, 2).contiguous().transpose(1, 2)
+            buffer = buffer.transpose(1, 2).contiguous().transpose(1, 2)
+        snake_beta(x, snake.alpha, snake.beta, _SNAKE_EPSILON, bias=bias, out=buffer[..., 7:])
+        assert bool((buffer[..., :7] == 5.0).all()), "the history part was written"
+        shifted = x + bias[None, :, None]
+        alpha, beta = snake.alpha.exp()[None, :, None], snake.beta.exp()[None, :, None]
+        expected = shifted + (1.0 / (beta + _SNAKE_EPSILON)) * torch.sin(shifted * alpha).pow(2)
+        worst = max(worst, float((buffer[..., 7:] - expected).abs().max() / expected.abs().max()))
+    return worst
 
 
 @torch.no_grad()
@@ -111,3 +123,5 @@ def test_add_bias_refuses_a_residual_of_another_shape():
 
     with pytest.raises(ValueError, match="residual"):
         add_bias(torch.zeros((1, 2, 8)), torch.zeros(2), torch.zeros((1, 2, 9)))
+    with pytest.raises(ValueError, match="dense"):
+        add_bias(torch.zeros((1, 4, 8))[:, ::2, ::2], torch.zeros(2))

@@ -49,8 +49,8 @@ def test_fused_snake_equals_the_torch_expression_on_cuda():
 def test_snake_beta_refuses_samples_that_are_not_dense():
     from services.model.codec.fused_snake import snake_beta
 
-    x = torch.zeros((1, 2, 8)).transpose(1, 2)
-    with pytest.raises(ValueError, match="dense samples"):
+    x = torch.zeros((1, 4, 8))[:, ::2, ::2]  # neither samples nor channels dense
+    with pytest.raises(ValueError, match="dense"):
         snake_beta(x, torch.zeros(8), torch.zeros(8), 1e-9)
 
 
@@ -64,5 +64,5 @@ def test_a_conv_as_one_gemm_equals_the_conv():
         conv.weight.copy_(torch.randn(conv.weight.shape, generator=generator))
         x = torch.randn((3, 6, 60), generator=generator)[..., 2:]  # samples sliced, as a chunk's activations are
         got = _as_gemm(conv, x)
-        assert got.shape == (3, 5, 58 - (taps - 1) * dilation) and got.is_contiguous()
+        assert got.shape == (3, 5, 58 - (taps - 1) * dilation) and got.transpose(1, 2).is_contiguous()  # channels-last
         torch.testing.assert_close(got, conv(x), rtol=1e-5, atol=1e-5)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from services.model.codec import layout
 from services.model.codec.stream_state import StreamRows
 
 Writer = Callable[[torch.Tensor, torch.Tensor], object]
@@ -42,7 +43,7 @@ class StreamingConv(nn.Module):
         """`_with_history(f(x))` without the concatenation's copy of the whole activation: `write(x, out)` puts f(x)
         straight into the buffer after the history (the fused SnakeBeta before a convolution writes there)."""
         batch, channels, length = x.shape
-        full = torch.empty((batch, channels, self.history_len + length), dtype=x.dtype, device=x.device)
+        full = layout.empty_as(x, (batch, channels, self.history_len + length))
         if self.history_len:
             full[..., : self.history_len].copy_(stream.conv_histories[self.history_slot])
         write(x, full[..., self.history_len :])
@@ -74,6 +75,9 @@ class CausalConv1d(StreamingConv):
         conv = self.conv
         if full.is_cuda and conv.groups == 1 and full.shape[-1] - self.history_len <= GEMM_FORM_MAX_OUTPUTS:
             return _as_gemm(conv, full, bias=bias)
+        if layout.channels_dense(full):
+            return F.conv2d(full.unsqueeze(2), channels_last_weight(conv), conv.bias if bias else None,
+                            dilation=(1, conv.dilation[0]), groups=conv.groups).squeeze(2)
         if bias:
             return conv(full)  # the module's call: its hooks see it (the random checkpoint calibrates on one)
         return F.conv1d(full, conv.weight, None, dilation=conv.dilation, groups=conv.groups)
@@ -95,7 +99,19 @@ def _as_gemm(conv: nn.Conv1d, x: torch.Tensor, *, bias: bool = True) -> torch.Te
     batch, _, length, _ = windows.shape
     columns = windows.permute(0, 2, 1, 3).reshape(batch * length, -1)  # [B*T, C_in*taps]: the one copy
     out = F.linear(columns, conv.weight.reshape(conv.out_channels, -1), conv.bias if bias else None)
-    return out.view(batch, length, -1).transpose(1, 2).contiguous()
+    return out.view(batch, length, -1).transpose(1, 2)  # channels-last, as cuDNN's fast kernels read it next
+
+
+def channels_last_weight(conv: nn.Conv1d | nn.ConvTranspose1d) -> torch.Tensor:
+    """The conv's weight as a 2-D one held channels-last ([out, in, 1, k], or [in, out, 1, k] transposed), which makes
+    cuDNN run the channels-last kernels with no transposes; kept on the module, remade when the weight changes."""
+    weight = conv.weight
+    key = (weight.data_ptr(), weight._version)
+    cached = getattr(conv, "_channels_last_weight", None)
+    if cached is None or cached[0] != key:
+        cached = (key, weight.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last))
+        conv._channels_last_weight = cached
+    return cached[1]
 
 
 class CausalConvTranspose1d(StreamingConv):
@@ -122,7 +138,11 @@ class CausalConvTranspose1d(StreamingConv):
         is a view (trimmed), with dense samples."""
         conv = self.conv
         full = self._with_history_written(x, stream, write)
-        y = conv(full) if bias else F.conv_transpose1d(full, conv.weight, None, stride=conv.stride)
+        if layout.channels_dense(full):
+            y = F.conv_transpose2d(full.unsqueeze(2), channels_last_weight(conv), conv.bias if bias else None,
+                                   stride=(1, conv.stride[0])).squeeze(2)
+        else:
+            y = conv(full) if bias else F.conv_transpose1d(full, conv.weight, None, stride=conv.stride)
         return self._trimmed(y, x.shape[-1])
 
     def _trimmed(self, y: torch.Tensor, num_new: int) -> torch.Tensor:

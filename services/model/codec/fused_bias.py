@@ -12,46 +12,48 @@ from __future__ import annotations
 
 import torch
 
-from services.model.codec.fused_snake import TILE
+from services.model.codec import layout
 from services.model.triton_support import tl, triton
 
 if triton is not None:
 
     @triton.jit
     def _bias_kernel(y_ptr, bias_ptr, residual_ptr, out_ptr, num_rows, channels, length, stride_yb, stride_yc,
-                     ROWS: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                     stride_yt, stride_rb, stride_rc, stride_rt, stride_ob, stride_oc, stride_ot, ROWS: tl.constexpr,
+                     BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # batch * channels + channel
         offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         row_inside = rows < num_rows
         batch, channel = rows // channels, rows % channels
         inside = row_inside[:, None] & (offsets < length)[None, :]
-        y = tl.load(y_ptr + (batch * stride_yb + channel * stride_yc)[:, None] + offsets[None, :], mask=inside,
-                    other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + (batch * stride_yb + channel * stride_yc)[:, None] + offsets[None, :] * stride_yt,
+                    mask=inside, other=0.0).to(tl.float32)
         bias = tl.load(bias_ptr + channel, mask=row_inside, other=0.0).to(tl.float32)
         total = (y + bias[:, None]).to(out_ptr.dtype.element_ty)
-        dense = rows[:, None] * length + offsets[None, :]  # residual and out are contiguous [B, C, T]
         if HAS_RESIDUAL:
-            residual = tl.load(residual_ptr + dense, mask=inside, other=0.0).to(tl.float32)
+            residual = tl.load(residual_ptr + (batch * stride_rb + channel * stride_rc)[:, None]
+                               + offsets[None, :] * stride_rt, mask=inside, other=0.0).to(tl.float32)
             total = (residual + total.to(tl.float32)).to(out_ptr.dtype.element_ty)
-        tl.store(out_ptr + dense, total, mask=inside)
+        tl.store(out_ptr + (batch * stride_ob + channel * stride_oc)[:, None] + offsets[None, :] * stride_ot, total,
+                 mask=inside)
 
 
 def add_bias(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """`y + bias[None, :, None]`, then `residual + that` when given, as a new contiguous [B, C, T] tensor. `y` may be a
-    view with dense samples (a transposed convolution's trimmed output); `residual` must be contiguous."""
-    if y.dim() != 3 or y.stride(-1) != 1:
-        raise ValueError(f"add_bias needs y [B, C, T] with dense samples, got shape {tuple(y.shape)} strides "
-                         f"{y.stride()}")
-    if residual is not None and (residual.shape != y.shape or not residual.is_contiguous()):
-        raise ValueError(f"add_bias needs a contiguous residual of y's shape {tuple(y.shape)}, got "
-                         f"{tuple(residual.shape)}")
-    batch, channels, length = y.shape
-    out = torch.empty((batch, channels, length), dtype=y.dtype, device=y.device)
+    """`y + bias[None, :, None]`, then `residual + that` when given, as a new [B, C, T] tensor in y's layout (dense
+    samples or dense channels: `layout.readable`; y may be a trimmed view, a transposed convolution's output)."""
+    for name, tensor in (("y", y), ("residual", residual)):
+        if tensor is not None and not layout.readable(tensor):
+            raise ValueError(f"add_bias needs {name} [B, C, T] with dense samples or dense channels, got shape "
+                             f"{tuple(tensor.shape)} strides {tensor.stride()}")
+    if residual is not None and residual.shape != y.shape:
+        raise ValueError(f"add_bias needs a residual of y's shape {tuple(y.shape)}, got {tuple(residual.shape)}")
+    out = layout.empty_as(y)
     if out.numel() == 0:
         return out
-    block = min(TILE, triton.next_power_of_2(length))
-    rows_per_program = TILE // block
-    grid = (triton.cdiv(batch * channels, rows_per_program), triton.cdiv(length, block))
-    _bias_kernel[grid](y, bias, y if residual is None else residual, out, batch * channels, channels, length,
-                       y.stride(0), y.stride(1), ROWS=rows_per_program, BLOCK=block, HAS_RESIDUAL=residual is not None)
+    batch, channels, length = y.shape
+    rows, block = layout.tile(y)
+    grid = (triton.cdiv(batch * channels, rows), triton.cdiv(length, block))
+    source = y if residual is None else residual
+    _bias_kernel[grid](y, bias, source, out, batch * channels, channels, length, *y.stride(), *source.stride(),
+                       *out.stride(), ROWS=rows, BLOCK=block, HAS_RESIDUAL=residual is not None)
     return out

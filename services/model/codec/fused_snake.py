@@ -13,25 +13,23 @@ from __future__ import annotations
 
 import torch
 
+from services.model.codec import layout
+from services.model.codec.layout import TILE  # noqa: F401 - the tests size their cases by it
 from services.model.triton_support import tl, triton
-
-TILE = 1024
-"""Elements a program handles: `TILE // block` channel rows of `block` samples, block the length rounded up to a power
-of two (at most TILE), so short rows (the first block's 4 latents a frame) do not leave most lanes idle."""
 
 if triton is not None:
 
     @triton.jit
     def _snake_kernel(x_ptr, alpha_ptr, beta_ptr, bias_ptr, out_ptr, num_rows, channels, length, stride_xb,
-                      stride_xc, stride_ob, stride_oc, epsilon, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-                      HAS_BIAS: tl.constexpr):
+                      stride_xc, stride_xt, stride_ob, stride_oc, stride_ot, epsilon, ROWS: tl.constexpr,
+                      BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # batch * channels + channel
         offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         row_inside = rows < num_rows
         batch, channel = rows // channels, rows % channels
         inside = row_inside[:, None] & (offsets < length)[None, :]
-        x = tl.load(x_ptr + (batch * stride_xb + channel * stride_xc)[:, None] + offsets[None, :], mask=inside,
-                    other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + (batch * stride_xb + channel * stride_xc)[:, None] + offsets[None, :] * stride_xt,
+                    mask=inside, other=0.0).to(tl.float32)
         if HAS_BIAS:  # the bias of the convolution before, added here instead of in a pass of its own
             bias = tl.load(bias_ptr + channel, mask=row_inside, other=0.0).to(tl.float32)
             x = (x + bias[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
@@ -40,32 +38,32 @@ if triton is not None:
                               + epsilon)
         wave = tl.sin(x * alpha[:, None])
         y = x + inverse_beta[:, None] * wave * wave
-        tl.store(out_ptr + (batch * stride_ob + channel * stride_oc)[:, None] + offsets[None, :],
+        tl.store(out_ptr + (batch * stride_ob + channel * stride_oc)[:, None] + offsets[None, :] * stride_ot,
                  y.to(out_ptr.dtype.element_ty), mask=inside)
 
 
 def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, epsilon: float, *,
                bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """SnakeBeta of x [B, C, T] (samples dense: stride 1 on T) with per-channel log alpha and log beta [C].
+    """SnakeBeta of x [B, C, T] (dense samples or dense channels: `layout.readable`) with per-channel log alpha and
+    log beta [C], into a new tensor of x's layout.
 
     `bias` [C]: SnakeBeta of x + bias (the sum rounded to x's dtype first, as the separate add would), so the
-    convolution before can skip its own bias pass. `out`: where to write (a [B, C, T] view with dense samples, such as
-    the part after a streaming convolution's history in its input buffer), instead of a new tensor."""
+    convolution before can skip its own bias pass. `out`: where to write instead (a readable [B, C, T] view, such as
+    the part after a streaming convolution's history in its input buffer)."""
     for name, tensor in (("x", x), ("out", out)):
-        if tensor is not None and (tensor.dim() != 3 or tensor.stride(-1) != 1):
-            raise ValueError(f"snake_beta needs {name} [B, C, T] with dense samples, got shape {tuple(tensor.shape)} "
-                             f"strides {tensor.stride()}")
-    batch, channels, length = x.shape
+        if tensor is not None and not layout.readable(tensor):
+            raise ValueError(f"snake_beta needs {name} [B, C, T] with dense samples or dense channels, got shape "
+                             f"{tuple(tensor.shape)} strides {tensor.stride()}")
     if out is None:
-        out = torch.empty((batch, channels, length), dtype=x.dtype, device=x.device)
+        out = layout.empty_as(x)
     elif out.shape != x.shape:
         raise ValueError(f"snake_beta writes x's shape {tuple(x.shape)}, out is {tuple(out.shape)}")
     if out.numel() == 0:
         return out
-    block = min(TILE, triton.next_power_of_2(length))
-    rows_per_program = TILE // block
-    grid = (triton.cdiv(batch * channels, rows_per_program), triton.cdiv(length, block))
+    batch, channels, length = x.shape
+    rows, block = layout.tile(x)
+    grid = (triton.cdiv(batch * channels, rows), triton.cdiv(length, block))
     _snake_kernel[grid](x, log_alpha, log_beta, log_alpha if bias is None else bias, out, batch * channels, channels,
-                        length, x.stride(0), x.stride(1), out.stride(0), out.stride(1), epsilon,
-                        ROWS=rows_per_program, BLOCK=block, HAS_BIAS=bias is not None)
+                        length, *x.stride(), *out.stride(), epsilon, ROWS=rows, BLOCK=block,
+                        HAS_BIAS=bias is not None)
     return out

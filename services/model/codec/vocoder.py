@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from services.model.codec import fused_bias, fused_snake
+from services.model.codec import fused_bias, fused_snake, layout
 from services.model.codec.causal_conv import CausalConv1d, CausalConvTranspose1d
 from services.model.codec.config import CodecConfig
 from services.model.codec.stream_state import StreamRows
@@ -30,7 +30,7 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor, stream: StreamRows | None = None) -> torch.Tensor:
-        if compiles_for(x.device) and x.dim() == 3 and x.stride(-1) == 1:
+        if compiles_for(x.device) and layout.readable(x):
             return fused_snake.snake_beta(x, self.alpha, self.beta, _SNAKE_EPSILON)  # one launch, not five
         alpha = self.alpha.exp()[None, :, None]
         beta = self.beta.exp()[None, :, None]
@@ -59,7 +59,7 @@ class ResidualUnit(nn.Module):
         """The same sums in four passes over the activation and two convolutions: act1 writes into conv1's input
         buffer after its history (no concatenation), conv1's bias rides in act2, conv2's in the residual add."""
         h = self.conv1.forward_written(x, stream, self.act1.write, bias=False)
-        s = torch.empty_like(h)
+        s = layout.empty_as(h)
         self.act2.write(h, s, bias=self.conv1.conv.bias)
         return _add_bias(self.conv2.convolve(s, bias=False), self.conv2.conv.bias, residual=x)
 
@@ -96,7 +96,10 @@ def build_vocoder(config: CodecConfig) -> nn.ModuleList:
 
 def run_vocoder(layers: nn.ModuleList, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
     """[B, latent, m] -> [B, m * prod(upsample_rates)] samples clamped to [-1, 1]."""
-    *body, snake, out_conv = layers
+    first, *body, snake, out_conv = layers
+    x = first(x, stream)
+    if _fuses(x):  # channels-last from here (a no-op where the input conv's GEMM form made it so)
+        x = layout.channels_last(x)
     for layer in body:
         x = layer(x, stream)
     if _fuses(x):  # the last activation written into the output conv's input buffer
@@ -107,13 +110,12 @@ def run_vocoder(layers: nn.ModuleList, x: torch.Tensor, stream: StreamRows) -> t
 
 
 def _fuses(x: torch.Tensor) -> bool:
-    """Whether the fused forms serve this activation: on CUDA with Triton, [B, C, T] with dense samples."""
-    return compiles_for(x.device) and x.dim() == 3 and x.is_contiguous()
+    """Whether the fused forms serve this activation: on CUDA with Triton, a dense [B, C, T] in either layout."""
+    return compiles_for(x.device) and (x.is_contiguous() or layout.channels_dense(x))
 
 
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None = None) -> torch.Tensor:
     """`residual + (y + bias)` as a contiguous tensor, in one pass where there is a bias."""
     if bias is None:
-        y = y.contiguous()
-        return y if residual is None else residual + y
+        return y.clone() if residual is None else residual + y
     return fused_bias.add_bias(y, bias, residual)
