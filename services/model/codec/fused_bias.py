@@ -21,20 +21,16 @@ if triton is not None:
     def _bias_kernel(y_ptr, bias_ptr, residual_ptr, out_ptr, num_rows, channels, length, stride_yb, stride_yc,
                      stride_yt, stride_rb, stride_rc, stride_rt, stride_ob, stride_oc, stride_ot, ROWS: tl.constexpr,
                      BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # batch * channels + channel
-        offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        row_inside = rows < num_rows
-        batch, channel = rows // channels, rows % channels
-        inside = row_inside[:, None] & (offsets < length)[None, :]
-        y = tl.load(y_ptr + (batch * stride_yb + channel * stride_yc)[:, None] + offsets[None, :] * stride_yt,
-                    mask=inside, other=0.0).to(tl.float32)
+        batch, channel, offsets, row_inside, inside = layout.program_tile(num_rows, channels, length, ROWS, BLOCK)
+        y = tl.load(y_ptr + layout.tile_offsets(batch, channel, offsets, stride_yb, stride_yc, stride_yt), mask=inside,
+                    other=0.0).to(tl.float32)
         bias = tl.load(bias_ptr + channel, mask=row_inside, other=0.0).to(tl.float32)
         total = (y + bias[:, None]).to(out_ptr.dtype.element_ty)
         if HAS_RESIDUAL:
-            residual = tl.load(residual_ptr + (batch * stride_rb + channel * stride_rc)[:, None]
-                               + offsets[None, :] * stride_rt, mask=inside, other=0.0).to(tl.float32)
+            residual = tl.load(residual_ptr + layout.tile_offsets(batch, channel, offsets, stride_rb, stride_rc,
+                                                                  stride_rt), mask=inside, other=0.0).to(tl.float32)
             total = (residual + total.to(tl.float32)).to(out_ptr.dtype.element_ty)
-        tl.store(out_ptr + (batch * stride_ob + channel * stride_oc)[:, None] + offsets[None, :] * stride_ot, total,
+        tl.store(out_ptr + layout.tile_offsets(batch, channel, offsets, stride_ob, stride_oc, stride_ot), total,
                  mask=inside)
 
 

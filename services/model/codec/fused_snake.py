@@ -23,13 +23,9 @@ if triton is not None:
     def _snake_kernel(x_ptr, alpha_ptr, beta_ptr, bias_ptr, out_ptr, num_rows, channels, length, stride_xb,
                       stride_xc, stride_xt, stride_ob, stride_oc, stride_ot, epsilon, ROWS: tl.constexpr,
                       BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr):
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # batch * channels + channel
-        offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        row_inside = rows < num_rows
-        batch, channel = rows // channels, rows % channels
-        inside = row_inside[:, None] & (offsets < length)[None, :]
-        x = tl.load(x_ptr + (batch * stride_xb + channel * stride_xc)[:, None] + offsets[None, :] * stride_xt,
-                    mask=inside, other=0.0).to(tl.float32)
+        batch, channel, offsets, row_inside, inside = layout.program_tile(num_rows, channels, length, ROWS, BLOCK)
+        x = tl.load(x_ptr + layout.tile_offsets(batch, channel, offsets, stride_xb, stride_xc, stride_xt), mask=inside,
+                    other=0.0).to(tl.float32)
         if HAS_BIAS:  # the bias of the convolution before, added here instead of in a pass of its own
             bias = tl.load(bias_ptr + channel, mask=row_inside, other=0.0).to(tl.float32)
             x = (x + bias[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
@@ -38,7 +34,7 @@ if triton is not None:
                               + epsilon)
         wave = tl.sin(x * alpha[:, None])
         y = x + inverse_beta[:, None] * wave * wave
-        tl.store(out_ptr + (batch * stride_ob + channel * stride_oc)[:, None] + offsets[None, :] * stride_ot,
+        tl.store(out_ptr + layout.tile_offsets(batch, channel, offsets, stride_ob, stride_oc, stride_ot),
                  y.to(out_ptr.dtype.element_ty), mask=inside)
 
 

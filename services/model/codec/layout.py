@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from services.model.triton_support import triton
+from services.model.triton_support import tl, triton
 
 TILE = 1024
 """Elements a fused kernel's program handles."""
@@ -50,3 +50,21 @@ def tile(x: torch.Tensor) -> tuple[int, int]:
         return rows, TILE // rows
     block = min(TILE, triton.next_power_of_2(length))
     return TILE // block, block
+
+
+if triton is not None:
+
+    @triton.jit
+    def program_tile(num_rows, channels, length, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+        """This program's tile, as `tile` sized it: (batch, channel) of its ROWS rows, its BLOCK sample offsets, which
+        rows exist, which elements exist."""
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # batch * channels + channel
+        offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        row_inside = rows < num_rows
+        inside = row_inside[:, None] & (offsets < length)[None, :]
+        return rows // channels, rows % channels, offsets, row_inside, inside
+
+    @triton.jit
+    def tile_offsets(batch, channel, offsets, stride_b, stride_c, stride_t):
+        """Element offsets of a tile in a tensor of these strides."""
+        return (batch * stride_b + channel * stride_c)[:, None] + offsets[None, :] * stride_t
