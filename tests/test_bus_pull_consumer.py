@@ -191,6 +191,37 @@ async def test_a_lone_message_is_handed_over_without_waiting_for_the_rest_of_the
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_a_waiting_pull_asks_for_one_message_and_takes_the_rest_without_waiting(nats_client) -> None:
+    # The mechanism behind the test above, seen on the wire: nats-py's fetch(64) sent lingering requests for 64, and
+    # the server holds such a request (and the fetch its first message) until 64 arrive or it expires.
+    js = nats_client.jetstream()
+    await fresh_bus(js, CONFIG)
+    pulls: list[dict] = []
+    enough = asyncio.Event()
+
+    async def observe(msg) -> None:
+        pulls.append(json.loads(msg.data))
+        if len(pulls) >= 6:
+            enough.set()
+
+    await nats_client.subscribe(subjects.consumer_next(REQUESTS_STREAM, "decode-tiny"), cb=observe)
+    await nats_client.flush()  # the observer is in place at the server before the consumer asks
+    received: asyncio.Queue = asyncio.Queue()
+
+    async def handler(message: SynthesisRequest, delivery: Delivery) -> None:
+        await delivery.ack(confirmed=True)
+        await received.put(message.id)
+
+    async with Serving(nats_client, handler, Capacity(64), max_batch=64):
+        for n in range(3):
+            await submit_request(js, request(n))
+            assert await asyncio.wait_for(received.get(), TIMEOUT_S) == f"req-{n}"
+        await asyncio.wait_for(enough.wait(), TIMEOUT_S)
+    lingering = [pull for pull in pulls if "expires" in pull]
+    assert lingering and all(pull["batch"] == 1 and not pull.get("no_wait") for pull in lingering), pulls
+    assert all(pull.get("no_wait") for pull in pulls if "expires" not in pull), pulls
+
+
 async def until_a_pull_waits(js) -> None:
     """Until the server holds a pull request of the consumer (polled: the server announces none)."""
     for _ in range(int(TIMEOUT_S / 0.01)):
