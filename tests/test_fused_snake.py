@@ -14,7 +14,8 @@ def snake_error(device: str, dtype_name: str = "float32") -> float:
     """Largest relative difference of `snake_beta` from `SnakeBeta`'s torch expression: a dense activation, one
     longer than a tile, a strided one (samples sliced out of a wider row, as a transposed conv's output is), and
     short rows (several in one program, the last program partly empty)."""
-    from services.model.codec.fused_snake import TILE, snake_beta
+    from services.model.codec.fused_snake import snake_beta
+    from services.model.codec.layout import TILE
     from services.model.codec.vocoder import _SNAKE_EPSILON, SnakeBeta
 
     dtype = getattr(torch, dtype_name)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 
 from services.model.codec import layout
-from services.model.codec.layout import TILE  # noqa: F401 - the tests size their cases by it
 from services.model.triton_support import tl, triton
 
 if triton is not None:
