@@ -115,7 +115,7 @@ def _fuses(x: torch.Tensor) -> bool:
 
 
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """`residual + (y + bias)` as a contiguous tensor, in one pass where there is a bias."""
+    """`residual + (y + bias)` as a new tensor in y's layout, in one pass where there is a bias."""
     if bias is None:
         return y.clone() if residual is None else residual + y
     return fused_bias.add_bias(y, bias, residual)
