@@ -78,23 +78,15 @@ def snake_with_bias_error(device: str) -> float:
 def fused_decode_error(device: str) -> float:
     """Largest difference, relative to the audio's peak, between a codec decode with the fused passes forced on and
     one with them off: the windowed test decoder, 15 frames in chunks of 3, 5 and 7 (histories carried across)."""
-    from services.model.codec import load_codec_decoder, vocoder
+    from loadtest.gpu.fused_codec_check import decode
+    from services.model.codec import load_codec_decoder
     from tests.fixtures.codec_reference import WINDOWED_DECODER, build_reference_tokenizer, random_codes
 
     with tempfile.TemporaryDirectory() as scratch:
         build_reference_tokenizer(Path(scratch), WINDOWED_DECODER, seed=0)
         decoder = load_codec_decoder(Path(scratch), device=device)
     codes = random_codes(15, 16, WINDOWED_DECODER["codebook_size"], seed=5).to(device)
-
-    def decode(fused: bool) -> torch.Tensor:
-        vocoder.compiles_for = lambda _device: fused  # the one switch the vocoder's fused paths read
-        state, pieces, start = decoder.new_stream(), [], 0
-        for size in (3, 5, 7):
-            pieces.append(decoder.decode_chunk(state, codes[start : start + size]))
-            start += size
-        return torch.cat(pieces)
-
-    plain, fused = decode(False), decode(True)
+    plain, fused = decode(decoder, codes, False), decode(decoder, codes, True)
     assert plain.shape == fused.shape
     return float((fused - plain).abs().max() / plain.abs().max())
 

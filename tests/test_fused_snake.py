@@ -47,7 +47,7 @@ def test_fused_snake_equals_the_torch_expression_on_cuda():
     assert snake_error("cuda", "bfloat16") < 2e-2
 
 
-def test_snake_beta_refuses_samples_that_are_not_dense():
+def test_snake_beta_refuses_an_activation_neither_samples_nor_channels_dense():
     from services.model.codec.fused_snake import snake_beta
 
     x = torch.zeros((1, 4, 8))[:, ::2, ::2]  # neither samples nor channels dense

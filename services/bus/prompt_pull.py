@@ -106,7 +106,7 @@ class PromptPull:
                 return None
             try:
                 message = await self._sub.next_msg(timeout=left)
-            except (TimeoutError, asyncio.TimeoutError):
+            except asyncio.TimeoutError:  # nats-py's own TimeoutError is one too
                 return None
             status = _status(message)
             if status is None:

@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -168,7 +167,7 @@ class PullConsumer(Generic[M]):
                 if self.capacity.room() <= 0:
                     await _first(self.capacity.wait_for_room(), stop.wait())
                     continue
-                for msg in await self._fetch(min(self.capacity.room(), self._max_batch)):
+                for msg in await self._pull.fetch(min(self.capacity.room(), self._max_batch), self._fetch_timeout_s):
                     delivery = Delivery(self._nc, msg)
                     message = await self._decoded(delivery)
                     if message is None:
@@ -191,12 +190,6 @@ class PullConsumer(Generic[M]):
         pull, self._pull = self._pull, None
         if pull is not None and not self._nc.is_closed:
             await pull.close()
-
-    async def _fetch(self, batch: int) -> list[Msg]:
-        try:
-            return await self._pull.fetch(batch, self._fetch_timeout_s)
-        except nats.errors.TimeoutError:
-            return []
 
     async def _decoded(self, delivery: Delivery) -> M | None:
         """The message, or None when it is undecodable (then it is termed and counted)."""

@@ -21,6 +21,10 @@ Writer = Callable[[torch.Tensor, torch.Tensor], object]
 """`write(x, out)`: puts an elementwise function of x into `out` (same shape, a view into a convolution's input)."""
 
 
+def _copy(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(x)
+
+
 class StreamingConv(nn.Module):
     """Base of the streaming convolutions: `history_slot` is assigned by the decoder."""
 
@@ -35,13 +39,11 @@ class StreamingConv(nn.Module):
         """Prepend the stored history to `x` and store the new tail for the next chunk."""
         if self.history_len == 0:
             return x
-        full = torch.cat([stream.conv_histories[self.history_slot], x], dim=-1)
-        stream.conv_histories[self.history_slot] = stream.keep(full[..., full.shape[-1] - self.history_len :])
-        return full
+        return self._with_history_written(x, stream, _copy)
 
     def _with_history_written(self, x: torch.Tensor, stream: StreamRows, write: Writer) -> torch.Tensor:
-        """`_with_history(f(x))` without the concatenation's copy of the whole activation: `write(x, out)` puts f(x)
-        straight into the buffer after the history (the fused SnakeBeta before a convolution writes there)."""
+        """The history, then f(x), in one buffer: `write(x, out)` puts f(x) straight after the history (the fused
+        SnakeBeta before a convolution writes there, so its output is not copied again); the new tail is stored."""
         batch, channels, length = x.shape
         full = layout.empty_as(x, (batch, channels, self.history_len + length))
         if self.history_len:
