@@ -106,14 +106,9 @@ def _as_gemm(conv: nn.Conv1d, x: torch.Tensor, *, bias: bool = True) -> torch.Te
 
 def channels_last_weight(conv: nn.Conv1d | nn.ConvTranspose1d) -> torch.Tensor:
     """The conv's weight as a 2-D one held channels-last ([out, in, 1, k], or [in, out, 1, k] transposed), which makes
-    cuDNN run the channels-last kernels with no transposes; kept on the module, remade when the weight changes."""
-    weight = conv.weight
-    key = (weight.data_ptr(), weight._version)
-    cached = getattr(conv, "_channels_last_weight", None)
-    if cached is None or cached[0] != key:
-        cached = (key, weight.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last))
-        conv._channels_last_weight = cached
-    return cached[1]
+    cuDNN run its channels-last kernels with no transposes. A copy each call (the weights are a few MB; a cache keyed
+    on the tensor's version cannot serve inference tensors, which keep none)."""
+    return conv.weight.unsqueeze(2).contiguous(memory_format=torch.channels_last)
 
 
 class CausalConvTranspose1d(StreamingConv):
