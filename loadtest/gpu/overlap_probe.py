@@ -3,14 +3,20 @@ same process on its own CUDA stream (kernels of both may run at once).
 
 The mesh's steady state at 64 streams, without the bus: a graphed engine (0.6B preset, random weights) decodes 64
 fixed-length requests, and the codec (graphed slot decoder, 64 streams) decodes one 8-frame chunk of every stream each
-time the engine has made 8 more frames, as the vocoder does. Four timings:
+time the engine has made 8 more frames, as the vocoder does. The engine runs on a stream of the highest priority.
+Five timings:
 
 - engine alone: ms per `Engine.step()` over `--steps` steps (the overlapped loop: the host prepares step N+1 while
   the device runs step N);
 - codec alone: ms per 64 x 8 call, audio brought to the host;
 - codec in another process: the engine's ms per step while a second process keeps up with it (a shared counter of
   the engine's steps paces it);
-- codec on another stream: the same with the codec on a thread of this process, on its own CUDA stream.
+- codec on another stream: the same with the codec on a thread of this process, on its own CUDA stream of the
+  engine's priority;
+- codec on a low-priority stream: the same at the lowest priority, so that the block scheduler hands the engine's
+  kernels the SMs first.
+
+Run it under an MPS control daemon (`nvidia-cuda-mps-control -d`) and the two processes share the card at once.
 
     python3 -m loadtest.gpu.overlap_probe --out overlap.json [--steps 160] [--commit C]
 """
@@ -29,6 +35,8 @@ from pathlib import Path
 import torch
 
 CHUNK_FRAMES, STREAMS = 8, 64
+HIGHEST, LOWEST = -100, 0
+"""Stream priorities; torch maps a value outside the device's range to its nearest end (CUDA's lowest is 0)."""
 _TEXT = "The probe keeps sixty four streams speaking while the codec turns their codes into audio."
 
 
@@ -123,8 +131,29 @@ def _summary(calls_ms: list[float]) -> dict:
     return {"calls": len(calls_ms), "median_ms": statistics.median(calls_ms) if calls_ms else None}
 
 
+def _stream_scenario(engine, call, steps: int, codec_stream: torch.cuda.Stream, context) -> dict:
+    pacer, calls_ms = Pacer(context), []
+
+    def on_stream() -> None:
+        with torch.cuda.stream(codec_stream):
+            _paced_calls(call, pacer, calls_ms)
+
+    thread = threading.Thread(target=on_stream, name="codec")
+    thread.start()
+    scenario = {"engine_ms_per_step": _timed_steps(engine, steps, pacer)}
+    pacer.stop.set()
+    thread.join(60)
+    return scenario | {"codec": _summary(calls_ms)}
+
+
 def probe(steps: int) -> dict:
     device = torch.device("cuda")
+    engine_stream = torch.cuda.Stream(device, priority=HIGHEST)
+    with torch.cuda.stream(engine_stream):
+        return _probe(device, steps) | {"engine_stream_priority": engine_stream.priority}
+
+
+def _probe(device: torch.device, steps: int) -> dict:
     engine = _engine(device, steps)
     result = {"steps": steps, "engine_alone_ms_per_step": _timed_steps(engine, steps, None)}
 
@@ -141,19 +170,10 @@ def probe(steps: int) -> dict:
 
     call = _codec(device)
     result["codec_alone"] = _summary([call() for _ in range(10)])
-    pacer, calls_ms = Pacer(context), []
-    codec_stream = torch.cuda.Stream(device)
-
-    def on_stream() -> None:
-        with torch.cuda.stream(codec_stream):
-            _paced_calls(call, pacer, calls_ms)
-
-    thread = threading.Thread(target=on_stream, name="codec")
-    thread.start()
-    result["codec_stream"] = {"engine_ms_per_step": _timed_steps(engine, steps, pacer)}
-    pacer.stop.set()
-    thread.join(60)
-    result["codec_stream"]["codec"] = _summary(calls_ms)
+    result["codec_stream"] = _stream_scenario(engine, call, steps, torch.cuda.Stream(device, priority=HIGHEST),
+                                              context)
+    result["codec_low_priority_stream"] = _stream_scenario(engine, call, steps,
+                                                           torch.cuda.Stream(device, priority=LOWEST), context)
     return result
 
 
