@@ -43,6 +43,15 @@ class _DenseCache:
             return fused_small_attention.small_attention(self.kv[layer], self.start, q, k, v, self.scale)
         return fused_small_attention.torch_form(self.kv[layer], self.start, q, k, v, self.scale)
 
+    def attend_projected(self, layer: int, qkv: torch.Tensor, num_heads: int,
+                         norms: fused_small_attention.HeadNorms) -> torch.Tensor | None:
+        """Attention straight from the projection's output qkv [B, n, width], q and k normed and rotated in the same
+        launch (see `AttendsProjected`); None where that kernel does not serve: the layer norms and rotates first."""
+        if not fused_small_attention.serves(qkv.device, qkv.dtype):
+            return None
+        return fused_small_attention.small_attention_projected(self.kv[layer], self.start, qkv, num_heads, norms,
+                                                               self.scale)
+
 
 class CodePredictor(nn.Module):
     CHECKPOINT_PREFIXES = (

@@ -16,6 +16,7 @@ from services.model.triton_support import tl, triton
 
 
 if triton is not None:
+    from services.model.fused_qk_norm_rope import norm_rope_head
 
     @triton.jit
     def _norm_rope_kernel(x_ptr, weight_ptr, positions_ptr, inv_freq_ptr, out_ptr, stride_token, stride_head,
@@ -23,23 +24,10 @@ if triton is not None:
                           HALF: tl.constexpr):
         token = tl.program_id(0)
         head = tl.program_id(1)
-        dims = tl.arange(0, HEAD_DIM)
-        partner = (dims + HALF) % HEAD_DIM  # rotate_half: d < HALF reads -x[d + HALF], the rest x[d - HALF]
-        dtype = out_ptr.dtype.element_ty
         base = x_ptr + token * stride_token + head * stride_head
-        x = tl.load(base + dims).to(tl.float32)
-        x_partner = tl.load(base + partner).to(tl.float32)
-        scale = tl.rsqrt(tl.sum(x * x, axis=0) / HEAD_DIM + eps)
-        normed = (tl.load(weight_ptr + dims).to(tl.float32) * (x * scale).to(dtype).to(tl.float32)).to(dtype)
-        partner_normed = (tl.load(weight_ptr + partner).to(tl.float32)
-                          * (x_partner * scale).to(dtype).to(tl.float32)).to(dtype)
-        rotated = tl.where(dims < HALF, -partner_normed.to(tl.float32), partner_normed.to(tl.float32))
         position = tl.load(positions_ptr + (token % num_positions) * stride_position).to(tl.float32)
-        angle = position * tl.load(inv_freq_ptr + dims % HALF)
-        cos = tl.cos(angle).to(dtype).to(tl.float32)
-        sin = tl.sin(angle).to(dtype).to(tl.float32)
-        out = (normed.to(tl.float32) * cos).to(dtype).to(tl.float32) + (rotated * sin).to(dtype).to(tl.float32)
-        tl.store(out_ptr + token * stride_out + head * HEAD_DIM + dims, out.to(dtype))
+        out = norm_rope_head(base, weight_ptr, eps, position, inv_freq_ptr, out_ptr, HEAD_DIM, HALF)
+        tl.store(out_ptr + token * stride_out + head * HEAD_DIM + tl.arange(0, HEAD_DIM), out)
 
 
 def norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torch.Tensor,

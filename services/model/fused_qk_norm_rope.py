@@ -7,7 +7,7 @@ program serves one (token, head) pair, q heads first and then k heads (which fol
 row, so a head's columns are `head * head_dim` either way). In `store` mode a k-head program also copies its
 kv head's v, so each token's K and V reach the pool in this launch and attention only reads the pool.
 
-The arithmetic is `fused_norm_rope._norm_rope_kernel`'s, step by step (float32 statistics and angles, the same
+The arithmetic is `norm_rope_head`, which `fused_norm_rope` calls too (float32 statistics and angles, the same
 roundings to the model dtype), so q and k equal its outputs bit for bit; the pool receives k and v converted to its
 dtype as `paged_attention.write_kv` converts them. No host sync and no shape that depends on data: a CUDA graph can
 capture the launch (the engine's padding tokens write wherever their slot points: its scratch block).
@@ -37,6 +37,29 @@ class KvDestination:
 if triton is not None:
 
     @triton.jit
+    def norm_rope_head(head_ptr, weight_ptr, eps, position, inv_freq_ptr, like_ptr, HEAD_DIM: tl.constexpr,
+                       HALF: tl.constexpr):
+        """One head (HEAD_DIM values from `head_ptr`) RMS-normed by `weight_ptr` and rotated to `position` (float32),
+        in the dtype `like_ptr` points to: the torch form's steps (float32 statistics and angles, the same roundings
+        to the model dtype). Every fused kernel that norms and rotates a head calls this one, so they agree bit for
+        bit (`fused_norm_rope`, the launch below, the code predictor's one-launch attention)."""
+        dims = tl.arange(0, HEAD_DIM)
+        partner = (dims + HALF) % HEAD_DIM  # rotate_half: d < HALF reads -x[d + HALF], the rest x[d - HALF]
+        dtype = like_ptr.dtype.element_ty
+        x = tl.load(head_ptr + dims).to(tl.float32)
+        x_partner = tl.load(head_ptr + partner).to(tl.float32)
+        scale = tl.rsqrt(tl.sum(x * x, axis=0) / HEAD_DIM + eps)
+        normed = (tl.load(weight_ptr + dims).to(tl.float32) * (x * scale).to(dtype).to(tl.float32)).to(dtype)
+        partner_normed = (tl.load(weight_ptr + partner).to(tl.float32)
+                          * (x_partner * scale).to(dtype).to(tl.float32)).to(dtype)
+        rotated = tl.where(dims < HALF, -partner_normed.to(tl.float32), partner_normed.to(tl.float32))
+        angle = position * tl.load(inv_freq_ptr + dims % HALF)
+        cos = tl.cos(angle).to(dtype).to(tl.float32)
+        sin = tl.sin(angle).to(dtype).to(tl.float32)
+        return ((normed.to(tl.float32) * cos).to(dtype).to(tl.float32)
+                + (rotated * sin).to(dtype).to(tl.float32)).to(dtype)
+
+    @triton.jit
     def _qk_norm_rope_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, positions_ptr, inv_freq_ptr, q_out_ptr, k_out_ptr,
                              pool_ptr, slots_ptr, stride_token, stride_q_out, stride_k_out, stride_position,
                              num_positions, q_eps, k_eps, layer, stride_slot, stride_pool_block, stride_pool_layer,
@@ -53,23 +76,10 @@ if triton is not None:
             weight_ptr = k_weight_ptr
             eps = k_eps
         dims = tl.arange(0, HEAD_DIM)
-        partner = (dims + HALF) % HEAD_DIM  # rotate_half: d < HALF reads -x[d + HALF], the rest x[d - HALF]
-        dtype = q_out_ptr.dtype.element_ty
         row = qkv_ptr + token * stride_token
-        # From here to `out`, `fused_norm_rope._norm_rope_kernel` line for line: equal bits need equal steps.
-        x = tl.load(row + head * HEAD_DIM + dims).to(tl.float32)
-        x_partner = tl.load(row + head * HEAD_DIM + partner).to(tl.float32)
-        scale = tl.rsqrt(tl.sum(x * x, axis=0) / HEAD_DIM + eps)
-        normed = (tl.load(weight_ptr + dims).to(tl.float32) * (x * scale).to(dtype).to(tl.float32)).to(dtype)
-        partner_normed = (tl.load(weight_ptr + partner).to(tl.float32)
-                          * (x_partner * scale).to(dtype).to(tl.float32)).to(dtype)
-        rotated = tl.where(dims < HALF, -partner_normed.to(tl.float32), partner_normed.to(tl.float32))
         position = tl.load(positions_ptr + (token % num_positions) * stride_position).to(tl.float32)
-        angle = position * tl.load(inv_freq_ptr + dims % HALF)
-        cos = tl.cos(angle).to(dtype).to(tl.float32)
-        sin = tl.sin(angle).to(dtype).to(tl.float32)
-        out = ((normed.to(tl.float32) * cos).to(dtype).to(tl.float32)
-               + (rotated * sin).to(dtype).to(tl.float32)).to(dtype)
+        out = norm_rope_head(row + head * HEAD_DIM, weight_ptr, eps, position, inv_freq_ptr, q_out_ptr, HEAD_DIM,
+                             HALF)
         if is_q:
             tl.store(q_out_ptr + token * stride_q_out + head * HEAD_DIM + dims, out)
         else:

@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from services.model import fused_norm_rope, fused_qk_norm_rope, fused_rms_norm, fused_silu_mul
 from services.model.config import DecoderConfig
 from services.model.fused_qk_norm_rope import KvDestination
+from services.model.fused_small_attention import HeadNorms
 from services.model.triton_support import compiles_for
 
 _ACTIVATIONS = {
@@ -48,6 +49,17 @@ class AttendsFromPool(Attend, Protocol):
 
     def attend_stored(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """Attention for q [T, Hq, D] once the layer's new k and v are at `kv_destination(layer)`."""
+        ...
+
+
+class AttendsProjected(Attend, Protocol):
+    """An `Attend` whose attention kernel may take the fused q/k/v projection's output and norm and rotate q and k
+    itself (the code predictor's dense cache: one launch a layer instead of two). Optional, looked up by name like
+    `kv_destination`."""
+
+    def attend_projected(self, layer: int, qkv: torch.Tensor, num_heads: int, norms: HeadNorms) -> torch.Tensor | None:
+        """Attention [..., Hq, D] from qkv [B, n, width]; None where the kernel does not serve (then the layer norms and
+        rotates q and k and calls the attend as usual)."""
         ...
 
 
@@ -188,6 +200,11 @@ class SelfAttention(nn.Module):
         attend offers its pool; else the attend gets k and v as usual."""
         norms = ((self.q_norm.weight, self.q_norm.eps), (self.k_norm.weight, self.k_norm.eps))
         num_heads = self.widths[0] // self.head_dim
+        attend_projected = getattr(attend, "attend_projected", None)  # see `AttendsProjected`
+        if attend_projected is not None and qkv.dim() == 3:
+            out = attend_projected(layer, qkv, num_heads, HeadNorms(*norms, rope.positions, rope.inv_freq))
+            if out is not None:
+                return out
         kv_destination = getattr(attend, "kv_destination", None)  # see `AttendsFromPool`
         destination = kv_destination(layer) if kv_destination is not None else None
         if destination is not None:
