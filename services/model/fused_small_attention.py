@@ -115,8 +115,8 @@ class HeadNorms:
 def small_attention_projected(cache: torch.Tensor, start: int, qkv: torch.Tensor, num_heads: int, norms: HeadNorms,
                               scale: float, num_warps: int = NUM_WARPS) -> torch.Tensor:
     """`small_attention` straight from the fused q/k/v projection's output qkv [B, n, (Hq + 2 * Hkv) * D]: q and k
-    RMS-normed and rotated in the same launch, with `qk_norm_rope`'s arithmetic (equal bits), so a layer of the code
-    predictor spends one launch on its attention instead of two."""
+    RMS-normed and rotated in the same launch, with `qk_norm_rope`'s arithmetic (`norm_rope_head`), so a layer of the
+    code predictor spends one launch on its attention instead of two."""
     kv_heads, head_dim = cache.shape[2], cache.shape[4]
     q_width, kv_width = num_heads * head_dim, kv_heads * head_dim
     if qkv.dim() != 3 or qkv.shape[-1] != q_width + 2 * kv_width or qkv.stride(-1) != 1:
