@@ -227,8 +227,7 @@ def _verified(device: torch.device, dtype: torch.dtype, heads: int, kv_heads: in
     tolerance = 1e-4 if dtype == torch.float32 else 0.1
     if worst > tolerance:
         log.warning("the fused code-predictor attention differs from the torch form by %.3g of its largest value on "
-                    "%s (tolerance %g); "
-                    "the torch form serves", worst, device, tolerance)
+                    "%s (tolerance %g); the torch form serves", worst, device, tolerance)
         _refused.add((str(device), dtype))
         return False
     return True
