@@ -75,12 +75,15 @@ if triton is not None:
 
 
 def decode_attention(q: torch.Tensor, pool: torch.Tensor, layer: int, tables: torch.Tensor, seq_lens: torch.Tensor,
-                     scale: float, block_n: int = 32, token_rows: torch.Tensor | None = None) -> torch.Tensor:
+                     scale: float, block_n: int = 32, token_rows: torch.Tensor | None = None,
+                     num_warps: int = 4) -> torch.Tensor:
     """Attention of each new token q [T, Hq, D] to the first seq_lens[t] cache entries of its table row -> [T, Hq, D].
 
     `pool` is the block-major pool [blocks, layers, 2, block_size, Hkv, D] (already holding the new tokens);
     `tables` [R, C] the rows' blocks (entries past what a token sees are never read); seq_lens [T] >= 1;
     `token_rows` [T] the table row of each token (None: token t reads row t, one token per row as in decode).
+    `block_n` (cache entries a loop step reads) and `num_warps` are the launch's tuning knobs
+    (`loadtest/gpu/decode_attention_tuning.py` times them on the GPU).
     """
     rows, num_heads, head_dim = q.shape
     block_size, kv_heads = pool.shape[3], pool.shape[4]
@@ -96,6 +99,6 @@ def decode_attention(q: torch.Tensor, pool: torch.Tensor, layer: int, tables: to
         tables.stride(0), 0 if token_rows is None else token_rows.stride(0), seq_lens.stride(0),
         out.stride(0), out.stride(1),
         BLOCK_SIZE=block_size, GROUP=group, GROUP_P=triton.next_power_of_2(group), HEAD_DIM=head_dim,
-        BLOCK_N=block_n, HAS_ROWS=token_rows is not None,
+        BLOCK_N=block_n, HAS_ROWS=token_rows is not None, num_warps=num_warps,
     )
     return out
