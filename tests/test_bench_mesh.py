@@ -4,11 +4,15 @@ request's audio length is known."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from messages.audio_format import SAMPLES_PER_FRAME
 from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import one_replica_stats
+from loadtest.gpu.gpu_mesh_stats import decode_stats
+from loadtest.gpu.gpu_mesh_table import decode_summary
+from tests.mesh_client import one_replica_stats, stream_speech
 from tests.reference_audio_files import audio_file
 from tests.test_bench_support import (BYTES_PER_SAMPLE, SAMPLE_RATE, check_bench_document, check_locust_stats,
                                       check_png, locust_command, run_bench, run_process, write_prompts)
@@ -30,6 +34,23 @@ async def test_bench_run_against_the_cpu_mesh(mesh, tmp_path):
         assert all(request["request_id"] for request in level["requests"])
         assert level["summary"]["rtf"]["count"] == 3
     check_png(out.with_suffix(".png"))
+
+
+async def test_the_gpu_run_reads_decode_and_vocoder_stats_and_tabulates_their_timings(mesh, tmp_path):
+    """What gpu_mesh_run.sh does after the bench: decode's STATS with the vocoder's codec fields, then the line of its
+    table that says where chunks waited."""
+    result = await stream_speech(mesh.gateway_url, {"input": "Timed once more.", "max_new_tokens": FRAMES,
+                                                    "ignore_eos": True})
+    assert result.end["type"] == "audio.done", result.end
+    stats = await decode_stats(mesh.nats_url)
+    assert stats["steps"] > 0 and stats["mean_batch_size"] > 0, stats
+    codec = stats["vocoder"]
+    assert codec["codec_seconds"]["call"]["count"] == codec["codec_calls"] > 0, codec
+    assert codec["codec_seconds"]["chunk"]["count"] >= codec["codec_calls"], codec
+    path = tmp_path / "decode_stats.json"
+    path.write_text(json.dumps(stats))
+    summary = decode_summary(path)
+    assert "; vocoder codec call " in summary and ", chunk " in summary, summary
 
 
 async def test_locust_run_against_the_cpu_mesh(mesh, tmp_path):

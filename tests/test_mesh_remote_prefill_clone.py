@@ -49,3 +49,9 @@ async def test_prefill_computes_the_voice_and_decode_speaks_it(mesh, tiny_base_c
     assert decode["handoffs_fetched"] == decode_before["handoffs_fetched"] + 1, decode
     assert decode["voice_prompts_handed_over"] == decode_before["voice_prompts_handed_over"] + 1, decode
     assert decode["voice_prompts_computed"] == 0, "decode did no reference-audio work"
+    # Where the prompt's time went is timed where the work ran: one read of the reference, one computation.
+    for part in ("audio_read", "compute"):
+        assert (prefill["voice_prompt_seconds"][part]["count"]
+                == prefill_before["voice_prompt_seconds"][part]["count"] + 1), prefill
+        assert prefill["voice_prompt_seconds"][part]["p95_ms"] > 0, prefill
+        assert decode["voice_prompt_seconds"][part]["count"] == 0, decode

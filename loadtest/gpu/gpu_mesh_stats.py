@@ -1,7 +1,9 @@
 """Read the decode service's counters (`$SRV.STATS.voxmesh-decode`) from a running mesh, for gpu_mesh_run.sh.
 
 Prints one JSON object: the STATS reply's endpoint data (steps, frames, max batch size, ...), plus
-`mean_batch_size` = frames / steps, the engine's average rows per step over the whole run.
+`mean_batch_size` = frames / steps, the engine's average rows per step over the whole run, and under `vocoder` the
+first vocoder replica's codec counters and timings (`codec_calls`, `max_codec_batch`, `codec_seconds`; empty when it
+does not answer).
 
     VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE=STATE/nats-auth/observer.password \
         python -m loadtest.gpu.gpu_mesh_stats nats://127.0.0.1:PORT
@@ -20,22 +22,40 @@ import nats
 
 from messages import subjects
 from services.decode.service import SERVICE_NAME as DECODE_SERVICE
+from services.vocoder.service import SERVICE_NAME as VOCODER_SERVICE
+
+
+VOCODER_FIELDS = ("codec_calls", "max_codec_batch", "codec_seconds")
 
 
 async def decode_stats(url: str, timeout_s: float = 5.0) -> dict:
-    """The first decode replica's STATS endpoint data, with mean_batch_size added."""
+    """The first decode replica's STATS endpoint data, with mean_batch_size added, and the vocoder's codec fields."""
     user, password_file = os.environ.get("VOXMESH_NATS_USER"), os.environ.get("VOXMESH_NATS_PASSWORD_FILE")
     password = open(password_file, encoding="utf-8").read().strip() if password_file else None
     client = await nats.connect(url, connect_timeout=timeout_s, allow_reconnect=False, user=user, password=password)
     try:
-        reply = await client.request(subjects.micro_stats(DECODE_SERVICE), b"", timeout=timeout_s)
+        body = await _stats(client, DECODE_SERVICE, timeout_s)
+        try:
+            vocoder = await _stats(client, VOCODER_SERVICE, timeout_s)
+        except (TimeoutError, nats.errors.Error):  # the decode figures stand without it
+            vocoder = {}
     finally:
         await client.close()
-    body = json.loads(reply.data)
-    data = next((endpoint.get("data") for endpoint in body.get("endpoints", []) if endpoint.get("data")), {})
+    data = _data(body)
     steps, frames = data.get("steps"), data.get("frames")
     mean = frames / steps if isinstance(steps, int) and steps > 0 and isinstance(frames, int) else None
-    return {"service": body.get("name"), "id": body.get("id"), **data, "mean_batch_size": mean}
+    codec = {name: value for name, value in _data(vocoder).items() if name in VOCODER_FIELDS}
+    return {"service": body.get("name"), "id": body.get("id"), **data, "mean_batch_size": mean, "vocoder": codec}
+
+
+async def _stats(client: nats.NATS, service: str, timeout_s: float) -> dict:
+    reply = await client.request(subjects.micro_stats(service), b"", timeout=timeout_s)
+    return json.loads(reply.data)
+
+
+def _data(body: dict) -> dict:
+    """The first endpoint's data of a STATS reply (every endpoint of a voxmesh service carries the same)."""
+    return next((endpoint.get("data") for endpoint in body.get("endpoints", []) if endpoint.get("data")), {})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -109,10 +109,18 @@ def decode_summary(path: Path) -> str:
     except (OSError, ValueError) as error:
         return f"decode STATS: not read ({error})"
     mean = stats.get("mean_batch_size")
-    return (f"decode engine over the whole run (warm-ups included): {stats.get('steps')} steps, "
-            f"{stats.get('frames')} frames, mean batch {'-' if mean is None else f'{mean:.2f}'}, "
-            f"max batch {stats.get('max_batch_size')}, preemptions {stats.get('preemptions')}, "
-            f"step errors {stats.get('step_errors')}")
+    summary = (f"decode engine over the whole run (warm-ups included): {stats.get('steps')} steps, "
+               f"{stats.get('frames')} frames, mean batch {'-' if mean is None else f'{mean:.2f}'}, "
+               f"max batch {stats.get('max_batch_size')}, preemptions {stats.get('preemptions')}, "
+               f"step errors {stats.get('step_errors')}")
+    for title, timings in (("voice prompts", stats.get("voice_prompt_seconds", {})),
+                           ("vocoder codec", stats.get("vocoder", {}).get("codec_seconds", {}))):
+        timed = {part: t for part, t in timings.items() if t.get("count")}
+        if timed:  # by part: where a cloned voice's first packet, or any chunk's audio, waits
+            parts = [f"{part} {t['count']}x p50 {t['p50_ms']:.1f} / p95 {t['p95_ms']:.1f} ms"
+                     for part, t in timed.items()]
+            summary += f"; {title} " + ", ".join(sorted(parts))
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

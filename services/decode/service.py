@@ -63,6 +63,7 @@ class DecodeParts:
         voices = self.core.voices
         report["voice_prompts_computed"] = voices.num_computed if voices is not None else 0
         report["voice_prompts_handed_over"] = voices.num_primed if voices is not None else 0
+        report["voice_prompt_seconds"] = voices.timing_report() if voices is not None else {}
         return report
 
 

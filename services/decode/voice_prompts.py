@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
@@ -30,6 +31,7 @@ from services.bus.object_store import open_object_store, read_object, write_obje
 from services.decode.request_check import Admission, AdmissionError
 from services.decode.voice_records import saved_voice, voice_prompt
 from services.decode.voice_work import PromptMaker, VoiceWorkLost
+from services.metrics.timings import Timings
 from services.model.voice.errors import ReferenceAudioError
 from services.model.voice.voice_prompt import VoicePrompt
 
@@ -73,6 +75,9 @@ class VoicePrompts:
         self.num_computed = 0
         self.num_cache_hits = 0
         self.num_primed = 0
+        self.timings = {"audio_read": Timings(), "compute": Timings()}
+        """Wall times of the reference audio's read from its object store, and of its audio work as this replica
+        waits for it (the worker's queue included): where a cloned voice's first packet goes (STATS, /metrics)."""
 
     async def attach(self, admission: Admission) -> Admission:
         """The admission with its request's voice prompt. Raises AdmissionError (a code for the client to act on)."""
@@ -127,17 +132,25 @@ class VoicePrompts:
 
     async def _compute(self, audio: ReferenceAudio, ref_text: str | None, x_vector_only: bool) -> VoicePrompt:
         samples = np.frombuffer(audio.samples, dtype="<f4")
+        started = time.perf_counter()
         try:
             prompt = await self.maker.make_prompt(samples, audio.sample_rate, ref_text, x_vector_only)
         except ReferenceAudioError as exc:
             raise refusal(exc) from exc
         except VoiceWorkLost as exc:
             raise AdmissionError(ErrorCode.INTERNAL, str(exc)) from exc
+        self.timings["compute"].observe(time.perf_counter() - started)
         self.num_computed += 1
         return prompt
 
+    def timing_report(self) -> dict[str, dict]:
+        """Each part's `Timings.snapshot()`: what STATS carries as `voice_prompt_seconds`."""
+        return {part: timings.snapshot() for part, timings in self.timings.items()}
+
     async def _reference(self, audio_key: str) -> ReferenceAudio:
+        started = time.perf_counter()
         found = await self._read(REF_AUDIO_STORE, audio_key)
+        self.timings["audio_read"].observe(time.perf_counter() - started)
         if found is None:
             raise AdmissionError(ErrorCode.INVALID_REF_AUDIO, "the reference audio is no longer stored (it expires an "
                                  "hour after its last use): send ref_audio again")

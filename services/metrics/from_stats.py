@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from services.metrics import names
@@ -74,7 +74,21 @@ def decode_families(stats: Stats) -> list:
         CounterMetricFamily("voxmesh_step_errors", "Engine steps that raised", stats["step_errors"]),
         GaugeMetricFamily("voxmesh_graph_capture_failures", "CUDA graphs that failed to capture and run eagerly",
                           stats["graph_capture_failures"]),
+        *timings_families(names.VOICE_PROMPT, "Seconds a cloned voice's prompt took here, by part (audio_read: the "
+                          "reference from its object store; compute: the audio work, its queue included)",
+                          stats.get("voice_prompt_seconds", {})),
     ]
+
+
+def timings_families(name: str, documentation: str, parts: Mapping[str, Mapping[str, Any]]) -> list:
+    """One histogram family, labelled by part, from `Timings.snapshot()`s (none when no part is timed)."""
+    if not parts:
+        return []
+    family = HistogramMetricFamily(name, documentation, labels=["part"])
+    for part, snapshot in sorted(parts.items()):
+        buckets = [(str(bound), count) for bound, count in snapshot["buckets"]]
+        family.add_metric([part], buckets, snapshot["sum_s"])
+    return [family]
 
 
 def vocoder_families(stats: Stats) -> list:
@@ -93,4 +107,7 @@ def vocoder_families(stats: Stats) -> list:
                             stats["decode_owners_lost"]),
         GaugeMetricFamily("voxmesh_graph_capture_failures", "CUDA graphs that failed to capture and run eagerly",
                           stats["codec_capture_failures"]),
+        *timings_families(names.CODEC, "Seconds of the codec, by part (call: one batched call on its thread; chunk: "
+                          "one chunk from its hand-over to its audio, the queue included)",
+                          stats.get("codec_seconds", {})),
     ]

@@ -25,6 +25,12 @@ PREEMPTIONS = "voxmesh_preemptions"
 KV_BLOCKS_IN_USE = "voxmesh_kv_blocks_in_use"
 """KV blocks held by requests (decode); `voxmesh_kv_blocks_capacity` is the pool's size."""
 KV_BLOCKS_CAPACITY = "voxmesh_kv_blocks_capacity"
+CODEC = "voxmesh_codec_seconds"
+"""Seconds of a vocoder's codec, by `part`: `call` (one batched call on the codec thread) and `chunk` (one chunk from
+its hand-over to its audio: the call in progress and its own)."""
+VOICE_PROMPT = "voxmesh_voice_prompt_seconds"
+"""Seconds a cloned voice's prompt took on a decode or prefill replica, by `part`: `audio_read` (the reference from
+its object store) and `compute` (the audio work as the replica waits for it, the worker's queue included)."""
 
 NO_CODE = "none"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from services.model.codec.slot_decoder import SlotDecoder
+from services.metrics.timings import Timings
 from services.model.codec.slot_pool import SlotsExhausted
 from services.vocoder.errors import CodecFailure, UndecodableCodes
 
@@ -81,6 +83,9 @@ class CodecWorker:
         self._closed = False
         self.num_calls = 0
         self.max_batch_seen = 0
+        self.timings = {"call": Timings(), "chunk": Timings()}
+        """Wall times of one batched call on the codec thread, and of one chunk from `decode()` to its audio (the
+        queue behind the call in progress included): what a chunk, a first packet's included, waits for here."""
 
     @classmethod
     async def load(cls, load_decoder: Callable[..., Any], *args: Any, max_streams: int, max_batch: int = 32,
@@ -164,8 +169,15 @@ class CodecWorker:
         self._ensure_batcher()
         num_context = 0 if context is None else context.shape[0]
         job = _Job(stream, codes, num_context, asyncio.get_running_loop().create_future())
+        started = time.perf_counter()
         self._queue.put_nowait(job)
-        return await job.done
+        audio = await job.done
+        self.timings["chunk"].observe(time.perf_counter() - started)
+        return audio
+
+    def timing_report(self) -> dict[str, dict]:
+        """Each part's `Timings.snapshot()`: what STATS carries as `codec_seconds`."""
+        return {part: timings.snapshot() for part, timings in self.timings.items()}
 
     def _validate(self, codes: np.ndarray) -> None:
         config = self.decoder.config
@@ -198,8 +210,10 @@ class CodecWorker:
         self.num_calls += 1
         self.max_batch_seen = max(self.max_batch_seen, len(jobs))
         try:
+            started = time.perf_counter()
             outputs = await self.run_on_thread(self._decode_on_thread, [j.stream.slot for j in jobs],
                                                [j.codes for j in jobs])
+            self.timings["call"].observe(time.perf_counter() - started)
             outputs = [audio[j.num_context_frames * self.samples_per_frame:] for j, audio in zip(jobs, outputs)]
         except Exception as exc:  # a model error fails this batch's requests, never the batcher
             log.exception("codec call of %d chunks failed", len(jobs))

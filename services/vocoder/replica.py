@@ -92,6 +92,7 @@ class VocoderReplica:
             "audio_chunks": self.audio.num_published,
             "codec_calls": self.codec.num_calls,
             "max_codec_batch": self.codec.max_batch_seen,
+            "codec_seconds": self.codec.timing_report(),
             "terminals_published": self.terminal.num_won,
             "terminals_stood_down": self.terminal.num_lost,
             "terminals_by_code": dict(self.terminal.num_won_by_code),
