@@ -14,13 +14,12 @@ graph of 100 launches, beside the time its bytes take at 4.3 TB/s.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
 from torch.nn import functional as F
 
-from loadtest.gpu.gpu_common import graphed_us_per_call
+from loadtest.gpu.gpu_common import checked_launch_us, keep, write_sweep
 from services.model.triton_decode import decode_attention
 
 LAUNCHES = 100
@@ -72,14 +71,12 @@ def main(argv: list[str] | None = None) -> int:
                         return decode_attention(case["q"], case["pool"], layer, case["tables"], case["seq_lens"],
                                                 scale, block_n=block_n, num_warps=warps)
 
-                    error = float((call().float() - want).abs().max())
-                    us = graphed_us_per_call(call, device, LAUNCHES, reps=20)
-                    results.append({"rows": rows, "context": context, "block_n": block_n, "warps": warps,
-                                    "median_us": us, "floor_us": floor_us, "max_abs_error": error})
-                    print(f"rows {rows:3d} context {context:4d} block_n {block_n:3d} warps {warps}: {us:7.2f} us "
-                          f"(floor {floor_us:5.2f}, error {error:.3g})", flush=True)
-    if args.out:
-        args.out.write_text(json.dumps({"benchmark": "decode_attention_tuning", "results": results}, indent=2))
+                    error, us = checked_launch_us(call, want, device, LAUNCHES)
+                    keep(results, {"rows": rows, "context": context, "block_n": block_n, "warps": warps,
+                                   "median_us": us, "floor_us": floor_us, "max_abs_error": error},
+                         f"rows {rows:3d} context {context:4d} block_n {block_n:3d} warps {warps}: {us:7.2f} us "
+                         f"(floor {floor_us:5.2f}, error {error:.3g})")
+    write_sweep(args.out, "decode_attention_tuning", results)
     return 0
 
 

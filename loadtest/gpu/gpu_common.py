@@ -7,10 +7,12 @@ whatever sizes the caller gives.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch.autograd import DeviceType
@@ -189,3 +191,22 @@ def bench_entry(fn: Call, device: torch.device, warmup: int, reps: int, graph: b
             entry["graph"] = time_call(captured.replay, device, warmup, reps)
             entry["graph_launches"] = count_launches(captured.replay, device)
     return entry
+
+
+def checked_launch_us(call: Call, want: torch.Tensor, device: torch.device, launches: int = 100) -> tuple[float, float]:
+    """A launch choice measured: the largest difference of `call()` from `want`, and its device microseconds as a
+    serving graph sees it (`graphed_us_per_call` over `launches` launches, median of 20 replays)."""
+    error = float((call().float() - want.float()).abs().max())
+    return error, graphed_us_per_call(call, device, launches, reps=20)
+
+
+def keep(results: list[dict], entry: dict, line: str) -> None:
+    """One measured launch choice: added to a sweep's results and printed as it comes (a long sweep shows progress)."""
+    results.append(entry)
+    print(line, flush=True)
+
+
+def write_sweep(path: Path | None, benchmark: str, results: list[dict]) -> None:
+    """A launch-choice sweep's entries as JSON at `path` (nothing without one): {"benchmark", "results"}."""
+    if path is not None:
+        path.write_text(json.dumps({"benchmark": benchmark, "results": results}, indent=2))

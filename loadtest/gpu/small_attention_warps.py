@@ -11,12 +11,11 @@ launches.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
 
-from loadtest.gpu.gpu_common import graphed_us_per_call
+from loadtest.gpu.gpu_common import checked_launch_us, keep, write_sweep
 from services.model import fused_small_attention
 
 
@@ -40,16 +39,14 @@ def main(argv: list[str] | None = None) -> int:
             k, v = (torch.randn((rows, num_new, kv_heads, head_dim), device=device, dtype=dtype) for _ in range(2))
             want = fused_small_attention.torch_form(cache.clone(), start, q, k, v, head_dim**-0.5)
             for warps in args.warps:
-                got = fused_small_attention.small_attention(cache.clone(), start, q, k, v, head_dim**-0.5, warps)
-                error = float((got.float() - want.float()).abs().max())
-                per_launch_us = graphed_us_per_call(lambda: fused_small_attention.small_attention(
-                    cache, start, q, k, v, head_dim**-0.5, warps), device, LAUNCHES, reps=20)
-                results.append({"rows": rows, "new": num_new, "start": start, "warps": warps,
-                                "median_us": per_launch_us, "max_abs_error": error})
-                print(f"rows {rows:3d} new {num_new} start {start:2d} warps {warps}: "
-                      f"{per_launch_us:7.2f} us (error {error:.3g})", flush=True)
-    if args.out:
-        args.out.write_text(json.dumps({"benchmark": "small_attention_warps", "results": results}, indent=2))
+                # The new entries' cache writes repeat the same values: every launch of the graph computes the same.
+                error, per_launch_us = checked_launch_us(lambda: fused_small_attention.small_attention(
+                    cache, start, q, k, v, head_dim**-0.5, warps), want, device, LAUNCHES)
+                keep(results, {"rows": rows, "new": num_new, "start": start, "warps": warps,
+                               "median_us": per_launch_us, "max_abs_error": error},
+                     f"rows {rows:3d} new {num_new} start {start:2d} warps {warps}: {per_launch_us:7.2f} us "
+                     f"(error {error:.3g})")
+    write_sweep(args.out, "small_attention_warps", results)
     return 0
 
 
