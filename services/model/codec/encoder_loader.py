@@ -11,6 +11,7 @@ from safetensors import safe_open
 
 from services.model.codec.encoder import CodecEncoder
 from services.model.codec.encoder_config import CodecEncoderConfig
+from services.model.codec.encoder_quantizer import fix_codebooks
 from services.model.codec.errors import CodecCheckpointError
 from services.model.codec.loader import weight_locations
 
@@ -43,4 +44,6 @@ def load_codec_encoder(speech_tokenizer_dir: str | Path, device: str | torch.dev
                                                f"is {tensor.dtype} {tuple(tensor.shape)}, expected float {expected[name]}")
                 tensors[name] = tensor.to(torch.float32)
     model.load_state_dict(tensors, strict=True, assign=True)
-    return model.to(device=device, dtype=dtype).requires_grad_(False).eval()
+    model = model.to(device=device, dtype=dtype).requires_grad_(False).eval()
+    fix_codebooks(model)  # the codebooks never change once loaded
+    return model

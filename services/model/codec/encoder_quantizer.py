@@ -24,13 +24,20 @@ class Codebook(nn.Module):
         self.register_buffer("initialized", torch.ones(1))
         self.register_buffer("cluster_usage", torch.ones(size))
         self.register_buffer("embed_sum", torch.zeros(size, dim))
+        self.register_buffer("fixed_entries", None, persistent=False)
+        """`entries()` computed once by `fix()` (moved with the module, never saved), or None: computed each call."""
 
     def entries(self) -> torch.Tensor:
         return self.embed_sum / self.cluster_usage.clamp(min=_USAGE_FLOOR)[:, None]
 
+    def fix(self) -> None:
+        """Keep the entries computed now, once the checkpoint's sums and counts are in: a reference's encode then
+        spends no launches on them (three a codebook, 16 codebooks)."""
+        self.fixed_entries = self.entries()
+
     def nearest(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """For rows x [N, dim]: the index [N] of each one's nearest entry, and that entry [N, dim]."""
-        entries = self.entries()
+        entries = self.fixed_entries if self.fixed_entries is not None else self.entries()
         # cdist in float32 whatever the weights' dtype: bfloat16 distances would tie too often.
         index = torch.cdist(x[None].float(), entries[None].float())[0].argmin(dim=-1)
         return index, entries[index]
@@ -77,3 +84,10 @@ class SplitQuantizer(nn.Module):
         semantic = self.semantic_residual_vector_quantizer.encode(frames, self.num_semantic)
         acoustic = self.acoustic_residual_vector_quantizer.encode(frames, num_codebooks - self.num_semantic)
         return torch.cat((semantic, acoustic), dim=1)
+
+
+def fix_codebooks(module: nn.Module) -> None:
+    """`Codebook.fix()` for every codebook in `module`: after its checkpoint is loaded and it is on its device."""
+    for part in module.modules():
+        if isinstance(part, Codebook):
+            part.fix()
