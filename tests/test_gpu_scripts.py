@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from loadtest.gpu import gpu_codec_slots, gpu_engine, gpu_micro, gpu_table, ucx_kv_handoff
+from loadtest.gpu import gpu_codec_slots, gpu_engine, gpu_micro, gpu_table, ucx_kv_handoff, voice_prompt_probe
 from loadtest.gpu.gpu_common import capture_graph, count_flops, count_launches
 from loadtest.gpu.ucx_kv_blocks import HandoffSpec, HandoffSpecError, block_contents, block_ids, same_bits
 
@@ -131,3 +131,14 @@ def test_codec_slots_benchmark_runs_and_checks_on_cpu(tmp_path):
     assert report["warm_up"] == {"graphs": 0, "reason": "CUDA graphs need a CUDA device"}
     lines = gpu_codec_slots.table(report)
     assert lines[2].startswith("| 1 | 2 |") and lines[3].endswith("| True |")
+
+
+def test_voice_prompt_probe_counts_the_host_ops_on_cpu(tmp_path):
+    out = tmp_path / "voice.json"
+    rc = voice_prompt_probe.main(["--out", str(out), "--preset", "tiny", "--device", "cpu", "--dtype", "float32",
+                                  "--seconds", "2", "--reps", "1"])
+    results = {row["mode"]: row for row in json.loads(out.read_text())["results"]}
+    assert rc == 0 and set(results) == {"in_context", "x_vector_only"}
+    # The codec encoder's work comes on top of the speaker encoder's; no kernels are counted off CUDA.
+    assert results["in_context"]["host_ops"] > results["x_vector_only"]["host_ops"] > 50, results
+    assert results["x_vector_only"]["top_host_ops"]["aten::conv1d"] > 10 and "launches" not in results["in_context"]

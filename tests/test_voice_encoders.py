@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from loadtest.gpu.gpu_common import dispatched_ops
 from services.model.codec.encoder_loader import load_codec_encoder
 from services.model.codec.errors import CodecCheckpointError, CodecConfigError
 from services.model.errors import RequestError, UnsupportedModelError
@@ -68,32 +69,17 @@ def test_codec_encoder_codes_equal_the_reference(tiny_speech_tokenizer: Path, se
     assert len(set(ours[:, 0].tolist())) > ours.shape[0] // 2, "degenerate encoder: frames repeat one code"
 
 
-def _aten_calls(fn) -> dict[str, int]:
-    """How many times each aten op is dispatched at the top level while `fn()` runs (on a GPU each is a launch or
-    more, and each costs the host its dispatch whatever the device)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    calls: dict[str, int] = {}
-    for event in prof.events():
-        parent = event.cpu_parent
-        if event.name.startswith("aten::") and not (parent is not None and parent.name.startswith("aten::")):
-            calls[event.name] = calls.get(event.name, 0) + 1
-    return calls
-
-
 def test_a_loaded_codec_encoder_computes_its_codebook_entries_once(tiny_speech_tokenizer: Path):
     encoder = load_codec_encoder(tiny_speech_tokenizer)
     codebooks = [part for part in encoder.modules() if hasattr(part, "fixed_entries")]
     assert len(codebooks) >= 16 and all(torch.equal(c.fixed_entries, c.entries()) for c in codebooks)
     audio = noise(1.0)
     with torch.inference_mode():
-        fixed = _aten_calls(lambda: encoder.encode(audio))
+        fixed = dispatched_ops(lambda: encoder.encode(audio))
         codes = encoder.encode(audio)
         for codebook in codebooks:
             codebook.fixed_entries = None  # as built, before `fix`: entries() each call
-        unfixed = _aten_calls(lambda: encoder.encode(audio))
+        unfixed = dispatched_ops(lambda: encoder.encode(audio))
         assert torch.equal(encoder.encode(audio), codes)
     used = encoder.cfg.valid_num_quantizers  # entries() is a clamp and a division, per codebook used
     for op in ("aten::clamp", "aten::div"):
@@ -109,7 +95,7 @@ def test_the_speaker_encoder_pads_only_its_wider_convolutions():
     assert 0 < wider < len(convolutions)
     mels = LogMel(MelSettings())(noise(1.0))[None]
     with torch.inference_mode():
-        calls = _aten_calls(lambda: encoder(mels))
+        calls = dispatched_ops(lambda: encoder(mels))
     assert calls["aten::conv1d"] == len(convolutions) and calls["aten::pad"] == wider, calls
 
 

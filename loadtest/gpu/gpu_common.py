@@ -100,6 +100,19 @@ def top_kernels(fn: Call, device: torch.device, limit: int = 20) -> list[dict[st
     return [{"kernel": name, "count": int(count), "total_us": round(us, 1)} for name, (count, us) in ranked]
 
 
+def dispatched_ops(fn: Call) -> dict[str, int]:
+    """How many times each aten op is dispatched at the top level (not inside another aten op) during one call of
+    `fn`: each costs the host its dispatch, and on a GPU is a launch or more, whatever the device it runs on."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    calls: dict[str, int] = {}
+    for event in prof.events():
+        parent = event.cpu_parent
+        if event.name.startswith("aten::") and not (parent is not None and parent.name.startswith("aten::")):
+            calls[event.name] = calls.get(event.name, 0) + 1
+    return calls
+
+
 def count_flops(fn: Call, estimate: int) -> dict[str, object]:
     """Matrix and convolution FLOPs of one call by torch's flop counter (elementwise work is not counted).
 

@@ -4,9 +4,10 @@
 
 Writes a random base checkpoint, loads it as decode does, and times `make_prompt` on synthetic reference audio of
 `--seconds` at 24 kHz, in-context (speaker encoder + codec encoder) and x-vector only (speaker encoder alone): the
-median wall time of a call, the device time of its kernels (how busy it keeps the card) and their count, and the
-kernels by device time. A call whose wall time is far above its device time is bound by the host's launches (the
-interpreter lock it shares with the step loop); one near it, by the device.
+median wall time of a call, the aten ops it dispatches (the host's share, on any device), and on CUDA the device
+time of its kernels (how busy it keeps the card), their count, and the kernels by device time. A call whose wall
+time is far above its device time is bound by the host's launches (the interpreter lock it shares with the step
+loop); one near it, by the device.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from loadtest.gpu.gpu_common import top_kernels
+from loadtest.gpu.gpu_common import dispatched_ops, top_kernels
 from services.model.loader import load_model
 from services.model.text_tokenizer import TextTokenizer
 from services.model.voice.cloner import VoiceCloner
@@ -50,10 +51,15 @@ def measure(cloner: VoiceCloner, samples: np.ndarray, x_vector_only: bool, reps:
         started = time.perf_counter()
         call()  # returns after its stream is synchronised: the wall time is the caller's wait
         walls.append(1000 * (time.perf_counter() - started))
+    ops = dispatched_ops(call)
+    result = {"mode": "x_vector_only" if x_vector_only else "in_context", "wall_ms_median": statistics.median(walls),
+              "wall_ms_min": min(walls), "host_ops": sum(ops.values()),
+              "top_host_ops": dict(sorted(ops.items(), key=lambda item: -item[1])[:15])}
+    if cloner.device.type != "cuda":
+        return result
     kernels = top_kernels(call, cloner.device, limit=10_000)  # every kernel, most device time first
-    return {"mode": "x_vector_only" if x_vector_only else "in_context", "wall_ms_median": statistics.median(walls),
-            "wall_ms_min": min(walls), "device_ms": sum(k["total_us"] for k in kernels) / 1000,
-            "launches": sum(k["count"] for k in kernels), "top_kernels": kernels[:15]}
+    return result | {"device_ms": sum(k["total_us"] for k in kernels) / 1000,
+                     "launches": sum(k["count"] for k in kernels), "top_kernels": kernels[:15]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     results = [measure(cloner, samples, mode, args.reps) for mode in (False, True)]
     for result in results:
         print(f"{result['mode']}: wall {result['wall_ms_median']:.1f} ms (min {result['wall_ms_min']:.1f}), "
-              f"device {result['device_ms']:.1f} ms in {result['launches']} launches")
+              f"{result['host_ops']} ops dispatched", end="")
+        if "launches" not in result:
+            print(" (not on CUDA: no kernels)")
+            continue
+        print(f", device {result['device_ms']:.1f} ms in {result['launches']} launches")
         for kernel in result["top_kernels"][:8]:
             print(f"  {kernel['total_us']:9.1f} us {kernel['count']:5d}x {kernel['kernel']}")
     args.out.write_text(json.dumps({"probe": "voice_prompt", "preset": args.preset, "device": args.device,
