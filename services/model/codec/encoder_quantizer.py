@@ -32,7 +32,7 @@ class Codebook(nn.Module):
 
     def fix(self) -> None:
         """Keep the entries computed now, once the checkpoint's sums and counts are in: a reference's encode then
-        spends no launches on them (three a codebook, 16 codebooks)."""
+        spends no launches on them (a clamp and a division a codebook, for each of the 16)."""
         self.fixed_entries = self.entries()
 
     def nearest(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

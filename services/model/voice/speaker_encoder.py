@@ -19,7 +19,7 @@ _STD_FLOOR = 1e-12
 
 
 def _conv(in_channels: int, out_channels: int, kernel: int = 1, dilation: int = 1) -> nn.Conv1d:
-    if kernel == 1:  # "same" adds nothing to a 1x1 convolution; asked for anyway, torch pads by zero with a copy
+    if kernel == 1:  # "same" adds nothing to a 1x1 convolution, but asked for, torch still runs its pad: a copy
         return nn.Conv1d(in_channels, out_channels, 1)
     return nn.Conv1d(in_channels, out_channels, kernel, dilation=dilation, padding="same", padding_mode="reflect")
 
