@@ -29,6 +29,7 @@ from services.engine.config import StageConfig, StageKind
 from services.engine.engine import Engine
 from services.metrics.from_stats import decode_families, stats_registry
 from services.metrics.listener import metrics_listener
+from services.metrics.timings import snapshots
 from services.model.checkpoint_summary import checkpoint_fingerprint
 from services.model.config import load_config
 from services.model.loader import DTYPES, load_model
@@ -63,7 +64,7 @@ class DecodeParts:
         voices = self.core.voices
         report["voice_prompts_computed"] = voices.num_computed if voices is not None else 0
         report["voice_prompts_handed_over"] = voices.num_primed if voices is not None else 0
-        report["voice_prompt_seconds"] = voices.timing_report() if voices is not None else {}
+        report["voice_prompt_seconds"] = snapshots(voices.timings) if voices is not None else {}
         return report
 
 

@@ -143,10 +143,6 @@ class VoicePrompts:
         self.num_computed += 1
         return prompt
 
-    def timing_report(self) -> dict[str, dict]:
-        """Each part's `Timings.snapshot()`: what STATS carries as `voice_prompt_seconds`."""
-        return {part: timings.snapshot() for part, timings in self.timings.items()}
-
     async def _reference(self, audio_key: str) -> ReferenceAudio:
         started = time.perf_counter()
         found = await self._read(REF_AUDIO_STORE, audio_key)

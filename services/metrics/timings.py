@@ -50,3 +50,8 @@ def _percentile_ms(ordered: list[float], quantile: float) -> float | None:
         return None
     rank = max(1, -(-int(quantile * 1000) * len(ordered) // 1000))  # ceil(q * n), exact for q in thousandths
     return 1000 * ordered[rank - 1]
+
+
+def snapshots(parts: dict[str, Timings]) -> dict[str, dict]:
+    """Each part's `Timings.snapshot()`, by name: what a service's STATS carries for one kind of work."""
+    return {part: timings.snapshot() for part, timings in parts.items()}

@@ -22,6 +22,7 @@ from services.decode.request_check import ServedModel
 from services.decode.service import serve_with_engine, voice_prompts_of
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
+from services.metrics.timings import snapshots
 from services.model.checkpoint_summary import checkpoint_fingerprint
 from services.prefill.prompt_intake import PrefillIntake
 from services.prefill.prefiller import Prefiller
@@ -64,7 +65,7 @@ async def build_prefill(settings: PrefillSettings, engine: Engine, served: Serve
         return {"prefilled": prefiller.num_prefilled, "refused": prefiller.num_refused,
                 "handed_over": intake.counts.handed_over, "sent_to_decode": intake.counts.sent_to_decode,
                 "voice_prompts_computed": voices.num_computed if voices is not None else 0,
-                "voice_prompt_seconds": voices.timing_report() if voices is not None else {},
+                "voice_prompt_seconds": snapshots(voices.timings) if voices is not None else {},
                 "kv_blocks": engine.num_blocks, "free_kv_blocks": engine.stats().num_free_kv_blocks}
 
     async def status(request: Request) -> None:

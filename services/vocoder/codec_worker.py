@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from services.metrics.timings import Timings, snapshots
 from services.model.codec.slot_decoder import SlotDecoder
-from services.metrics.timings import Timings
 from services.model.codec.slot_pool import SlotsExhausted
 from services.vocoder.errors import CodecFailure, UndecodableCodes
 
@@ -175,9 +175,6 @@ class CodecWorker:
         self.timings["chunk"].observe(time.perf_counter() - started)
         return audio
 
-    def timing_report(self) -> dict[str, dict]:
-        """Each part's `Timings.snapshot()`: what STATS carries as `codec_seconds`."""
-        return {part: timings.snapshot() for part, timings in self.timings.items()}
 
     def _validate(self, codes: np.ndarray) -> None:
         config = self.decoder.config

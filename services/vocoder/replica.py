@@ -20,6 +20,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from services.bus.claims import PartitionClaim
+from services.metrics.timings import snapshots
 from services.vocoder.audio import AudioPublisher
 from services.vocoder.codec_worker import CodecWorker
 from services.vocoder.decode_owner_watch import OwnerWatch
@@ -92,7 +93,7 @@ class VocoderReplica:
             "audio_chunks": self.audio.num_published,
             "codec_calls": self.codec.num_calls,
             "max_codec_batch": self.codec.max_batch_seen,
-            "codec_seconds": self.codec.timing_report(),
+            "codec_seconds": snapshots(self.codec.timings),
             "terminals_published": self.terminal.num_won,
             "terminals_stood_down": self.terminal.num_lost,
             "terminals_by_code": dict(self.terminal.num_won_by_code),
