@@ -92,7 +92,7 @@ async def test_a_codes_end_lost_in_a_bus_blip_is_retried_and_lands_once(nats_ser
     async with running_decode(nats_server.url, tiny_checkpoint) as decode_replica:
         await decode_replica.submit(request)
         end = await decode_replica.log.end(request.id)
-        stats = await decode_replica.stats()
+        stats = await decode_replica.idle_stats()
     assert faults.num_failed == 4
     assert end.reason == "finished" and end.total_frames == 12
     assert [type(m) for m in decode_replica.log.codes[request.id]].count(CodesEnd) == 1
@@ -110,7 +110,7 @@ async def test_a_codes_end_that_never_lands_fails_the_request_with_one_terminal(
         await decode_replica.submit(after)  # the replica serves on
         assert (await decode_replica.log.end(after.id)).reason == "finished"
         count = await terminal_count(decode_replica.js, request.id)
-        stats = await decode_replica.stats()
+        stats = await decode_replica.idle_stats()
     chunks = [m for m in decode_replica.log.codes[request.id] if isinstance(m, CodesChunk)]
     assert not any(isinstance(m, CodesEnd) for m in decode_replica.log.codes[request.id])
     assert isinstance(failed, Failed) and count == 1 and faults.num_failed > 4

@@ -44,7 +44,7 @@ async def test_drain_in_allow_mode_requeues_and_the_request_resumes_faithfully(n
         await decode.log.first_chunk(request.id)
         result = await drain(decode)
         end = await decode.log.end(request.id)
-        stats = await decode.stats()
+        stats = await decode.idle_stats()
     assert result == {"replica": REPLICA, "drained": [], "requeued": [request.id]}
     assert end.reason == "finished" and end.total_frames == LONG
     np.testing.assert_array_equal(decode.log.frames(request.id), Oracle(tiny_checkpoint).codes(request))

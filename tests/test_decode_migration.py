@@ -73,7 +73,7 @@ async def test_a_dead_owners_request_continues_from_its_codes_equal_to_an_undist
         await decode.submit(request)
         end = await decode.log.end(request.id)
         owner = await read_owner(decode.kv, request.id)
-        stats = await decode.stats()
+        stats = await decode.idle_stats()
     messages = decode.log.codes[request.id]
     markers = [m for m in messages if isinstance(m, TakeoverMarker)]
     assert [(m.epoch, m.replica, m.resume_frame, m.next_seq) for m in markers] == [
@@ -99,7 +99,7 @@ async def test_past_the_migration_limit_the_request_ends_replica_lost_after_its_
         await decode.submit(request)
         end = await decode.log.end(request.id)
         owner = await read_owner(decode.kv, request.id)
-        stats = await decode.stats()
+        stats = await decode.idle_stats()
     assert owner.record.epoch == 3 and end.epoch == 3, "the takeover itself went through, so no other replica tries"
     assert end.reason == "failed" and (end.error.code, end.error.stage) == (ErrorCode.REPLICA_LOST, Stage.DECODE)
     assert (end.seq, end.total_frames) == (2, 4), "the chunks already sent count, so the client gets their audio"

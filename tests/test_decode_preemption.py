@@ -32,7 +32,7 @@ async def test_fail_mode_ends_the_victim_with_preempted_after_its_frames_and_the
         await decode.submit(victim)
         victim_end = await decode.log.end(victim.id)
         survivor_end = await decode.log.end(survivor.id)
-        stats = await decode.stats()
+        stats = await decode.idle_stats()
     oracle = Oracle(tiny_checkpoint)
     assert survivor_end.reason == "finished" and survivor_end.stop == "length"
     np.testing.assert_array_equal(decode.log.frames(survivor.id), oracle.codes(survivor))
@@ -61,7 +61,7 @@ async def test_allow_mode_replays_the_victim_and_every_request_matches_an_uncons
         await decode.log.first_chunk(requests[0].id)
         await decode.submit(requests[1])
         ends = [await decode.log.end(request.id) for request in requests]
-        stats = await decode.stats()
+        stats = await decode.idle_stats()
     oracle = Oracle(tiny_checkpoint)
     for request, end in zip(requests, ends):
         assert end.reason == "finished" and end.total_frames == FRAMES, end

@@ -39,7 +39,7 @@ async def test_staggered_greedy_requests_share_batches_and_match_the_offline_ora
             await decode.submit(request)
             await decode.log.first_chunk(request.id)
         ends = [await decode.log.end(request.id) for request in requests]
-        stats = await decode.stats()
+        stats = await decode.idle_stats()
     oracle = Oracle(tiny_checkpoint)
     for request, end in zip(requests, ends):
         expected = oracle.codes(request)
@@ -65,7 +65,7 @@ async def test_an_undecodable_request_is_termed_and_the_next_is_served(nats_serv
         await decode.js.publish(subjects.request("tiny"), b"\xc1 not msgpack")
         await decode.submit(good)
         end = await decode.log.end(good.id)
-        stats = await decode.stats()
+        stats = await decode.idle_stats()
         consumer = await decode.js.consumer_info("REQUESTS", "decode-tiny")
     assert end.reason == "finished"
     assert stats["messages_termed"] == 1
@@ -114,7 +114,7 @@ async def test_a_request_for_a_model_this_replica_does_not_serve_ends_with_unkno
         await decode.submit(same_after_slugging)
         refused = await decode.log.end(other.id)
         served = await decode.log.end(same_after_slugging.id)
-        stats = await decode.stats()
+        stats = await decode.idle_stats()
     assert refused.reason == "failed" and (refused.error.code, refused.error.stage) == (ErrorCode.UNKNOWN_MODEL,
                                                                                         Stage.DECODE)
     assert "'qwen3-tts-1_7b'" in refused.error.message and refused.total_frames == 0
@@ -153,7 +153,7 @@ async def test_a_newer_owner_fences_this_replica_out_and_it_stands_down_without_
         # `long` publishes its next chunk (refused) within 8 frames; `follow` runs beside it for 20.
         await decode.submit(follow)
         follow_end = await decode.log.end(follow.id)
-        stats = await decode.stats()
+        stats = await decode.idle_stats()
     assert follow_end.reason == "finished"  # the replica serves on
     assert [type(m).__name__ for m in decode.log.codes[long.id]] == ["TakeoverMarker", "CodesChunk", "TakeoverMarker"]
     assert decode.log.codes[long.id][-1].epoch == 2  # nothing of epoch 1 after the takeover; the new owner ends it

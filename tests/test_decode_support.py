@@ -145,6 +145,11 @@ class DecodeUnderTest:
             if settled(stats) or time.monotonic() > deadline:
                 return stats
 
+    async def idle_stats(self) -> dict[str, Any]:
+        """The stats once every request this replica took has ended and been counted: what a test reads after
+        awaiting the last CodesEnd or terminal."""
+        return await self.settled_stats(lambda s: s["active_requests"] == 0 and s["active_sequences"] == 0)
+
     def check_running(self) -> None:
         if self.task.done():
             self.task.result()  # raises the service's error
