@@ -10,8 +10,9 @@ import pytest
 
 from messages.audio_format import SAMPLES_PER_FRAME
 from tests.fixtures.mesh import run_mesh
+from loadtest.bench.stages import STAGES
 from loadtest.gpu.gpu_mesh_stats import decode_stats
-from loadtest.gpu.gpu_mesh_table import decode_summary
+from loadtest.gpu.gpu_mesh_table import bench_table, decode_summary
 from tests.mesh_client import one_replica_stats, stream_speech
 from tests.reference_audio_files import audio_file
 from tests.test_bench_support import (BYTES_PER_SAMPLE, SAMPLE_RATE, check_bench_document, check_locust_stats,
@@ -25,7 +26,8 @@ async def test_bench_run_against_the_cpu_mesh(mesh, tmp_path):
     out = tmp_path / "bench.json"
     done = await run_bench("--url", mesh.gateway_url, "--mode", "both", "--rates", "1", "--concurrency", "1", "2",
                            "--requests", "3", "--fixed-frames", str(FRAMES), "--prompts", str(write_prompts(tmp_path)),
-                           "--request-timeout", "120", "--level-timeout", "240", "--out", str(out))
+                           "--request-timeout", "120", "--level-timeout", "240", "--out", str(out),
+                           "--events-url", mesh.nats_url)
     assert done.returncode == 0, done.stderr
     document = check_bench_document(out, levels=[("open", 1.0), ("closed", 1), ("closed", 2)], num_requests=3,
                                     audio_s_per_request=SAMPLES_PER_REQUEST / SAMPLE_RATE)
@@ -33,7 +35,31 @@ async def test_bench_run_against_the_cpu_mesh(mesh, tmp_path):
     for level in document["targets"][0]["levels"]:
         assert all(request["request_id"] for request in level["requests"])
         assert level["summary"]["rtf"]["count"] == 3
+        check_first_packet_stages(level)
+    assert "first packet by stage, p50 / p95: connect " in done.stdout, done.stdout
+    table = "\n".join(bench_table([document]))  # the GPU run's table.md
+    assert "| level | requests | connect | submit | queue | first_frame | first_audio | delivery |" in table, table
+    assert "\n| closed x2 | 3 | " in table, table
     check_png(out.with_suffix(".png"))
+
+
+def check_first_packet_stages(level: dict) -> None:
+    """Every request's first packet split into the six stages read back from EVENTS: they add up to it, and each
+    stage whose two ends are causally ordered lasted no less than zero."""
+    stages = level["first_packet_stages"]
+    assert stages["num_requests"] == 3, stages
+    assert list(stages)[1:] == list(STAGES)
+    for request in level["requests"]:
+        parts = request["first_packet_stages"]
+        assert sum(parts.values()) == pytest.approx(request["first_packet_s"], abs=1e-6), request
+        # The gateway stamps Accepted once REQUESTS has acknowledged the request, which decode's Started may beat by
+        # a hair; from the client's send to Started is ordered, as is every other stage.
+        ordered = [parts["connect"], parts["submit"] + parts["queue"], parts["first_frame"], parts["first_audio"],
+                   parts["delivery"]]
+        assert min(ordered) >= 0, request
+        assert parts["first_frame"] > 0 and parts["first_audio"] > 0, request
+    total = sum(stages[stage]["mean"] for stage in STAGES)
+    assert total == pytest.approx(level["summary"]["first_packet_s"]["mean"], abs=1e-6), stages
 
 
 async def test_the_gpu_run_reads_decode_and_vocoder_stats_and_tabulates_their_timings(mesh, tmp_path):

@@ -72,6 +72,17 @@ def stream_url(gateway_url: str, *, allow_remote: bool = False) -> str:
     return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
 
 
+def check_events_url(nats_url: str, *, allow_remote: bool = False) -> None:
+    """A mesh's NATS URL for the stage breakdown: nats:// or tls://, on loopback unless `allow_remote` (the stages
+    compare its services' clocks with the bench's, which only one host's clock makes comparable)."""
+    parts = urlsplit(nats_url)
+    if parts.scheme not in ("nats", "tls") or not parts.hostname:
+        raise TargetError("invalid_url", f"{nats_url!r} is not a NATS URL: use nats://127.0.0.1:4222")
+    if not allow_remote and not is_loopback_host(parts.hostname):
+        raise TargetError("not_loopback", f"refusing to read events from {parts.hostname}: the stage breakdown "
+                                          "needs the mesh on this host (or pass --allow-remote)")
+
+
 class StreamRecorder:
     """Accumulates one request's timeline; `on_message` says when the stream has ended."""
 

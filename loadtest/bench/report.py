@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from loadtest.bench.loadgen import LevelResult, Target
 from loadtest.bench.metrics import LevelSummary
+from loadtest.bench.stages import STAGES
 from loadtest.bench.workload import REPO_ROOT
 
 SCHEMA = "voxmesh.bench/1"
@@ -98,12 +99,21 @@ def meta(command: str) -> dict:
             "machine": machine()}
 
 
-def target_section(target: Target, results: Sequence[LevelResult], p95_bound_s: float, warmup: dict) -> dict:
+def target_section(target: Target, results: Sequence[LevelResult], p95_bound_s: float, warmup: dict,
+                   stages: Sequence[dict | None] | None = None) -> dict:
+    """One target's levels; `stages`, when the run read them, each level's first packets by stage (stages.py)."""
     levels = []
-    for result in results:
+    for number, result in enumerate(results):
         sustained = is_sustained(result.summary, p95_bound_s) if result.level.mode == "open" else None
-        levels.append({"level": result.level.to_dict(), "summary": result.summary.to_dict(),
-                       "sustained": sustained, "requests": result.requests_to_dicts()})
+        level = {"level": result.level.to_dict(), "summary": result.summary.to_dict(), "sustained": sustained}
+        requests = result.requests_to_dicts()
+        if stages is not None:
+            level_stages = dict(stages[number] or {})
+            by_request = level_stages.pop("by_request", {})
+            level["first_packet_stages"] = level_stages or None
+            for request in requests:
+                request["first_packet_stages"] = by_request.get(request["request_id"])
+        levels.append({**level, "requests": requests})
     return {"label": target.label, "url": target.url, "warmup": warmup,
             "max_sustained_rate": max_sustained_rate(results, p95_bound_s), "levels": levels}
 
@@ -130,13 +140,22 @@ def headline_rows(document: dict) -> Sequence[str]:
             rows.append(f"{target['label']:<10} {name:<14} {s['num_completed']:>3}/{s['num_requests']:<4} "
                         f"{s['requests_per_s']:>7.2f} {s['audio_s_per_s']:>8.2f} {_ms(fp['median']):>8} "
                         f"{_ms(fp['p95']):>8} {_share(s['continuous_share']):>7} {s['goodput_per_s']:>9.2f}")
+            if level.get("first_packet_stages"):
+                rows.append(f"{'':<10} {'':<14} first packet by stage, p50 / p95: "
+                            f"{stage_line(level['first_packet_stages'])}")
         rows.append(f"{target['label']}: highest open-loop rate sustained (no errors, no gaps, p95 first packet <= "
                     f"{document['config']['p95_first_packet_bound_s'] * 1000:.0f} ms): {target['max_sustained_rate']}")
     return rows
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f}ms"
+def stage_line(stages: dict) -> str:
+    """`connect 1/2 · submit 1/3 · ...` in milliseconds: a level's `first_packet_stages` in one line."""
+    return " · ".join(f"{stage} {_ms(stages[stage]['median'], unit='')}/{_ms(stages[stage]['p95'])}"
+                      for stage in STAGES)
+
+
+def _ms(seconds: float | None, unit: str = "ms") -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}{unit}"
 
 
 def _share(value: float | None) -> str:

@@ -6,12 +6,14 @@ order flips every level (A B, B A, A B...) so that neither always runs on a mach
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadtest.bench.loadgen import LevelResult, LevelRunner, Progress, Target
 from loadtest.bench.metrics import Slo
+from loadtest.bench.stage_reader import StageReader
 from loadtest.bench.report import SCHEMA, comparison_section, meta, target_section
 from loadtest.bench.workload import DEFAULT_PROMPTS, Level, RequestShape, fixed_sample, load_prompts
 
@@ -44,6 +46,8 @@ class BenchConfig:
         warmup: unmeasured requests per target before the first level.
         api_key: bearer token for gateways that require one.
         arrival_seed: seed of the Poisson arrival times.
+        events_urls: for each target, its mesh's NATS URL (or None): where the stage breakdown of first packets
+            is read from (stages.py).
     """
 
     targets: tuple[Target, ...]
@@ -57,6 +61,7 @@ class BenchConfig:
     warmup: int = 1
     api_key: str | None = None
     arrival_seed: int = 0
+    events_urls: tuple[str | None, ...] = ()
 
     def __post_init__(self) -> None:
         labels = [target.label for target in self.targets]
@@ -64,13 +69,16 @@ class BenchConfig:
             raise BenchError("invalid_targets", f"give one gateway, or two to compare; got {len(self.targets)}")
         if len(set(labels)) != len(labels):
             raise BenchError("invalid_targets", f"the two targets need different labels, both are {labels[0]!r}")
+        if len(self.events_urls) > len(self.targets):
+            raise BenchError("invalid_targets", f"{len(self.events_urls)} events URLs for {len(self.targets)} targets")
 
     def to_dict(self) -> dict:
         return {"levels": [level.to_dict() for level in self.levels], "request": self.shape.to_dict(),
                 "slo": self.slo.to_dict(), "p95_first_packet_bound_s": self.p95_first_packet_bound_s,
                 "prompts_path": str(self.prompts_path), "level_timeout_s": self.level_timeout_s,
                 "request_timeout_s": self.request_timeout_s, "warmup": self.warmup,
-                "arrival_seed": self.arrival_seed, "targets": [target.label for target in self.targets]}
+                "arrival_seed": self.arrival_seed, "targets": [target.label for target in self.targets],
+                "events_urls": list(self.events_urls)}
 
 
 async def run_bench(config: BenchConfig, *, command: str, progress: Progress | None = None) -> dict:
@@ -79,13 +87,17 @@ async def run_bench(config: BenchConfig, *, command: str, progress: Progress | N
     runner = LevelRunner(shape=config.shape, sample=sample, slo=config.slo, level_timeout_s=config.level_timeout_s,
                          request_timeout_s=config.request_timeout_s, api_key=config.api_key,
                          arrival_seed=config.arrival_seed)
-    warmups = {target.label: await _warm_up(runner, target, config.warmup) for target in config.targets}
-    results: dict[str, list[LevelResult]] = {target.label: [] for target in config.targets}
-    for number, level in enumerate(config.levels):
-        order = config.targets if number % 2 == 0 else tuple(reversed(config.targets))
-        for target in order:
-            results[target.label].append(await runner.run(target, level, progress))
-    return _document(config, command, results, warmups, num_prompts=len(sample))
+    async with contextlib.AsyncExitStack() as stack:
+        readers = {target.label: await stack.enter_async_context(StageReader.open(url))
+                   for target, url in zip(config.targets, config.events_urls) if url is not None}
+        warmups = {target.label: await _warm_up(runner, target, config.warmup) for target in config.targets}
+        results: dict[str, list[LevelResult]] = {target.label: [] for target in config.targets}
+        for number, level in enumerate(config.levels):
+            order = config.targets if number % 2 == 0 else tuple(reversed(config.targets))
+            for target in order:
+                results[target.label].append(await runner.run(target, level, progress))
+        stages = {label: await reader.stages(results[label]) for label, reader in readers.items()}
+    return _document(config, command, results, warmups, num_prompts=len(sample), stages=stages)
 
 
 async def _warm_up(runner: LevelRunner, target: Target, count: int) -> dict:
@@ -99,9 +111,9 @@ async def _warm_up(runner: LevelRunner, target: Target, count: int) -> dict:
 
 
 def _document(config: BenchConfig, command: str, results: dict[str, list[LevelResult]], warmups: dict,
-              num_prompts: int) -> dict:
+              num_prompts: int, stages: dict[str, list[dict | None]]) -> dict:
     bound = config.p95_first_packet_bound_s
-    targets = [target_section(target, results[target.label], bound, warmups[target.label])
+    targets = [target_section(target, results[target.label], bound, warmups[target.label], stages.get(target.label))
                for target in config.targets]
     comparison = None
     if len(config.targets) == 2:

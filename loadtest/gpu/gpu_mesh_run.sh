@@ -128,6 +128,11 @@ until grep -q "voxmesh is serving" "$WORK/up.log"; do  # a launcher's log line, 
 done
 say "serving after $((SECONDS - started)) s"
 
+NATS_URL=$(grep -o "NATS nats://[0-9.:]*" "$WORK/up.log" | head -n 1 | cut -d' ' -f2)
+# The bench reads the mesh's lifecycle events back (first packets by stage), and the stats script its STATS, both as
+# the read-only observer.
+export VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE="$WORK/state/nats-auth/observer.password"
+
 snapshot() { ps -o pid=,times=,args= --ppid "$UP_PID" >"$1"; ps -o pid=,times=,args= -p "$UP_PID" >>"$1"; }
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw,clocks.sm --format=csv -lms 500 \
@@ -137,7 +142,7 @@ fi
 snapshot "$WORK/ps_before.txt"
 bench_started=$SECONDS
 common=(--url "http://127.0.0.1:$PORT" --fixed-frames "$FRAMES" --prompts "$PROMPTS" --label "$PRESET-$DEVICE"
-        --level-timeout "$LEVEL_TIMEOUT" --request-timeout "$REQUEST_TIMEOUT")
+        --level-timeout "$LEVEL_TIMEOUT" --request-timeout "$REQUEST_TIMEOUT" --events-url "$NATS_URL")
 if [ -n "$REF_AUDIO" ]; then  # a cloned voice in every request (a base checkpoint)
   common+=(--ref-audio "$REF_AUDIO")
   if [ -n "$REF_TEXT" ]; then common+=(--ref-text "$REF_TEXT"); else common+=(--x-vector-only); fi
@@ -172,7 +177,5 @@ done
 BENCH_WALL=$((SECONDS - bench_started))
 snapshot "$WORK/ps_after.txt"
 say "bench done in $BENCH_WALL s"
-NATS_URL=$(grep -o "NATS nats://[0-9.:]*" "$WORK/up.log" | head -n 1 | cut -d' ' -f2)
-VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE="$WORK/state/nats-auth/observer.password" \
-  timeout 20 "$PY" -m loadtest.gpu.gpu_mesh_stats "$NATS_URL" | tee "$WORK/decode_stats.json"
+timeout 20 "$PY" -m loadtest.gpu.gpu_mesh_stats "$NATS_URL" | tee "$WORK/decode_stats.json"
 ls "$WORK"/bench_*.json >/dev/null 2>&1

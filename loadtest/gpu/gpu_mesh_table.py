@@ -21,6 +21,7 @@ import re
 import sys
 from pathlib import Path
 
+from loadtest.bench.stages import STAGES
 from messages.audio_format import FRAMES_PER_SECOND
 
 FRAMES_PER_AUDIO_S = FRAMES_PER_SECOND
@@ -51,6 +52,20 @@ def level_rows(document: dict) -> list[str]:
     return rows
 
 
+def stage_rows(document: dict) -> list[str]:
+    """Markdown rows of each level's first packets by stage (p50 / p95 ms), for levels the bench broke down."""
+    rows = []
+    for target in document["targets"]:
+        for level in target["levels"]:
+            stages, spec = level.get("first_packet_stages"), level["level"]
+            if not stages:
+                continue
+            name = f"open {spec['load']:g}/s" if spec["mode"] == "open" else f"closed x{spec['load']:g}"
+            cells = " | ".join(f"{_ms(stages[stage]['median'])} / {_ms(stages[stage]['p95'])}" for stage in STAGES)
+            rows.append(f"| {name} | {stages['num_requests']} | {cells} |")
+    return rows
+
+
 def bench_table(documents: list[dict]) -> list[str]:
     first = documents[0]
     lines = [f"{first['length']} ({first['length_mode']}); commit {first['meta'].get('commit')}, "
@@ -61,6 +76,11 @@ def bench_table(documents: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for document in documents:
         lines += level_rows(document)
+    stages = [row for document in documents for row in stage_rows(document)]
+    if stages:
+        lines += ["", "First packet by stage, p50 / p95 ms (loadtest/bench/stages.py: from the client's start to its "
+                      "first audio, through the mesh's lifecycle events):", "",
+                  f"| level | requests | {' | '.join(STAGES)} |", "|---|---|" + "---|" * len(STAGES)] + stages
     return lines
 
 

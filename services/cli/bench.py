@@ -15,12 +15,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from loadtest.bench.client import TargetError, stream_url
+from loadtest.bench.client import TargetError, check_events_url, stream_url
 from loadtest.bench.loadgen import Progress, Target
 from loadtest.bench.metrics import Slo, SloError
 from loadtest.bench.plot import PlotError, write_plot
 from loadtest.bench.reference_voice import ReferenceVoice
 from loadtest.bench.report import headline_rows
+from loadtest.bench.stage_reader import EventsUnreachable
 from loadtest.bench.sweep import BenchConfig, BenchError, run_bench, write_json
 from loadtest.bench.workload import (
     DEFAULT_CONCURRENCIES,
@@ -34,7 +35,7 @@ from loadtest.bench.workload import (
     plan_levels,
 )
 
-_ERRORS = (TargetError, PromptsError, SloError, LoadError, PayloadError, BenchError, PlotError)
+_ERRORS = (TargetError, PromptsError, SloError, LoadError, PayloadError, BenchError, PlotError, EventsUnreachable)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +45,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                               "between the two and the report gives candidate/baseline ratios")
     target.add_argument("--label", help="name of --url in reports (default: mesh, or baseline when comparing)")
     target.add_argument("--compare-label", default="candidate", help="name of --compare-url (default candidate)")
+    target.add_argument("--events-url", help="the --url mesh's NATS (nats://127.0.0.1:4222 for `voxmesh up`): read "
+                                             "its lifecycle events after the run and break each first packet into "
+                                             "stages (the bench must run on the mesh's host)")
+    target.add_argument("--compare-events-url", help="the same for --compare-url")
     target.add_argument("--allow-remote", action="store_true", help="allow a gateway that is not on loopback")
     target.add_argument("--api-key", default=os.environ.get("VOXMESH_API_KEY"),
                         help="bearer token (default $VOXMESH_API_KEY)")
@@ -103,6 +108,11 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
                          model=args.model, fixed_frames=args.fixed_frames,
                          initial_chunk_frames=args.initial_chunk_frames, temperature=args.temperature, seed=args.seed,
                          reference=reference)
+    if args.compare_events_url and not args.compare_url:
+        raise LoadError("--compare-events-url needs --compare-url, the gateway whose mesh it names")
+    for url in (args.events_url, args.compare_events_url):
+        if url is not None:
+            check_events_url(url, allow_remote=args.allow_remote)
     for name in ("level_timeout", "request_timeout"):
         if not getattr(args, name) > 0:
             raise LoadError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -114,7 +124,8 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
                        shape=shape, slo=slo, p95_first_packet_bound_s=args.p95_first_packet_bound or slo.first_packet_s,
                        prompts_path=args.prompts, level_timeout_s=args.level_timeout,
                        request_timeout_s=args.request_timeout, warmup=args.warmup, api_key=args.api_key,
-                       arrival_seed=args.arrival_seed)
+                       arrival_seed=args.arrival_seed,
+                       events_urls=(args.events_url, args.compare_events_url)[:len(targets)])
 
 
 def run(args: argparse.Namespace) -> int:

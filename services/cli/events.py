@@ -11,7 +11,6 @@ import asyncio
 import json
 import signal
 import sys
-from pathlib import Path
 
 import msgspec
 from nats.js.api import DeliverPolicy
@@ -40,15 +39,9 @@ def format_event(subject: str, data: bytes, as_json: bool) -> str:
 
 
 async def _tail(args: argparse.Namespace) -> int:
-    from services.bus.connection import connect
-    from services.runtime.common_settings import CommonSettings
-    from services.runtime.nats_connect import nats_tls
-    from services.runtime.settings_schema import resolve
+    from services.runtime.observer import connect_observer
 
-    credentials = resolve(CommonSettings)  # VOXMESH_NATS_USER and _PASSWORD(_FILE): the read-only observer will do
-    nc = await connect(args.nats_url, "voxmesh-events", user=credentials.nats_user,
-                       password=credentials.nats_password, token=credentials.nats_token, tls=nats_tls(credentials),
-                       credentials_file=Path(credentials.nats_creds_file) if credentials.nats_creds_file else None)
+    nc = await connect_observer(args.nats_url, "voxmesh-events")
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, done.set)

@@ -146,6 +146,7 @@ class FrameLoop:
     async def _publish_request(self, active: ActiveRequest, frames: list[FrameOutput],
                                outcome: RequestOutcome | None, was_preempted: bool) -> None:
         core = self.core
+        arrived = core.now()  # FirstFrame's time: when the frame was here, not when its events' turn came
         with request_context(active.request_id):
             if active.is_closed:
                 return
@@ -159,7 +160,7 @@ class FrameLoop:
             else:
                 await core.flush(active)  # codes first: they are the first packet's latency, events are not
             if frames:
-                await self._frame_events(active, frames[0])
+                await self._frame_events(active, frames[0], arrived)
             if was_preempted:
                 active.is_preempted = True
                 await self._preempted_event(active)
@@ -169,10 +170,10 @@ class FrameLoop:
         await core.emit(Preempted(request_id=active.request_id, at=core.now(), replica=core.replica,
                                   frames_done=active.stream.num_frames, cause=cause))
 
-    async def _frame_events(self, active: ActiveRequest, first: FrameOutput) -> None:
+    async def _frame_events(self, active: ActiveRequest, first: FrameOutput, arrived: float) -> None:
         core = self.core
         if first.index == 0:
-            await core.emit(FirstFrame(request_id=active.request_id, at=core.now(), replica=core.replica))
+            await core.emit(FirstFrame(request_id=active.request_id, at=arrived, replica=core.replica))
         if active.is_preempted:
             active.is_preempted = False
             await core.emit(Resumed(request_id=active.request_id, at=core.now(), replica=core.replica,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 from nats.aio.client import Client
@@ -43,9 +42,10 @@ class AudioPublisher:
         self.num_published += 1
         return audio
 
-    async def first_audio(self, request_id: str) -> None:
-        """Record on EVENTS that the request's first PCM went out."""
-        event = FirstAudio(request_id=request_id, at=time.time(), replica=self.replica)
+    async def first_audio(self, request_id: str, at: float) -> None:
+        """Record on EVENTS that the request's first PCM went out at `at` (unix time: when it was handed to the
+        bus)."""
+        event = FirstAudio(request_id=request_id, at=at, replica=self.replica)
         try:
             # One FirstAudio per request even when a takeover voices chunk 0 again (dedup window).
             await self._js.publish(event_subject(event), encode(event), headers={MSG_ID: f"{request_id}:first_audio"})

@@ -13,6 +13,7 @@ codec work is batched by the CodecWorker.
 from __future__ import annotations
 
 import logging
+import time
 
 from nats.js import JetStreamContext
 
@@ -128,10 +129,11 @@ class CodesHandler:
         """Decode one chunk into the stream's codec state; publish its audio when `publish`."""
         samples = await self._codec.decode(stream.codec_state, chunk.frames(), chunk.context_frames())
         if publish:
+            handed_at = time.time()
             await self._audio.publish(chunk, samples)
             if chunk.seq == 0 and not stream.first_audio_sent:
                 stream.first_audio_sent = True
-                await self._audio.first_audio(stream.request_id)
+                await self._audio.first_audio(stream.request_id, handed_at)
         stream.advance(chunk)
 
     async def _catch_up(self, stream: RequestStream, delivery: Delivery) -> None:
