@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from services.model.codec import load_codec_decoder
+from services.model.codec import load_codec_decoder, slot_decoder
+from services.model.codec.primed_voices import PrimedVoices
 from services.model.codec.slot_pool import SlotsExhausted
 from services.vocoder.codec_worker import CodecWorker, _Job
 from services.vocoder.errors import CodecFailure
@@ -77,11 +78,70 @@ async def test_context_frames_prime_the_stream_and_are_not_voiced(worker, codec_
     stream.release()
 
 
+async def test_a_reference_is_primed_in_one_forward_and_its_state_kept_for_the_next_request(worker, codec_decoder,
+                                                                                               monkeypatch):
+    """The first clone of a reference decodes its frames in one forward (not a chunk's eight frames at a time); the
+    next request with the same frames gets a copy of that state, and speaks exactly as the first did."""
+    size = codec_decoder.config.codebook_size
+    context, codes = random_codes(11, size, seed=21), random_codes(4, size, seed=22)
+    forwards = []
+    forward = worker.decoder.forward
+    monkeypatch.setattr(worker.decoder, "forward", lambda c, rows: forwards.append(c.shape) or forward(c, rows))
+    first, second = await worker.new_stream(), await worker.new_stream()
+    heard = await worker.decode(first, codes, context)
+    assert forwards == [(1, 11, 16), (1, 4, 16)], "the context in one forward, then the chunk"
+    forwards.clear()
+    again = await worker.decode(second, codes, context)
+    assert forwards == [(1, 4, 16)], "the kept state copied in: no forward over the context"
+    np.testing.assert_array_equal(again, heard)
+    full = codec_decoder.decode(torch.from_numpy(np.concatenate([context, codes]))).numpy()
+    assert np.abs(heard - full[11 * 1920:]).max() <= 1e-5
+    assert worker.primed_status() == {"codec_voices_primed": 1, "codec_voices_reused": 1, "codec_voices_kept": 1,
+                                      "codec_voices_kept_bytes": worker.primed.num_bytes}
+    assert worker.primed.num_bytes == worker.slots.pool.flat[0].numel() * 4 > 0
+    assert worker.timings["prime"].count == 2
+
+
+async def test_a_long_reference_is_primed_in_bounded_forwards_and_the_oldest_kept_state_goes_first(
+        codec_model_dir, codec_decoder, monkeypatch):
+    monkeypatch.setattr(slot_decoder, "PRIME_PASS_FRAMES", 4)
+    codec = await CodecWorker.load(load_codec_decoder, codec_model_dir / CODEC_SUBDIR, "cpu", torch.float32,
+                                   max_streams=1, max_batch=4, primed_voices=1)
+    try:
+        size = codec_decoder.config.codebook_size
+        contexts = [random_codes(10, size, seed=30 + n) for n in range(2)]
+        codes = random_codes(3, size, seed=33)
+        for context in (contexts[0], contexts[1], contexts[0]):  # the second evicts the first: it is primed again
+            stream = await codec.new_stream()
+            heard = await codec.decode(stream, codes, context)
+            full = codec_decoder.decode(torch.from_numpy(np.concatenate([context, codes]))).numpy()
+            assert np.abs(heard - full[10 * 1920:]).max() <= 1e-5, "ten frames primed 4 + 4 + 2"
+            stream.release()
+        assert (codec.num_voices_primed, codec.num_voices_reused, len(codec.primed)) == (3, 0, 1)
+    finally:
+        await codec.close()
+
+
+def test_primed_voices_are_keyed_by_the_frames_content_and_shape():
+    frames = random_codes(6, 2048, seed=1)
+    key = PrimedVoices.key(frames)
+    assert PrimedVoices.key(frames.astype(np.int32)) == key, "the dtype the frames came in does not matter"
+    changed = frames.copy()
+    changed[5, 15] += 1
+    assert PrimedVoices.key(changed) != key
+    assert PrimedVoices.key(frames.reshape(12, 8)) != key
+    kept = PrimedVoices(0)
+    kept.put(key, None)
+    assert len(kept) == 0 and kept.get(key) is None, "capacity 0 keeps nothing"
+    with pytest.raises(ValueError):
+        PrimedVoices(-1)
+
+
 async def test_queued_work_of_a_released_stream_is_dropped(worker, codec_decoder):
     live, ended = await worker.new_stream(), await worker.new_stream()
     codes = random_codes(2, codec_decoder.config.codebook_size, seed=7)
     loop = asyncio.get_running_loop()
-    jobs = [_Job(live, codes, 0, loop.create_future()), _Job(ended, codes, 0, loop.create_future())]
+    jobs = [_Job(live, codes, None, loop.create_future()), _Job(ended, codes, None, loop.create_future())]
     ended.release()  # after the jobs were queued, before the batcher handed them to the thread
     await worker._run_batch(jobs)
     assert jobs[0].done.result().shape == (2 * worker.samples_per_frame,)

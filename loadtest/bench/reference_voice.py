@@ -2,9 +2,11 @@
 
 The gateway stores reference audio by its content and the replica that prefills a prompt caches the voice prompt by
 that key, so the same file in every request measures a warm cache: the audio work is paid once. With `distinct`, each
-request's copy differs from every other in one sample by one 16-bit step (inaudible), so every request pays the
-reference audio's whole work (resampling, mel, speaker and codec encoders): the cold cost a service sees when each
-caller brings their own voice.
+request's copy starts after a silence of its own length (1 + 7k samples, k = the copy's number modulo 1,024: at most
+0.3 s at 24 kHz), so every request pays the reference audio's whole work: resampling, mel, speaker and codec
+encoders, and the vocoder's priming with the reference's codec frames, which the shift changes too (a vocoder keeps
+primed states by their frames: a copy that differed only in one sample's last bit encodes to the same frames, and was
+primed once). That is the cold cost a service sees when each caller brings their own voice.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ import numpy as np
 import soundfile
 
 from loadtest.bench.workload import PayloadError
+
+
+DISTINCT_LEAD_STEP = 7
+"""Samples of silence between one distinct copy's start and the next's: not a divisor of a codec frame (1,920
+samples at 24 kHz), so copies land on different frame boundaries."""
+DISTINCT_COPIES = 1024
+"""Distinct copies before they repeat."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +73,8 @@ class ReferenceVoice:
     def fields(self) -> dict:
         """The cloning fields of the next request's body."""
         if self.distinct:
-            pcm = self.pcm.copy()
-            pcm[next(self._sent) % len(pcm)] ^= 1  # one step of one sample: another content key, the same voice
-            audio = _data_uri(pcm, self.sample_rate)
+            lead = 1 + DISTINCT_LEAD_STEP * (next(self._sent) % DISTINCT_COPIES)
+            audio = _data_uri(np.concatenate([np.zeros(lead, dtype=np.int16), self.pcm]), self.sample_rate)
         else:
             audio = self._same_audio()
         fields: dict = {"ref_audio": audio}

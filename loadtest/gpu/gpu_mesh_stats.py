@@ -2,7 +2,7 @@
 
 Prints one JSON object: the STATS reply's endpoint data (steps, frames, max batch size, ...), plus
 `mean_batch_size` = frames / steps, the engine's average rows per step over the whole run, and under `vocoder` the
-first vocoder replica's codec counters and timings (`codec_calls`, `max_codec_batch`, `codec_seconds`; empty when it
+first vocoder replica's codec counters and timings (`codec_calls`, `max_codec_batch`, `codec_seconds`, `codec_voices_*`; empty when it
 does not answer).
 
     VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE=STATE/nats-auth/observer.password \
@@ -25,7 +25,8 @@ from services.decode.service import SERVICE_NAME as DECODE_SERVICE
 from services.vocoder.service import SERVICE_NAME as VOCODER_SERVICE
 
 
-VOCODER_FIELDS = ("codec_calls", "max_codec_batch", "codec_seconds")
+VOCODER_FIELDS = ("codec_calls", "max_codec_batch", "codec_seconds", "codec_voices_primed", "codec_voices_reused",
+                  "codec_voices_kept", "codec_voices_kept_bytes")
 
 
 async def decode_stats(url: str, timeout_s: float = 5.0) -> dict:

@@ -80,7 +80,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     clone.add_argument("--ref-text", help="its transcript (in-context cloning)")
     clone.add_argument("--x-vector-only", action="store_true", help="clone from the speaker embedding alone")
     clone.add_argument("--distinct-references", action="store_true",
-                       help="each request's copy differs by one sample step, so each pays the audio work (no cache)")
+                       help="each request's copy starts after its own short silence, so each pays the whole audio work, "
+                            "the vocoder's priming included (no cache)")
     slo = parser.add_argument_group("SLO")
     slo.add_argument("--slo-first-packet", type=float, default=0.5, help="goodput: first packet within S seconds")
     slo.add_argument("--slo-allow-gaps", action="store_true", help="goodput without requiring continuous streams")

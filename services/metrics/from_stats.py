@@ -107,7 +107,14 @@ def vocoder_families(stats: Stats) -> list:
                             stats["decode_owners_lost"]),
         GaugeMetricFamily("voxmesh_graph_capture_failures", "CUDA graphs that failed to capture and run eagerly",
                           stats["codec_capture_failures"]),
+        CounterMetricFamily("voxmesh_codec_voices_primed", "Codec states primed with a cloned voice's reference "
+                            "frames", stats.get("codec_voices_primed", 0)),
+        CounterMetricFamily("voxmesh_codec_voices_reused", "Cloned voices whose primed codec state was kept from an "
+                            "earlier request", stats.get("codec_voices_reused", 0)),
+        GaugeMetricFamily("voxmesh_codec_voices_kept_bytes", "Device memory of the primed codec states kept",
+                          stats.get("codec_voices_kept_bytes", 0)),
         *timings_families(names.CODEC, "Seconds of the codec, by part (call: one batched call on its thread; chunk: "
-                          "one chunk from its hand-over to its audio, the queue included)",
+                          "one chunk from its hand-over to its audio, the queue included; prime: one stream primed "
+                          "with a reference's frames, or a kept priming copied in)",
                           stats.get("codec_seconds", {})),
     ]

@@ -24,11 +24,15 @@ import numpy as np
 import torch
 
 from services.metrics.timings import Timings, snapshots
+from services.model.codec.primed_voices import PrimedVoices
 from services.model.codec.slot_decoder import SlotDecoder
 from services.model.codec.slot_pool import SlotsExhausted
 from services.vocoder.errors import CodecFailure, UndecodableCodes
 
 log = logging.getLogger(__name__)
+
+DEFAULT_PRIMED_VOICES = 32
+"""Primed reference states a vocoder keeps (a few MB of device memory each for the released codec)."""
 
 
 class CodecStream:
@@ -53,8 +57,9 @@ class CodecStream:
 class _Job:
     stream: CodecStream
     codes: np.ndarray
-    """The context frames (if any) followed by the frames to voice."""
-    num_context_frames: int
+    """The frames to voice."""
+    context: np.ndarray | None
+    """Frames decoded into the stream's state first and not voiced (an in-context clone's reference), or None."""
     done: asyncio.Future = field(repr=False)
 
 
@@ -66,9 +71,13 @@ class CodecWorker:
     """
 
     def __init__(self, slots: SlotDecoder, *, max_batch: int = 32, executor: ThreadPoolExecutor | None = None,
-                 batch_across_requests: bool = True) -> None:
+                 batch_across_requests: bool = True, primed_voices: int = DEFAULT_PRIMED_VOICES) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.primed = PrimedVoices(primed_voices)
+        """Codec states primed with a reference's frames, by the frames' content (used on the codec thread only)."""
+        self.num_voices_primed = 0
+        self.num_voices_reused = 0
         self.slots = slots
         self.decoder = slots.decoder
         self.max_batch = max_batch
@@ -83,13 +92,15 @@ class CodecWorker:
         self._closed = False
         self.num_calls = 0
         self.max_batch_seen = 0
-        self.timings = {"call": Timings(), "chunk": Timings()}
-        """Wall times of one batched call on the codec thread, and of one chunk from `decode()` to its audio (the
-        queue behind the call in progress included): what a chunk, a first packet's included, waits for here."""
+        self.timings = {"call": Timings(), "chunk": Timings(), "prime": Timings()}
+        """Wall times of one batched call on the codec thread, of one chunk from `decode()` to its audio (the
+        queue behind the call in progress included): what a chunk, a first packet's included, waits for here; and
+        of priming one stream with a reference's frames (inside a call), or copying a kept primed state in."""
 
     @classmethod
     async def load(cls, load_decoder: Callable[..., Any], *args: Any, max_streams: int, max_batch: int = 32,
-                   batch_across_requests: bool = True, capture: bool | None = None) -> CodecWorker:
+                   batch_across_requests: bool = True, capture: bool | None = None,
+                   primed_voices: int = DEFAULT_PRIMED_VOICES) -> CodecWorker:
         """Build the decoder with `load_decoder(*args)` and its slot decoder on the worker's own thread (torch stays
         off the event loop, and a GPU context is made on the thread that will use it), and build (on CUDA: capture)
         every step shape before returning, so the first requests are as fast as the rest."""
@@ -111,7 +122,8 @@ class CodecWorker:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        worker = cls(slots, max_batch=max_batch, executor=executor, batch_across_requests=batch_across_requests)
+        worker = cls(slots, max_batch=max_batch, executor=executor, batch_across_requests=batch_across_requests,
+                     primed_voices=primed_voices)
         worker._owns_executor = True
         return worker
 
@@ -156,19 +168,18 @@ class CodecWorker:
         """Decode the next frames of one stream: int array [n, 16] -> float32 samples [n * samples_per_frame].
 
         `context` ([m, 16], or None) is decoded into the stream's state first and not voiced: the codec's history
-        then holds it, as a decode of context + codes would (an in-context clone's reference frames).
+        then holds it, as a decode of context + codes would (an in-context clone's reference frames). That priming
+        is one forward over the frames, or, for frames primed before and still kept, a copy of that state.
         Raises UndecodableCodes for codes of the wrong shape or out of the codebook's range (checked here, so one
         bad chunk never fails the other requests of its batch), CodecFailure when the stream was released first.
         """
         self._validate(codes)
         if context is not None:
             self._validate(context)
-            codes = np.concatenate([context, codes])
         if stream.is_released:
             raise CodecFailure(f"{stream} was released: its request ended")
         self._ensure_batcher()
-        num_context = 0 if context is None else context.shape[0]
-        job = _Job(stream, codes, num_context, asyncio.get_running_loop().create_future())
+        job = _Job(stream, codes, context, asyncio.get_running_loop().create_future())
         started = time.perf_counter()
         self._queue.put_nowait(job)
         audio = await job.done
@@ -209,9 +220,8 @@ class CodecWorker:
         try:
             started = time.perf_counter()
             outputs = await self.run_on_thread(self._decode_on_thread, [j.stream.slot for j in jobs],
-                                               [j.codes for j in jobs])
+                                               [j.codes for j in jobs], [j.context for j in jobs])
             self.timings["call"].observe(time.perf_counter() - started)
-            outputs = [audio[j.num_context_frames * self.samples_per_frame:] for j, audio in zip(jobs, outputs)]
         except Exception as exc:  # a model error fails this batch's requests, never the batcher
             log.exception("codec call of %d chunks failed", len(jobs))
             failure = CodecFailure(f"the codec failed: {exc!r}")
@@ -219,13 +229,37 @@ class CodecWorker:
             outputs = [failure] * len(jobs)
         _settle(jobs, outputs)
 
-    def _decode_on_thread(self, slots: list[int], codes: list[np.ndarray]) -> list[np.ndarray]:
+    def _decode_on_thread(self, slots: list[int], codes: list[np.ndarray],
+                          contexts: list[np.ndarray | None]) -> list[np.ndarray]:
+        for slot, context in zip(slots, contexts):
+            if context is not None:
+                self._prime_on_thread(slot, context)
         tensors = [torch.from_numpy(np.ascontiguousarray(c, dtype=np.int64)) for c in codes]
         if self.batch_across_requests:
             audio = self.slots.decode_chunks(slots, tensors, to_host=True)
         else:
             audio = [self.slots.decode_chunks([s], [t], to_host=True)[0] for s, t in zip(slots, tensors)]
         return [a.numpy() for a in audio]
+
+    def _prime_on_thread(self, slot: int, context: np.ndarray) -> None:
+        """The stream in `slot` primed with `context`: a kept state of the same frames copied in, or a priming whose
+        state is then kept."""
+        started = time.perf_counter()
+        key = self.primed.key(context)
+        kept = self.primed.get(key)
+        if kept is not None:
+            self.slots.restore(slot, kept)
+            self.num_voices_reused += 1
+        else:
+            self.slots.prime(slot, torch.from_numpy(np.ascontiguousarray(context, dtype=np.int64)))
+            self.primed.put(key, self.slots.snapshot(slot))
+            self.num_voices_primed += 1
+        self.timings["prime"].observe(time.perf_counter() - started)
+
+    def primed_status(self) -> dict[str, int]:
+        """Primings, states reused, and what the kept ones hold (for STATS)."""
+        return {"codec_voices_primed": self.num_voices_primed, "codec_voices_reused": self.num_voices_reused,
+                "codec_voices_kept": len(self.primed), "codec_voices_kept_bytes": self.primed.num_bytes}
 
     async def close(self) -> None:
         """Stop the batcher (failing queued jobs) and the thread."""

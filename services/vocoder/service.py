@@ -28,7 +28,7 @@ from services.runtime.common_settings import CommonSettings
 from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, micro_name, run_service
 from services.runtime.replica_name import default_replica
 from services.runtime.settings_schema import SettingsError, setting
-from services.vocoder.codec_worker import CodecWorker
+from services.vocoder.codec_worker import DEFAULT_PRIMED_VOICES, CodecWorker
 from services.vocoder.partitions import parse_partitions
 from services.vocoder.replica import ReplicaConfig, VocoderReplica
 
@@ -51,6 +51,9 @@ class VocoderSettings(CommonSettings):
     lease_ttl_s: float = setting(3.0, "seconds after which others consider this replica dead")
     tick_s: float = setting(1.0, "lease renewal, partition and decode-owner check period (seconds)")
     max_redecodes: int = setting(4, "re-decodes replayed at once")
+    primed_voices: int = setting(DEFAULT_PRIMED_VOICES, "codec states primed with a cloned voice's reference frames "
+                                 "kept for the next request of the same voice (a few MB of device memory each; 0: "
+                                 "none)")
     decode_migration_grace_s: float = setting(
         30.0, "seconds a request whose decode replica died may wait for another decode replica to take it over "
               "(migration) before the vocoder ends it with code replica_lost")
@@ -68,6 +71,8 @@ class VocoderSettings(CommonSettings):
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
         if not 0 < self.tick_s < self.lease_ttl_s:
             raise SettingsError(f"--tick-s ({self.tick_s}) must be > 0 and below --lease-ttl-s ({self.lease_ttl_s})")
+        if self.primed_voices < 0:
+            raise SettingsError(f"--primed-voices: must be >= 0, got {self.primed_voices}")
         if not self.decode_migration_grace_s >= 0:
             raise SettingsError(f"--decode-migration-grace-s: must be >= 0, got {self.decode_migration_grace_s}")
         parse_partitions(self.partitions, self.num_partitions)
@@ -103,7 +108,8 @@ async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
     # One codec slot per stream the replica admits: its table holds max_streams, its re-decodes max_redecodes.
     return await CodecWorker.load(load_codec_decoder, codec_dir(settings), settings.device, _DTYPES[settings.dtype],
                                   max_streams=settings.max_streams + settings.max_redecodes, max_batch=max_batch,
-                                  batch_across_requests=settings.codec_batching)
+                                  batch_across_requests=settings.codec_batching,
+                                  primed_voices=settings.primed_voices)
 
 
 async def serve(settings: VocoderSettings, stop: asyncio.Event, codec: CodecWorker | None = None) -> None:

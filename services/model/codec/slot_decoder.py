@@ -23,12 +23,16 @@ import torch
 from services.model.codec.decoder import CodecDecoder, forward_passes
 from services.model.codec.errors import CodecInputError
 from services.model.codec.shape_step import ShapeStep
-from services.model.codec.slot_pool import CodecSlotPool
+from services.model.codec.slot_pool import CodecSlotPool, SlotSnapshot
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CHUNK_FRAMES = 8
 """The decode service's largest chunk: one step shape per length 1..8 covers every chunk it sends."""
+
+PRIME_PASS_FRAMES = 128
+"""The most frames one priming forward decodes: bounds its activations (a 30-s reference is 375 frames; 128 frames
+are 245,760 samples in each of the vocoder's last layers' channels)."""
 
 
 def row_buckets(max_rows: int) -> tuple[int, ...]:
@@ -126,6 +130,32 @@ class SlotDecoder:
         if to_host and self.decoder.device.type == "cuda":
             torch.cuda.current_stream(self.decoder.device).synchronize()
         return self._joined(len(slots), owners, outputs, to_host)
+
+    @torch.inference_mode()
+    def prime(self, slot: int, context: torch.Tensor) -> None:
+        """Decode `context` ([m, 16] codes: an in-context clone's reference frames) into the stream in `slot`
+        without voicing it, in eager forwards of up to PRIME_PASS_FRAMES frames: one forward for a 6-s reference,
+        where chunks of `max_chunk_frames` would take ten. Streaming is exact, so the state is the one any chunking
+        of the same frames leaves (up to float rounding)."""
+        self.pool.check_in_use(slot)
+        self.decoder.validate_codes(context)
+        device = self.decoder.device
+        slots = torch.tensor([slot], dtype=torch.long, device=device)
+        for start in range(0, context.shape[0], PRIME_PASS_FRAMES):
+            piece = context[start:start + PRIME_PASS_FRAMES].to(device=device, dtype=torch.long)
+            rows = self.pool.gather(slots)
+            with self.decoder.float32_convolutions():
+                self.decoder.forward(piece[None], rows)
+            self.pool.store(slots, rows, piece.shape[0])
+
+    @torch.inference_mode()
+    def snapshot(self, slot: int) -> SlotSnapshot:
+        """The stream's state in `slot`, to `restore` into another slot later (a primed voice kept for reuse)."""
+        return self.pool.snapshot(slot)
+
+    @torch.inference_mode()
+    def restore(self, slot: int, snapshot: SlotSnapshot) -> None:
+        self.pool.restore(slot, snapshot)
 
     def _pieces(self, slots: Sequence[int], codes: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:
         """Validated chunks cut to at most `max_chunk_frames` frames, and the input entry each piece belongs to."""

@@ -12,6 +12,8 @@ padding row computes the same thing every time and never touches a request's sta
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from services.model.codec.errors import CodecError, CodecInputError
@@ -108,10 +110,33 @@ class CodecSlotPool:
             pool.index_copy_(0, targets, updated)
         self.positions.index_copy_(0, targets, rows.positions + num_new_frames)
 
+    def snapshot(self, slot: int) -> SlotSnapshot:
+        """A copy of the stream's state in `slot` (on the device: no host sync)."""
+        self.check_in_use(slot)
+        return SlotSnapshot(self.flat[slot].clone(), self.positions[slot].clone())
+
+    def restore(self, slot: int, snapshot: SlotSnapshot) -> None:
+        """Put `snapshot`'s state in `slot`: the stream continues from where the snapshot's stream stood."""
+        self.check_in_use(slot)
+        self.flat[slot].copy_(snapshot.row)
+        self.positions[slot].copy_(snapshot.position)
+
     def num_frames(self, slot: int) -> int:
         """Frames decoded so far by the stream in `slot` (a host sync: for tests and logs, not the hot path)."""
         self.check_in_use(slot)
         return int(self.positions[slot])
+
+
+@dataclass(frozen=True, slots=True)
+class SlotSnapshot:
+    """One stream's whole state: its pool row and its frame position."""
+
+    row: torch.Tensor
+    position: torch.Tensor
+
+    @property
+    def num_bytes(self) -> int:
+        return self.row.numel() * self.row.element_size()
 
 
 def _numel(shape: tuple[int, ...]) -> int:
