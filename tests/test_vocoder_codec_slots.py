@@ -122,6 +122,45 @@ async def test_a_long_reference_is_primed_in_bounded_forwards_and_the_oldest_kep
         await codec.close()
 
 
+async def test_a_voice_is_primed_beside_the_other_streams_chunks_and_a_stream_released_meanwhile_ends(
+        worker, codec_decoder, monkeypatch):
+    """While one stream's reference is being primed (held here on its thread), another stream's chunk is decoded;
+    a stream released during its priming gets CodecFailure, and its slot serves the next stream at once."""
+    size = codec_decoder.config.codebook_size
+    context, codes = random_codes(9, size, seed=41), random_codes(3, size, seed=42)
+    entered, go = threading.Event(), threading.Event()
+    primed_state = worker.slots.primed_state
+
+    def held(frames):
+        entered.set()
+        go.wait()
+        return primed_state(frames)
+
+    monkeypatch.setattr(worker.slots, "primed_state", held)
+    clone, other = await worker.new_stream(), await worker.new_stream()
+    loop = asyncio.get_running_loop()
+    cloned = loop.create_task(worker.decode(clone, codes, context))
+    await loop.run_in_executor(None, entered.wait)
+    voiced = await worker.decode(other, codes)  # not behind the priming
+    alone = codec_decoder.decode(torch.from_numpy(codes)).numpy()
+    assert np.abs(voiced - alone).max() <= 1e-5 and not cloned.done()
+    go.set()
+    full = codec_decoder.decode(torch.from_numpy(np.concatenate([context, codes]))).numpy()
+    assert np.abs(await cloned - full[9 * 1920:]).max() <= 1e-5
+
+    go.clear()
+    entered.clear()
+    released = loop.create_task(worker.decode(other, codes, random_codes(9, size, seed=43)))
+    await loop.run_in_executor(None, entered.wait)
+    other.release()
+    successor = await worker.new_stream()  # the slot is free while the priming still runs: it never writes a slot
+    assert successor.slot == other.slot
+    go.set()
+    with pytest.raises(CodecFailure, match="released"):
+        await released
+    assert np.abs(await worker.decode(successor, codes) - alone).max() <= 1e-5, "a clean slot"
+
+
 def test_primed_voices_are_keyed_by_the_frames_content_and_shape():
     frames = random_codes(6, 2048, seed=1)
     key = PrimedVoices.key(frames)

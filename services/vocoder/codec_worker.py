@@ -7,6 +7,10 @@ busy, new jobs pile up and go together in the next call, so batching grows with 
 Each request holds a `CodecStream` (a slot of the decoder's state pool) from `new_stream()` until `release()`.
 Slots are taken and given back on the codec thread, in order with the decode calls, and a job of a released
 stream is dropped before it reaches the thread: so a slot is never reused while a call that wrote it is pending.
+
+An in-context clone's reference frames are decoded on a second thread, the priming thread, into a state of their
+own (never a request's slot), which the stream's first job copies into its slot on the codec thread: the other
+streams' calls go on meanwhile. Primed states are kept by the frames' content for the next request of that voice.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import torch
 from services.metrics.timings import Timings, snapshots
 from services.model.codec.primed_voices import PrimedVoices
 from services.model.codec.slot_decoder import SlotDecoder
+from services.model.codec.slot_pool import SlotSnapshot
 from services.model.codec.slot_pool import SlotsExhausted
 from services.vocoder.errors import CodecFailure, UndecodableCodes
 
@@ -58,8 +63,8 @@ class _Job:
     stream: CodecStream
     codes: np.ndarray
     """The frames to voice."""
-    context: np.ndarray | None
-    """Frames decoded into the stream's state first and not voiced (an in-context clone's reference), or None."""
+    primed: SlotSnapshot | None
+    """A state to put in the stream's slot before its frames (an in-context clone's reference decoded), or None."""
     done: asyncio.Future = field(repr=False)
 
 
@@ -75,7 +80,9 @@ class CodecWorker:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.primed = PrimedVoices(primed_voices)
-        """Codec states primed with a reference's frames, by the frames' content (used on the codec thread only)."""
+        """Codec states primed with a reference's frames, by the frames' content (used on the priming thread only)."""
+        self._primer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocoder-prime")
+        """Primes voices beside the codec thread, so no other stream's chunk waits for a priming."""
         self.num_voices_primed = 0
         self.num_voices_reused = 0
         self.slots = slots
@@ -95,7 +102,7 @@ class CodecWorker:
         self.timings = {"call": Timings(), "chunk": Timings(), "prime": Timings()}
         """Wall times of one batched call on the codec thread, of one chunk from `decode()` to its audio (the
         queue behind the call in progress included): what a chunk, a first packet's included, waits for here; and
-        of priming one stream with a reference's frames (inside a call), or copying a kept primed state in."""
+        of priming a stream with a reference's frames on the priming thread (or finding the state kept)."""
 
     @classmethod
     async def load(cls, load_decoder: Callable[..., Any], *args: Any, max_streams: int, max_batch: int = 32,
@@ -169,7 +176,9 @@ class CodecWorker:
 
         `context` ([m, 16], or None) is decoded into the stream's state first and not voiced: the codec's history
         then holds it, as a decode of context + codes would (an in-context clone's reference frames). That priming
-        is one forward over the frames, or, for frames primed before and still kept, a copy of that state.
+        runs on a thread of its own, one forward over the frames (or none: frames primed before and still kept),
+        while the codec thread serves the other streams; its state is copied into the stream's slot just before
+        `codes` are decoded.
         Raises UndecodableCodes for codes of the wrong shape or out of the codebook's range (checked here, so one
         bad chunk never fails the other requests of its batch), CodecFailure when the stream was released first.
         """
@@ -178,8 +187,13 @@ class CodecWorker:
             self._validate(context)
         if stream.is_released:
             raise CodecFailure(f"{stream} was released: its request ended")
+        primed = None
+        if context is not None:
+            primed = await asyncio.get_running_loop().run_in_executor(self._primer, self._primed_state, context)
+            if stream.is_released:
+                raise CodecFailure(f"{stream} was released: its request ended")
         self._ensure_batcher()
-        job = _Job(stream, codes, context, asyncio.get_running_loop().create_future())
+        job = _Job(stream, codes, primed, asyncio.get_running_loop().create_future())
         started = time.perf_counter()
         self._queue.put_nowait(job)
         audio = await job.done
@@ -220,7 +234,7 @@ class CodecWorker:
         try:
             started = time.perf_counter()
             outputs = await self.run_on_thread(self._decode_on_thread, [j.stream.slot for j in jobs],
-                                               [j.codes for j in jobs], [j.context for j in jobs])
+                                               [j.codes for j in jobs], [j.primed for j in jobs])
             self.timings["call"].observe(time.perf_counter() - started)
         except Exception as exc:  # a model error fails this batch's requests, never the batcher
             log.exception("codec call of %d chunks failed", len(jobs))
@@ -230,10 +244,10 @@ class CodecWorker:
         _settle(jobs, outputs)
 
     def _decode_on_thread(self, slots: list[int], codes: list[np.ndarray],
-                          contexts: list[np.ndarray | None]) -> list[np.ndarray]:
-        for slot, context in zip(slots, contexts):
-            if context is not None:
-                self._prime_on_thread(slot, context)
+                          primed: list[SlotSnapshot | None]) -> list[np.ndarray]:
+        for slot, state in zip(slots, primed):
+            if state is not None:
+                self.slots.restore(slot, state)
         tensors = [torch.from_numpy(np.ascontiguousarray(c, dtype=np.int64)) for c in codes]
         if self.batch_across_requests:
             audio = self.slots.decode_chunks(slots, tensors, to_host=True)
@@ -241,20 +255,20 @@ class CodecWorker:
             audio = [self.slots.decode_chunks([s], [t], to_host=True)[0] for s, t in zip(slots, tensors)]
         return [a.numpy() for a in audio]
 
-    def _prime_on_thread(self, slot: int, context: np.ndarray) -> None:
-        """The stream in `slot` primed with `context`: a kept state of the same frames copied in, or a priming whose
-        state is then kept."""
+    def _primed_state(self, context: np.ndarray) -> SlotSnapshot:
+        """(On the priming thread.) The state `context` primes: a kept one of the same frames, or a priming's, then
+        kept."""
         started = time.perf_counter()
         key = self.primed.key(context)
-        kept = self.primed.get(key)
-        if kept is not None:
-            self.slots.restore(slot, kept)
+        state = self.primed.get(key)
+        if state is not None:
             self.num_voices_reused += 1
         else:
-            self.slots.prime(slot, torch.from_numpy(np.ascontiguousarray(context, dtype=np.int64)))
-            self.primed.put(key, self.slots.snapshot(slot))
+            state = self.slots.primed_state(torch.from_numpy(np.ascontiguousarray(context, dtype=np.int64)))
+            self.primed.put(key, state)
             self.num_voices_primed += 1
         self.timings["prime"].observe(time.perf_counter() - started)
+        return state
 
     def primed_status(self) -> dict[str, int]:
         """Primings, states reused, and what the kept ones hold (for STATS)."""
@@ -272,6 +286,7 @@ class CodecWorker:
             job = self._queue.get_nowait()
             if not job.done.done():
                 job.done.set_exception(asyncio.CancelledError())
+        self._primer.shutdown(wait=True, cancel_futures=True)
         if self._owns_executor:
             self._executor.shutdown(wait=True)
 

@@ -9,6 +9,7 @@ the full decode (up to float rounding), and each chunk's cost is independent of 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 
@@ -167,15 +168,28 @@ class CodecDecoder(nn.Module):
                 )
 
 
+_TF32_LOCK = threading.Lock()
+_tf32_holders = 0
+_tf32_before = True
+
+
 @contextlib.contextmanager
 def _cudnn_tf32_disabled():
-    # The flag is process-wide: restore exactly what the caller had.
-    previous = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
+    # The flag is process-wide and two threads may hold it off at once (the vocoder primes a voice beside its batched
+    # calls): off while any holds it, then back to what it was before the first.
+    global _tf32_holders, _tf32_before
+    with _TF32_LOCK:
+        if _tf32_holders == 0:
+            _tf32_before = torch.backends.cudnn.allow_tf32
+            torch.backends.cudnn.allow_tf32 = False
+        _tf32_holders += 1
     try:
         yield
     finally:
-        torch.backends.cudnn.allow_tf32 = previous
+        with _TF32_LOCK:
+            _tf32_holders -= 1
+            if _tf32_holders == 0:
+                torch.backends.cudnn.allow_tf32 = _tf32_before
 
 
 def forward_passes(streams: Sequence[Hashable], lengths: Sequence[int]) -> list[list[int]]:

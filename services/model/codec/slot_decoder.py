@@ -15,6 +15,7 @@ stream's chunks concatenate to its full decode (up to float rounding).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -72,6 +73,8 @@ class SlotDecoder:
             # flag is; the decoder's other users gain from it too.
             torch.backends.cudnn.benchmark = True
         self._steps: dict[tuple[int, int], ShapeStep] = {}
+        self._priming_pool: CodecSlotPool | None = None
+        self._priming_stream: torch.cuda.Stream | None = None
         self.capture_failures: dict[tuple[int, int], str] = {}
         """(rows, frames) -> why its capture failed; those shapes run eagerly."""
 
@@ -132,29 +135,44 @@ class SlotDecoder:
         return self._joined(len(slots), owners, outputs, to_host)
 
     @torch.inference_mode()
-    def prime(self, slot: int, context: torch.Tensor) -> None:
-        """Decode `context` ([m, 16] codes: an in-context clone's reference frames) into the stream in `slot`
-        without voicing it, in eager forwards of up to PRIME_PASS_FRAMES frames: one forward for a 6-s reference,
-        where chunks of `max_chunk_frames` would take ten. Streaming is exact, so the state is the one any chunking
-        of the same frames leaves (up to float rounding)."""
-        self.pool.check_in_use(slot)
+    def primed_state(self, context: torch.Tensor) -> SlotSnapshot:
+        """The state a fresh stream has once `context` ([m, 16] codes: an in-context clone's reference frames) is
+        decoded into it, unvoiced; `restore` puts it in a stream's slot.
+
+        It runs in a pool of its own, one slot, so it may run on another thread than the decoding (on CUDA, on a
+        stream of its own, finished before it returns) without touching a request's slot: a voice is primed beside
+        the batched calls, not inside them. Eager forwards of up to PRIME_PASS_FRAMES frames: one for a 6-s
+        reference, where chunks of `max_chunk_frames` would take ten. Streaming is exact, so the state is the one any
+        chunking of the same frames leaves (up to float rounding). Not thread-safe with itself: one priming thread.
+        """
         self.decoder.validate_codes(context)
         device = self.decoder.device
-        slots = torch.tensor([slot], dtype=torch.long, device=device)
-        for start in range(0, context.shape[0], PRIME_PASS_FRAMES):
-            piece = context[start:start + PRIME_PASS_FRAMES].to(device=device, dtype=torch.long)
-            rows = self.pool.gather(slots)
-            with self.decoder.float32_convolutions():
-                self.decoder.forward(piece[None], rows)
-            self.pool.store(slots, rows, piece.shape[0])
-
-    @torch.inference_mode()
-    def snapshot(self, slot: int) -> SlotSnapshot:
-        """The stream's state in `slot`, to `restore` into another slot later (a primed voice kept for reuse)."""
-        return self.pool.snapshot(slot)
+        side = contextlib.nullcontext()
+        if device.type == "cuda":
+            self._priming_stream = self._priming_stream or torch.cuda.Stream(device)
+            side = torch.cuda.stream(self._priming_stream)
+        with side:
+            pool = self._priming_pool = self._priming_pool or CodecSlotPool(self.decoder.stream_layout, 1, device,
+                                                                             self.decoder.dtype)
+            slot = pool.acquire()
+            try:
+                slots = torch.tensor([slot], dtype=torch.long, device=device)
+                for start in range(0, context.shape[0], PRIME_PASS_FRAMES):
+                    piece = context[start:start + PRIME_PASS_FRAMES].to(device=device, dtype=torch.long)
+                    rows = pool.gather(slots)
+                    with self.decoder.float32_convolutions():
+                        self.decoder.forward(piece[None], rows)
+                    pool.store(slots, rows, piece.shape[0])
+                state = pool.snapshot(slot)
+            finally:
+                pool.release(slot)
+            if device.type == "cuda":
+                self._priming_stream.synchronize()  # ready before another stream reads it
+        return state
 
     @torch.inference_mode()
     def restore(self, slot: int, snapshot: SlotSnapshot) -> None:
+        """Put a primed state in the stream's slot (on the decoding thread, in order with its chunks)."""
         self.pool.restore(slot, snapshot)
 
     def _pieces(self, slots: Sequence[int], codes: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:
