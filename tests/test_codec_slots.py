@@ -6,6 +6,8 @@ Same windowed decoder as test_codec_streaming.py (sliding window 4, 3 layers): l
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import pytest
 import torch
 
@@ -157,3 +159,26 @@ def test_graphed_steps_equal_eager_steps_on_cuda(checkpoint_dir, dtype):
         else:  # test_codec_parity.py's bfloat16 criterion: within a tenth of the signal's spread
             for other in (direct[row], full):
                 assert float((replayed[row] - other).pow(2).mean().sqrt()) < 0.1 * float(full.std())
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA graphs need a GPU"))])
+def test_a_voice_primed_on_another_thread_continues_as_a_full_decode(checkpoint_dir, device):
+    """The vocoder's priming thread: the reference decoded in a pool of its own (on CUDA, on a stream of its own)
+    while other streams are decoded (on CUDA, graphs replaying), then copied into a slot whose chunks continue it
+    exactly (float32)."""
+    decoder = load_codec_decoder(checkpoint_dir, device=device, dtype=torch.float32)
+    slots = SlotDecoder(decoder, max_streams=3, max_rows=4, capture=device == "cuda")
+    slots.warm_up()
+    context, codes, busy = (random_codes(n, 16, CODEBOOK_SIZE, seed=700 + n) for n in (21, 10, 40))
+    other = slots.acquire()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as primer:
+        primed = primer.submit(slots.primed_state, context)
+        _stream_all(slots, [other], [busy], [8] * 5)  # graphs replaying on the codec's stream meanwhile
+        state = primed.result()
+    clone = slots.acquire()
+    slots.restore(clone, state)
+    voiced = _stream_all(slots, [clone], [codes], [2, 8])[0]
+    full = decoder.decode(torch.cat([context, codes]))
+    assert float((voiced - full[21 * decoder.samples_per_frame:]).abs().max()) <= TOLERANCE
+    assert float((voiced - decoder.decode(codes)).abs().max()) > 100 * TOLERANCE, "the context must matter"
