@@ -119,6 +119,23 @@ def test_a_released_slot_starts_the_next_stream_from_a_clean_state(decoder):
     assert float((reused - decoder.decode(codes[1])).abs().max()) <= TOLERANCE
 
 
+def test_each_chunks_audio_is_handed_out_as_its_pass_ends_shortest_first(decoder):
+    """`on_ready` hears of each entry once all its pieces are decoded: a round's shorter chunks first, whatever the
+    input order, and a chunk longer than `max_chunk_frames` only after its last piece; the return value is the same
+    audio."""
+    slots = SlotDecoder(decoder, max_streams=4, max_rows=4, max_chunk_frames=4, capture=False)
+    ids = [slots.acquire() for _ in range(3)]
+    codes = [random_codes(frames, 16, CODEBOOK_SIZE, seed=800 + frames) for frames in (4, 6, 2)]
+    heard: list[tuple[list[int], list[torch.Tensor]]] = []
+    audio = slots.decode_chunks(ids, codes, on_ready=lambda entries, samples: heard.append((entries, samples)))
+    assert [entries for entries, _ in heard] == [[2], [0], [1]], "2 frames, then 4, then 6 (4 + 2: two passes)"
+    for entries, samples in heard:
+        for entry, heard_audio in zip(entries, samples):
+            torch.testing.assert_close(heard_audio, audio[entry], rtol=0, atol=0)
+    for stream_audio, stream_codes in zip(audio, codes):
+        assert float((stream_audio - decoder.decode(stream_codes)).abs().max()) <= TOLERANCE
+
+
 def test_misuse_is_refused_before_any_state_changes(decoder):
     slots = SlotDecoder(decoder, max_streams=2, max_rows=2, capture=False)
     a, b = slots.acquire(), slots.acquire()

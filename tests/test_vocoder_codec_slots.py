@@ -161,6 +161,37 @@ async def test_a_voice_is_primed_beside_the_other_streams_chunks_and_a_stream_re
     assert np.abs(await worker.decode(successor, codes) - alone).max() <= 1e-5, "a clean slot"
 
 
+async def test_a_first_chunk_is_voiced_before_the_longer_chunks_of_its_call(worker, codec_decoder, monkeypatch):
+    """One call with a 2-frame first chunk and an 8-frame chunk: the short one's audio is handed back while the long
+    pass is still running (held here), not when the whole call ends."""
+    size = codec_decoder.config.codebook_size
+    short, long = random_codes(2, size, seed=51), random_codes(8, size, seed=52)
+    entered, go = threading.Event(), threading.Event()
+    run_pass = worker.slots._run_pass
+
+    def held(slots, chunks, to_host):
+        if chunks[0].shape[0] == 8:
+            entered.set()
+            go.wait()
+        return run_pass(slots, chunks, to_host)
+
+    monkeypatch.setattr(worker.slots, "_run_pass", held)
+    first, other = await worker.new_stream(), await worker.new_stream()
+    loop = asyncio.get_running_loop()
+    both = [loop.create_future(), loop.create_future()]
+    jobs = [_Job(other, long, None, both[0]), _Job(first, short, None, both[1])]
+    call = loop.create_task(worker._run_batch(jobs))
+    voiced = await asyncio.wait_for(both[1], 60)  # while the 8-frame pass is held (or about to be)
+    assert not both[0].done() and not call.done()
+    await loop.run_in_executor(None, entered.wait)
+    go.set()
+    await call
+    assert worker.num_calls == 1
+    alone = codec_decoder.decode(torch.from_numpy(short)).numpy()
+    assert np.abs(voiced - alone).max() <= 1e-5
+    assert np.abs(both[0].result() - codec_decoder.decode(torch.from_numpy(long)).numpy()).max() <= 1e-5
+
+
 def test_primed_voices_are_keyed_by_the_frames_content_and_shape():
     frames = random_codes(6, 2048, seed=1)
     key = PrimedVoices.key(frames)

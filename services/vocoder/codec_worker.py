@@ -3,6 +3,8 @@
 The event loop never runs torch: callers `await decode(stream, codes)`, the job joins a queue, and one batcher task
 hands everything queued so far to the worker thread as one `SlotDecoder.decode_chunks` call. While the thread is
 busy, new jobs pile up and go together in the next call, so batching grows with load without any waiting on purpose.
+A call runs its shortest chunks' passes first and hands each chunk's audio back as its pass ends: a request's first
+packet (its first chunk is its shortest) does not wait for the call's 8-frame passes.
 
 Each request holds a `CodecStream` (a slot of the decoder's state pool) from `new_stream()` until `release()`.
 Slots are taken and given back on the codec thread, in order with the decode calls, and a job of a released
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -231,10 +234,15 @@ class CodecWorker:
             return
         self.num_calls += 1
         self.max_batch_seen = max(self.max_batch_seen, len(jobs))
+        loop = asyncio.get_running_loop()
+
+        def ready(entries: list[int], audio: list[np.ndarray]) -> None:  # on the codec thread, as passes finish
+            loop.call_soon_threadsafe(_settle, [jobs[entry] for entry in entries], audio)
+
         try:
             started = time.perf_counter()
             outputs = await self.run_on_thread(self._decode_on_thread, [j.stream.slot for j in jobs],
-                                               [j.codes for j in jobs], [j.primed for j in jobs])
+                                               [j.codes for j in jobs], [j.primed for j in jobs], ready)
             self.timings["call"].observe(time.perf_counter() - started)
         except Exception as exc:  # a model error fails this batch's requests, never the batcher
             log.exception("codec call of %d chunks failed", len(jobs))
@@ -243,16 +251,24 @@ class CodecWorker:
             outputs = [failure] * len(jobs)
         _settle(jobs, outputs)
 
-    def _decode_on_thread(self, slots: list[int], codes: list[np.ndarray],
-                          primed: list[SlotSnapshot | None]) -> list[np.ndarray]:
+    def _decode_on_thread(self, slots: list[int], codes: list[np.ndarray], primed: list[SlotSnapshot | None],
+                          ready: Callable[[list[int], list[np.ndarray]], None]) -> list[np.ndarray]:
+        """One call's chunks; `ready` hears of each chunk's audio as soon as its pass is done (short chunks, first
+        packets among them, come first), the return value has them all once every pass is."""
         for slot, state in zip(slots, primed):
             if state is not None:
                 self.slots.restore(slot, state)
         tensors = [torch.from_numpy(np.ascontiguousarray(c, dtype=np.int64)) for c in codes]
+
+        def on_ready(entries: list[int], audio: list[torch.Tensor], offset: int = 0) -> None:
+            ready([offset + entry for entry in entries], [samples.numpy() for samples in audio])
+
         if self.batch_across_requests:
-            audio = self.slots.decode_chunks(slots, tensors, to_host=True)
+            audio = self.slots.decode_chunks(slots, tensors, to_host=True, on_ready=on_ready)
         else:
-            audio = [self.slots.decode_chunks([s], [t], to_host=True)[0] for s, t in zip(slots, tensors)]
+            audio = [self.slots.decode_chunks([s], [t], to_host=True,
+                                              on_ready=functools.partial(on_ready, offset=index))[0]
+                     for index, (s, t) in enumerate(zip(slots, tensors))]
         return [a.numpy() for a in audio]
 
     def _primed_state(self, context: np.ndarray) -> SlotSnapshot:

@@ -197,7 +197,9 @@ def forward_passes(streams: Sequence[Hashable], lengths: Sequence[int]) -> list[
 
     `streams[row]` names the stream a row belongs to (a state's id, a slot). Pass round r holds each
     stream's r-th chunk (so a stream listed twice advances in order), split by chunk length (one batch
-    needs one length). Empty chunks need no pass.
+    needs one length), shorter chunks first: a request's first chunks are its shortest, and a caller that
+    hands out each pass's audio as it is done (SlotDecoder) gets first packets out before the longer passes.
+    Empty chunks need no pass.
     """
     rounds: list[dict[int, list[int]]] = []
     chunks_seen: dict[Hashable, int] = defaultdict(int)
@@ -209,4 +211,4 @@ def forward_passes(streams: Sequence[Hashable], lengths: Sequence[int]) -> list[
         if index == len(rounds):
             rounds.append(defaultdict(list))
         rounds[index][length].append(row)
-    return [rows for groups in rounds for rows in groups.values()]
+    return [groups[length] for groups in rounds for length in sorted(groups)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -114,25 +114,37 @@ class SlotDecoder:
         self.pool.release(slot)
 
     @torch.inference_mode()
-    def decode_chunks(self, slots: Sequence[int], codes: Sequence[torch.Tensor], *,
-                      to_host: bool = False) -> list[torch.Tensor]:
+    def decode_chunks(self, slots: Sequence[int], codes: Sequence[torch.Tensor], *, to_host: bool = False,
+                      on_ready: Callable[[list[int], list[torch.Tensor]], None] | None = None) -> list[torch.Tensor]:
         """Decode one chunk (`codes[i]`: [n, 16] integers, best on the host) for the stream in `slots[i]` each.
 
         A slot listed more than once gets its chunks in list order. Every chunk is validated before any state
         changes. Returns float32 samples [n * samples_per_frame] per entry, in input order: on the decoder's device,
-        or with `to_host` on the CPU (one synchronisation for the whole call).
+        or with `to_host` on the CPU (one synchronisation a pass that completes an entry, when `on_ready` is given,
+        else one for the whole call). `on_ready(entries, samples)`, when given, is called on this thread as soon as
+        a pass completes entries (shorter chunks' passes come first), so their audio need not wait for the call's
+        longer passes.
         """
         pieces, owners = self._pieces(slots, codes)
         outputs: list[torch.Tensor | None] = [None] * len(pieces)
+        pieces_of: list[list[int]] = [[] for _ in slots]
+        for piece, owner in enumerate(owners):
+            pieces_of[owner].append(piece)
+        pieces_left = [len(of) for of in pieces_of]
         for rows in forward_passes([slots[owner] for owner in owners], [p.shape[0] for p in pieces]):
             for start in range(0, len(rows), self.max_rows):
                 group = rows[start:start + self.max_rows]
                 audio = self._run_pass([slots[owners[r]] for r in group], [pieces[r] for r in group], to_host)
                 for row, samples in zip(group, audio):
                     outputs[row] = samples
-        if to_host and self.decoder.device.type == "cuda":
-            torch.cuda.current_stream(self.decoder.device).synchronize()
-        return self._joined(len(slots), owners, outputs, to_host)
+                    pieces_left[owners[row]] -= 1
+                if on_ready is not None:
+                    done = sorted({owners[r] for r in group if pieces_left[owners[r]] == 0})
+                    if done:
+                        self._synchronize(to_host)
+                        on_ready(done, [self._joined([outputs[p] for p in pieces_of[e]], to_host) for e in done])
+        self._synchronize(to_host)
+        return [self._joined([outputs[p] for p in pieces_of[entry]], to_host) for entry in range(len(slots))]
 
     @torch.inference_mode()
     def primed_state(self, context: torch.Tensor) -> SlotSnapshot:
@@ -226,11 +238,13 @@ class SlotDecoder:
             log.warning("codec: capturing the %d x %d-frame step failed, it runs eagerly: %s", step.rows,
                         step.frames, reason)
 
-    def _joined(self, count: int, owners: list[int], outputs: list[torch.Tensor | None],
-                to_host: bool) -> list[torch.Tensor]:
-        """Each input entry's samples: its pieces in order (an empty chunk gives no samples)."""
-        device = "cpu" if to_host else self.decoder.device
-        parts: list[list[torch.Tensor]] = [[] for _ in range(count)]
-        for owner, samples in zip(owners, outputs):
-            parts[owner].append(samples)
-        return [torch.cat(p) if len(p) > 1 else p[0] if p else torch.zeros(0, device=device) for p in parts]
+    def _synchronize(self, to_host: bool) -> None:
+        """Wait for the copies to the host so far (with `to_host` on CUDA: the host tensors are then filled)."""
+        if to_host and self.decoder.device.type == "cuda":
+            torch.cuda.current_stream(self.decoder.device).synchronize()
+
+    def _joined(self, parts: list[torch.Tensor], to_host: bool) -> torch.Tensor:
+        """One input entry's samples from its pieces' (an empty chunk gives no samples)."""
+        if not parts:
+            return torch.zeros(0, device="cpu" if to_host else self.decoder.device)
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
