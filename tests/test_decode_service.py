@@ -137,6 +137,23 @@ async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nat
     assert stats["requests_cancelled"] == 1 and stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0
 
 
+async def test_a_request_cancelled_while_it_was_queued_ends_without_a_frame(nats_server, tiny_checkpoint):
+    """The client left while the request waited on REQUESTS: decode claims it, finds the cancel and ends it there,
+    before the engine ever sees it; the request behind it is served."""
+    gone, after = synthesis("cancelled-queued", "the hello", frames=12), synthesis("after-cancel", "the hello", frames=4)
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+        await cancel_request(decode.kv, CancelRecord(request_id=gone.id, reason="left in the queue"))
+        await decode.submit(gone)
+        end = await decode.log.end(gone.id)
+        await decode.submit(after)
+        assert (await decode.log.end(after.id)).reason == "finished"
+        stats = await decode.idle_stats()
+    assert end.reason == "failed" and (end.error.code, end.error.message) == (ErrorCode.CANCELLED, "left in the queue")
+    assert end.total_frames == 0 and decode.log.frames(gone.id).shape[0] == 0
+    assert decode.log.kinds(gone.id) == ["Started"], "announced as taken, then ended: no frame, no FirstFrame"
+    assert stats["requests_cancelled"] == 1 and stats["requests_finished"] == 1
+
+
 async def test_a_newer_owner_fences_this_replica_out_and_it_stands_down_without_an_end(nats_server, tiny_checkpoint):
     long = synthesis("taken-over", "speak and the voice", frames=1000)
     follow = synthesis("after-takeover", "speak and the voice", frames=20)

@@ -25,6 +25,7 @@ from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
 from messages.events import Failed, FirstFrame, Migrated, Started
 from messages.mtp import PrefillHandoff
+from messages.records import CancelRecord
 from messages.requests import SynthesisRequest
 from messages.streams import REQUESTS_STREAM, requests_consumer
 from services.bus.claims import ClaimKind, OwnerClaim, RequestClaim, resolve_request_claim
@@ -48,6 +49,9 @@ from services.engine.sequence import RequestOutcome
 from services.model.errors import ModelError
 
 log = logging.getLogger(__name__)
+
+Owned = tuple[ActiveRequest, Admission | AdmissionError, Resume, RequestClaim]
+"""A request this replica took: its registration, its admission check, where it resumes, the claim."""
 
 IN_PROGRESS_EVERY_S = 5.0  # well inside REQUESTS' ack wait (30 s)
 TAKEOVER_ATTEMPTS = 3  # each lost race means a stale owner appended just now; the next read shows it
@@ -102,6 +106,21 @@ class Intake:
         if owned is None:
             span.end()
             return
+        # Two round trips to the bus that nothing orders go out together: the cancel key is read (now that the
+        # request is registered here, the cancel watcher sees any cancel written after the read) while Started is
+        # published, and the request waits only for the read.
+        cancel = asyncio.ensure_future(self._read_cancel(request.id))
+        announced: list[asyncio.Future] = []
+        try:
+            await self._serve(request, handoff, owned, cancel, announced)
+        finally:
+            cancel.cancel()
+            await asyncio.gather(*announced)
+
+    async def _serve(self, request: SynthesisRequest, handoff: PrefillHandoff | None, owned: Owned,
+                     cancel: asyncio.Future, announced: list[asyncio.Future]) -> None:
+        """A request owned here: ended at once if it cannot go on, else announced and queued in the engine."""
+        core = self.core
         active, admission, resume, resolved = owned
         epoch = resolved.claim.record.epoch
         lost = past_limit_error(epoch, core.settings.max_migrations, resume)
@@ -119,8 +138,9 @@ class Intake:
             error = ErrorInfo(code=admission.code, stage=Stage.DECODE, message=admission.message)
             await core.end(active, Ending(error=error))
             return
-        await core.emit(Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
-                                queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))
+        announced.append(asyncio.ensure_future(core.emit(Started(
+            request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
+            queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))))
         # Another checkpoint's hand-off is not used at all: the request is prefilled here from its prompt.
         handed_over = handoff is not None and await self.handoffs.made_here(handoff)
         if handed_over and handoff.voice is not None:
@@ -131,7 +151,7 @@ class Intake:
             frames = first_frame(handoff)
             active.stream.add_frame(0, frames[0])
             await core.emit(FirstFrame(request_id=request.id, at=core.now(), replica=core.replica))
-        await self._start(active, admission, frames, prompt_kv)
+        await self._start(active, admission, frames, cancel, prompt_kv)
 
     def _take_voice(self, handoff: PrefillHandoff) -> None:
         """Keep the voice prompt the prefill replica computed, so this request's `attach` (and a replay after a
@@ -145,8 +165,7 @@ class Intake:
             log.warning("request %s: the voice prompt handed over is unusable (%s); computing it here",
                         handoff.request.id, exc)
 
-    async def _own(self, request: SynthesisRequest, delivery: Delivery, span: Span
-                   ) -> tuple[ActiveRequest, Admission | AdmissionError, Resume, RequestClaim] | None:
+    async def _own(self, request: SynthesisRequest, delivery: Delivery, span: Span) -> Owned | None:
         """Claim, check and take the request over; None when it is not this replica's to serve now (the delivery
         acked, or nakked for a redelivery)."""
         core = self.core
@@ -253,16 +272,19 @@ class Intake:
         core.stats.requests_started += 1
         return active, resume
 
-    async def _start(self, active: ActiveRequest, admission: Admission, frames: np.ndarray,
+    async def _read_cancel(self, request_id: str) -> CancelRecord | None:
+        try:
+            return await read_cancel(self.core.kv, request_id)
+        except Exception:  # noqa: BLE001 - the cancel watcher still catches a cancel written later
+            log.exception("request %s: could not read its cancel key; starting it", request_id)
+            return None
+
+    async def _start(self, active: ActiveRequest, admission: Admission, frames: np.ndarray, cancel_read: asyncio.Future,
                      prompt_kv: torch.Tensor | None = None) -> None:
         """Queue the request in the engine (continuing from `frames` its earlier owner emitted, if any), unless it
         was cancelled while it waited on REQUESTS."""
         core = self.core
-        try:
-            cancel = await read_cancel(core.kv, admission.request_id)
-        except Exception:  # noqa: BLE001 - the cancel watcher still catches a cancel written later
-            log.exception("request %s: could not read its cancel key; starting it", admission.request_id)
-            cancel = None
+        cancel = await cancel_read
         if cancel is not None:
             error = ErrorInfo(code=cancel.code, stage=Stage.GATEWAY, message=cancel.reason)
             await core.end(active, Ending(error=error))
