@@ -3,8 +3,11 @@ event times, the events read back from a real EVENTS stream, and the CLI's refus
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
+from loadtest.bench.client import redacted
 from loadtest.bench.metrics import ChunkArrival, StreamRecord
 from loadtest.bench.stages import STAGES, events_mark, level_stages, read_marks, stage_seconds
 from messages import encode, subjects
@@ -94,3 +97,14 @@ async def test_the_runs_events_are_read_back_from_the_stream_first_of_each_kind(
 def test_the_cli_refuses_a_bad_events_url_before_sending_anything(capsys, args, code):
     assert bench_cli.main(["--url", "http://127.0.0.1:1", "--warmup", "0", *args]) == 2
     assert f"voxmesh bench: {code}: " in capsys.readouterr().err
+
+
+def test_a_password_in_an_events_url_stays_out_of_the_document():
+    assert redacted("nats://observer:s3cret@127.0.0.1:4222") == "nats://observer:***@127.0.0.1:4222"
+    assert redacted("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
+    parser = argparse.ArgumentParser()
+    bench_cli.configure(parser)
+    args = parser.parse_args(["--url", "http://127.0.0.1:1", "--events-url", "nats://observer:s3cret@127.0.0.1:4222"])
+    config = bench_cli.build_config(args)
+    assert config.events_urls[0] == "nats://observer:s3cret@127.0.0.1:4222", "the bench itself connects with it"
+    assert config.to_dict()["events_urls"] == ["nats://observer:***@127.0.0.1:4222"]

@@ -83,6 +83,15 @@ def check_events_url(nats_url: str, *, allow_remote: bool = False) -> None:
                                           "needs the mesh on this host (or pass --allow-remote)")
 
 
+def redacted(url: str) -> str:
+    """`url` with the password of its user info (nats://user:secret@host) replaced, for documents and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, f"{parts.username}:***@{host}", parts.path, parts.query, parts.fragment))
+
+
 class StreamRecorder:
     """Accumulates one request's timeline; `on_message` says when the stream has ended."""
 

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadtest.bench.client import redacted
 from loadtest.bench.loadgen import LevelResult, LevelRunner, Progress, Target
 from loadtest.bench.metrics import Slo
 from loadtest.bench.stage_reader import StageReader
@@ -78,7 +79,7 @@ class BenchConfig:
                 "prompts_path": str(self.prompts_path), "level_timeout_s": self.level_timeout_s,
                 "request_timeout_s": self.request_timeout_s, "warmup": self.warmup,
                 "arrival_seed": self.arrival_seed, "targets": [target.label for target in self.targets],
-                "events_urls": list(self.events_urls)}
+                "events_urls": [None if url is None else redacted(url) for url in self.events_urls]}
 
 
 async def run_bench(config: BenchConfig, *, command: str, progress: Progress | None = None) -> dict:

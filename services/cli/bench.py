@@ -15,7 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from loadtest.bench.client import TargetError, check_events_url, stream_url
+from loadtest.bench.client import TargetError, check_events_url, redacted, stream_url
 from loadtest.bench.loadgen import Progress, Target
 from loadtest.bench.metrics import Slo, SloError
 from loadtest.bench.plot import PlotError, write_plot
@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the bench; 0 once it has written its outputs (failed requests are data, in the JSON), 2 on bad input."""
     try:
         config = build_config(args)
-        command = "voxmesh bench " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:])
+        words = sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]
+        command = "voxmesh bench " + shlex.join(redacted(word) if "://" in word else word for word in words)
         document = asyncio.run(run_bench(config, command=command, progress=Progress(sys.stderr)))
         out = args.out or Path(f"bench-{datetime.datetime.now(datetime.UTC):%Y%m%d-%H%M%S}.json")
         write_json(document, out)
