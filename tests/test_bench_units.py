@@ -207,11 +207,14 @@ def test_a_reference_voice_goes_with_every_request_once_or_distinct(tmp_path):
     payloads = [RequestShape(voice=None, reference=distinct).payload("Hello.", index) for index in (0, 1, 0)]
     assert len({_audio_of(p) for p in payloads}) == 3, "every request pays the audio work (index 0 twice too)"
     original = _samples_of(first)
-    for copy, payload in enumerate(payloads):  # the voice after its own lead-in silence: other codec frames
+    leads = []
+    for payload in payloads:  # the voice after its own lead-in silence: other codec frames
         samples = _samples_of(payload)
-        lead = 1 + 7 * copy
-        assert len(samples) == len(original) + lead and not samples[:lead].any(), copy
+        lead = len(samples) - len(original)
+        assert 1 <= lead <= 1 + 7 * 1023 and (lead - 1) % 7 == 0 and not samples[:lead].any(), lead
         np.testing.assert_array_equal(samples[lead:], original)
+        leads.append(lead)
+    assert len(set(leads)) == 3
     assert all(p["x_vector_only_mode"] is True and "ref_text" not in p for p in payloads)
     assert RequestShape(reference=distinct).to_dict()["reference"] == {
         "source": "me.flac", "seconds": 1.0, "sample_rate": 16000, "mode": "x-vector", "distinct": True}

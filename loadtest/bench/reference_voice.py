@@ -2,8 +2,8 @@
 
 The gateway stores reference audio by its content and the replica that prefills a prompt caches the voice prompt by
 that key, so the same file in every request measures a warm cache: the audio work is paid once. With `distinct`, each
-request's copy starts after a silence of its own length (1 + 7k samples, k = the copy's number modulo 1,024: at most
-0.3 s at 24 kHz), so every request pays the reference audio's whole work: resampling, mel, speaker and codec
+request's copy starts after a silence of its own length (1 + 7k samples, k = the copy's number, from a random start,
+modulo 1,024: at most 0.3 s at 24 kHz), so every request pays the reference audio's whole work: resampling, mel, speaker and codec
 encoders, and the vocoder's priming with the reference's codec frames, which the shift changes too (a vocoder keeps
 primed states by their frames: a copy that differed only in one sample's last bit encodes to the same frames, and was
 primed once). That is the cold cost a service sees when each caller brings their own voice.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import io
 import itertools
+import random
 import wave
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +43,11 @@ class ReferenceVoice:
     ref_text: str | None = None
     x_vector_only: bool = False
     distinct: bool = False
-    _sent: itertools.count = field(default_factory=itertools.count, repr=False, compare=False)
-    """Copies made so far: a distinct copy per request of the whole run (levels and warm-ups restart `index`)."""
+    _sent: itertools.count = field(default_factory=lambda: itertools.count(random.SystemRandom().randrange(
+        DISTINCT_COPIES)), repr=False, compare=False)
+    """Copies made so far, from a random start: a distinct copy per request of the whole run (levels and warm-ups
+    restart `index`), and most likely of the next `voxmesh bench` run too (gpu_mesh_run.sh runs one a level, and a
+    repeated copy would find the mesh's caches warm)."""
     _encoded: list[str] = field(default_factory=list, repr=False, compare=False)
     """The one data URI every request sends when not distinct, encoded on first use (the load generator's CPU is
     the mesh's too)."""

