@@ -102,6 +102,7 @@ def test_the_cli_refuses_a_bad_events_url_before_sending_anything(capsys, args, 
 def test_a_password_in_an_events_url_stays_out_of_the_document():
     assert redacted("nats://observer:s3cret@127.0.0.1:4222") == "nats://observer:***@127.0.0.1:4222"
     assert redacted("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
+    assert redacted("--events-url=tls://o:p%40w@[::1]:4222") == "--events-url=tls://o:***@[::1]:4222"
     parser = argparse.ArgumentParser()
     bench_cli.configure(parser)
     args = parser.parse_args(["--url", "http://127.0.0.1:1", "--events-url", "nats://observer:s3cret@127.0.0.1:4222"])

@@ -12,7 +12,7 @@ import torch
 
 from services.model.codec import load_codec_decoder, slot_decoder
 from services.model.codec.primed_voices import PrimedVoices
-from services.model.codec.slot_pool import SlotsExhausted
+from services.model.codec.slot_pool import SlotSnapshot, SlotsExhausted
 from services.vocoder.codec_worker import CodecWorker, _Job
 from services.vocoder.errors import CodecFailure
 from services.vocoder.service import CODEC_SUBDIR
@@ -203,6 +203,13 @@ def test_primed_voices_are_keyed_by_the_frames_content_and_shape():
     kept = PrimedVoices(0)
     kept.put(key, None)
     assert len(kept) == 0 and kept.get(key) is None, "capacity 0 keeps nothing"
+    one = PrimedVoices(1)
+    small, large = (SlotSnapshot(torch.zeros(n), torch.zeros((), dtype=torch.long)) for n in (3, 5))
+    one.put(key, small)
+    one.put(key, small)  # the same voice again: counted once
+    assert (len(one), one.num_bytes) == (1, 12)
+    one.put(PrimedVoices.key(changed), large)  # the older goes
+    assert (len(one), one.num_bytes, one.get(key)) == (1, 20, None)
     with pytest.raises(ValueError):
         PrimedVoices(-1)
 

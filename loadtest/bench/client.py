@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import re
 from time import perf_counter
 from urllib.parse import urlsplit, urlunsplit
 
@@ -83,13 +84,13 @@ def check_events_url(nats_url: str, *, allow_remote: bool = False) -> None:
                                           "needs the mesh on this host (or pass --allow-remote)")
 
 
-def redacted(url: str) -> str:
-    """`url` with the password of its user info (nats://user:secret@host) replaced, for documents and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit((parts.scheme, f"{parts.username}:***@{host}", parts.path, parts.query, parts.fragment))
+def redacted(text: str) -> str:
+    """`text` with the password of any URL's user info in it (nats://user:secret@host) replaced by ***, for
+    documents and logs (a bare URL, or a flag such as --events-url=URL)."""
+    return _USERINFO_PASSWORD.sub(r"\1***@", text)
+
+
+_USERINFO_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@/\s]+@")
 
 
 class StreamRecorder:

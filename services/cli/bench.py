@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
         words = sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]
-        command = "voxmesh bench " + shlex.join(redacted(word) if "://" in word else word for word in words)
+        command = "voxmesh bench " + shlex.join(redacted(word) for word in words)
         document = asyncio.run(run_bench(config, command=command, progress=Progress(sys.stderr)))
         out = args.out or Path(f"bench-{datetime.datetime.now(datetime.UTC):%Y%m%d-%H%M%S}.json")
         write_json(document, out)

@@ -3,8 +3,8 @@ skips its priming.
 
 An in-context clone's first chunk carries the reference's codec frames (75 for a 6-s reference, up to 375 for 30 s),
 which the vocoder decodes into the request's codec state before voicing anything: the model's audio continues the
-reference's. That is a decoder forward over every reference frame, paid on the codec thread that every stream's
-chunks wait on. Done once per distinct reference, the state it leaves (the slot's pool row and frame position) is
+reference's. That is a decoder forward over every reference frame (on the vocoder's priming thread, beside its
+batched calls). Done once per distinct reference, the state it leaves (the slot's pool row and frame position) is
 kept here, and a request bringing the same frames (a saved voice, a caller sending its reference again) gets a copy:
 the state its own priming would leave, for the price of copying one row.
 
@@ -30,6 +30,8 @@ class PrimedVoices:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
         self.capacity = capacity
         self._states: OrderedDict[bytes, SlotSnapshot] = OrderedDict()
+        self.num_bytes = 0
+        """What the kept states hold: a plain count, so another thread (STATS) reads it without iterating."""
 
     @staticmethod
     def key(context: np.ndarray) -> bytes:
@@ -42,10 +44,6 @@ class PrimedVoices:
     def __len__(self) -> int:
         return len(self._states)
 
-    @property
-    def num_bytes(self) -> int:
-        return sum(state.num_bytes for state in self._states.values())
-
     def get(self, key: bytes) -> SlotSnapshot | None:
         state = self._states.get(key)
         if state is not None:
@@ -55,7 +53,8 @@ class PrimedVoices:
     def put(self, key: bytes, state: SlotSnapshot) -> None:
         if self.capacity == 0:
             return
+        replaced = self._states.pop(key, None)
+        self.num_bytes += state.num_bytes - (replaced.num_bytes if replaced is not None else 0)
         self._states[key] = state
-        self._states.move_to_end(key)
         while len(self._states) > self.capacity:
-            self._states.popitem(last=False)
+            self.num_bytes -= self._states.popitem(last=False)[1].num_bytes
