@@ -106,19 +106,16 @@ class Intake:
         if owned is None:
             span.end()
             return
-        # Two round trips to the bus that nothing orders go out together: the cancel key is read (now that the
-        # request is registered here, the cancel watcher sees any cancel written after the read) while Started is
-        # published, and the request waits only for the read.
+        # The cancel key is read from here on (now that the request is registered, the cancel watcher sees any
+        # cancel written after the read), beside the round trips that follow, not after them.
         cancel = asyncio.ensure_future(self._read_cancel(request.id))
-        announced: list[asyncio.Future] = []
         try:
-            await self._serve(request, handoff, owned, cancel, announced)
+            await self._serve(request, handoff, owned, cancel)
         finally:
             cancel.cancel()
-            await asyncio.gather(*announced)
 
     async def _serve(self, request: SynthesisRequest, handoff: PrefillHandoff | None, owned: Owned,
-                     cancel: asyncio.Future, announced: list[asyncio.Future]) -> None:
+                     cancel: asyncio.Future) -> None:
         """A request owned here: ended at once if it cannot go on, else announced and queued in the engine."""
         core = self.core
         active, admission, resume, resolved = owned
@@ -138,9 +135,9 @@ class Intake:
             error = ErrorInfo(code=admission.code, stage=Stage.DECODE, message=admission.message)
             await core.end(active, Ending(error=error))
             return
-        announced.append(asyncio.ensure_future(core.emit(Started(
-            request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
-            queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0))))
+        started = Started(request_id=request.id, at=core.now(), replica=core.replica, epoch=epoch,
+                          queued_s=max(0.0, core.now() - request.created_at) if request.created_at else 0.0)
+        await asyncio.gather(core.emit(started), asyncio.shield(cancel))  # two round trips at once
         # Another checkpoint's hand-off is not used at all: the request is prefilled here from its prompt.
         handed_over = handoff is not None and await self.handoffs.made_here(handoff)
         if handed_over and handoff.voice is not None:
