@@ -26,7 +26,10 @@ if [ "$PART" = 1 ]; then
     tests/test_fused_snake.py tests/test_fused_small_attention.py tests/test_triton_decode.py >"$OUT/cuda_tests.txt" 2>&1
   tail -n 3 "$OUT/cuda_tests.txt"
   timeout 120 python3 -m loadtest.gpu.decode_attention_tuning --out "$OUT/decode_attention_tuning.json" 2>&1 | tail -n 20
-  mesh "$OUT/mesh" --closed "1 64" --closed-per-stream 12 --rates 40 --open-seconds 20 --deadline 300
+  # the mesh gets what is left of the call's 600 s (the tests and the sweep may end early), and a py-spy profile of
+  # every service for 5 s during the closed x64 level
+  mesh "$OUT/mesh" --closed "1 64" --closed-per-stream 12 --rates 40 --open-seconds 20 --deadline $((575 - SECONDS)) \
+    --profile-s 5 --profile-delay-s 4
 else
   ref=$OUT/ref6.wav
   python3 -c "from tests.reference_audio_files import audio_file; open('$ref', 'wb').write(audio_file(6.0, 24000, seed=3))"
