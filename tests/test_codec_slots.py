@@ -14,7 +14,7 @@ import torch
 from services.model.codec import CodecDecoder, CodecInputError, load_codec_decoder
 from services.model.codec.slot_decoder import SlotDecoder, row_buckets
 from services.model.codec.slot_pool import SlotsExhausted
-from tests.fixtures.codec_reference import WINDOWED_DECODER, build_reference_tokenizer, random_codes
+from tests.fixtures.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
 
 TOLERANCE = 1e-5  # test_codec_streaming.py's: streaming vs full decode in float32
 CODEBOOK_SIZE = WINDOWED_DECODER["codebook_size"]
@@ -25,7 +25,7 @@ DECODE_SCHEDULE = [2, 2, 4, 8, 8, 8, 3]  # decode's chunking: 2, 2, 4, then 8s, 
 def checkpoint_dir(tmp_path_factory):
     torch.set_num_threads(1)
     directory = tmp_path_factory.mktemp("codec_slots")
-    build_reference_tokenizer(directory, WINDOWED_DECODER, seed=0)
+    save_reference_tokenizer(directory, WINDOWED_DECODER, seed=0)
     return directory
 
 

@@ -80,10 +80,10 @@ def fused_decode_error(device: str) -> float:
     one with them off: the windowed test decoder, 15 frames in chunks of 3, 5 and 7 (histories carried across)."""
     from loadtest.gpu.fused_codec_check import decode
     from services.model.codec import load_codec_decoder
-    from tests.fixtures.codec_reference import WINDOWED_DECODER, build_reference_tokenizer, random_codes
+    from tests.fixtures.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
 
     with tempfile.TemporaryDirectory() as scratch:
-        build_reference_tokenizer(Path(scratch), WINDOWED_DECODER, seed=0)
+        save_reference_tokenizer(Path(scratch), WINDOWED_DECODER, seed=0)
         decoder = load_codec_decoder(Path(scratch), device=device)
     codes = random_codes(15, 16, WINDOWED_DECODER["codebook_size"], seed=5).to(device)
     plain, fused = decode(decoder, codes, False), decode(decoder, codes, True)
