@@ -6,6 +6,7 @@ import time
 
 import msgspec
 import numpy as np
+import pytest
 
 from messages import decode as decode_message
 from messages import subjects
@@ -32,9 +33,11 @@ from tests.test_decode_support import (
 TEXTS = ["hello the voice", "speak and the voice", "the hello", "and speak hello the voice and"]
 
 
-async def test_staggered_greedy_requests_share_batches_and_match_the_offline_oracle(nats_server, tiny_checkpoint):
+@pytest.mark.parametrize("steps_queued", [1, 2])
+async def test_staggered_greedy_requests_share_batches_and_match_the_offline_oracle(nats_server, tiny_checkpoint,
+                                                                                     steps_queued):
     requests = [synthesis(f"stagger-{n}", text, frames=20 + 3 * n) for n, text in enumerate(TEXTS)]
-    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+    async with running_decode(nats_server.url, tiny_checkpoint, steps_queued=steps_queued) as decode:
         for request in requests:  # each joins while the ones before it are decoding
             await decode.submit(request)
             await decode.log.first_chunk(request.id)
@@ -122,9 +125,12 @@ async def test_a_request_for_a_model_this_replica_does_not_serve_ends_with_unkno
     assert stats["failures_by_code"] == {"unknown_model": 1} and stats["requests_finished"] == 1
 
 
-async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nats_server, tiny_checkpoint):
+@pytest.mark.parametrize("steps_queued", [1, 2])
+async def test_a_cancel_ends_the_request_with_cancelled_and_frees_its_blocks(nats_server, tiny_checkpoint,
+                                                                              steps_queued):
     long = synthesis("to-cancel", "speak and the voice", frames=1000)  # greedy, no EOS before 1000 frames
-    async with running_decode(nats_server.url, tiny_checkpoint, runaway_min_frames=1000) as decode:
+    async with running_decode(nats_server.url, tiny_checkpoint, runaway_min_frames=1000,
+                              steps_queued=steps_queued) as decode:
         await decode.submit(long)
         await decode.log.first_chunk(long.id)
         await cancel_request(decode.kv, CancelRecord(request_id=long.id, reason="the client went away"))

@@ -61,3 +61,11 @@ def test_markdown_table_lists_every_setting():
     table = markdown_table(Example)
     for name in ("`--nats-url`", "`VOXMESH_PORT`", "`VOXMESH_NATS_TOKEN` or `VOXMESH_NATS_TOKEN_FILE`"):
         assert name in table
+
+
+def test_a_switch_interval_out_of_range_stops_the_service_before_it_connects(capsys):
+    from services.runtime.process import EXIT_USAGE, main
+
+    assert main("decode", ["--switch-interval-ms", "0", "--nats-url", "nats://127.0.0.1:1"]) == EXIT_USAGE
+    assert "--switch-interval-ms / VOXMESH_SWITCH_INTERVAL_MS: must be between 0.01 and 1000 ms, got 0.0" in \
+        capsys.readouterr().err

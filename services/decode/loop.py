@@ -2,7 +2,11 @@
 
 Step N+1 runs while step N's codes are being published (the engine thread and the event loop overlap); each
 request's messages still go out in order, because a step's publishing finishes before the next step's starts and
-every request publishes under its own lock. A model run that raises is isolated by the engine (only the request
+every request publishes under its own lock. With `--steps-queued 2` the next step call is already in the engine
+thread's queue when a step returns, so that thread goes from one step to the next without waiting for the event
+loop to wake, take the interpreter lock and hand it the call (at 64 streams the engine thread spent 18% of its
+time waiting for that hand-over, loadtest/RESULTS-GPU.md); a step's outputs are still published in order, all of
+them, also when the loop stops. A model run that raises is isolated by the engine (only the request
 that makes it raise ends, `step_failed` -> `model_error`); should `step()` itself raise, the requests it was running
 fail (`model_error`) and the loop serves on.
 """
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
@@ -28,29 +32,43 @@ log = logging.getLogger(__name__)
 class FrameLoop:
     """Runs engine steps while there is work, and turns their outputs into codes, events and ends."""
 
-    def __init__(self, core: DecodeCore) -> None:
+    def __init__(self, core: DecodeCore, steps_queued: int = 1) -> None:
+        if steps_queued < 1:
+            raise ValueError(f"steps_queued must be >= 1, got {steps_queued}")
         self.core = core
+        self.steps_queued = steps_queued
 
     async def run(self, stop: asyncio.Event) -> None:
         """Step until `stop` is set; idle (no thread work) while the engine has nothing to run."""
         core = self.core
+        queued: deque[asyncio.Future] = deque()  # step calls handed to the engine thread, oldest first
         publishing: asyncio.Task | None = None
         try:
             while not stop.is_set():
-                if not self._has_work():
+                if not queued and not self._has_work():
                     if publishing is not None:
                         await publishing
                         publishing = None
                     await self._idle(stop)
                     continue
-                step = asyncio.ensure_future(core.worker.run(core.engine.step))
+                # Read while a queued step may be running: a stale "work" costs one empty step, a stale "none"
+                # only delays queueing the next call to the next turn.
+                while len(queued) < self.steps_queued and (not queued or self._has_work()):
+                    queued.append(asyncio.ensure_future(core.worker.run(core.engine.step)))
                 if publishing is not None:
                     await publishing
-                output = await self._await_step(step)
-                publishing = asyncio.create_task(self.publish(output)) if output is not None else None
+                    publishing = None
+                publishing = self._published(await self._await_step(queued.popleft()))
         finally:
             if publishing is not None:
                 await publishing
+            while queued:  # steps already handed over: their frames are someone's audio, so they go out too
+                publishing = self._published(await self._await_step(queued.popleft()))
+                if publishing is not None:
+                    await publishing
+
+    def _published(self, output: StepOutput | None) -> asyncio.Task | None:
+        return asyncio.create_task(self.publish(output)) if output is not None else None
 
     def _has_work(self) -> bool:
         engine = self.core.engine

@@ -31,6 +31,9 @@ class DecodeSettings(CommonSettings):
     runaway_frames_per_char: float = setting(
         4.0, "runaway guard: extra frames per character of text (4.0 = 0.32 s of audio per character)")
     max_new_frames: int = setting(2048, "hard cap on frames per request, whatever the text or the request asks")
+    steps_queued: int = setting(
+        1, "engine step calls kept in the engine thread's queue: 2 lets it start the next step the moment one "
+           "returns, without waiting for the event loop (aborts and admissions wait one step longer)")
     cuda_graphs: bool = setting(True, "on CUDA, replay decode-only steps as CUDA graphs (one per batch bucket)")
     max_migrations: int = setting(
         1, "times a request may be taken over from a dead decode replica and continued from its frames in CODES; "
@@ -56,7 +59,7 @@ class DecodeSettings(CommonSettings):
     def __post_init__(self) -> None:
         for name in ("kv_cache_blocks", "max_num_seqs", "block_size", "max_num_batched_tokens", "max_model_len",
                      "initial_chunk_frames", "chunk_frames", "runaway_min_frames", "max_new_frames",
-                     "num_partitions", "torch_threads"):
+                     "num_partitions", "torch_threads", "steps_queued"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
         if self.max_migrations < 0:

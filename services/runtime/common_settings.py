@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from services.runtime.settings_schema import setting
+from services.runtime.settings_schema import SettingsError, setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,19 @@ class CommonSettings:
     event_loop: str = setting("uvloop", "the event loop: uvloop (libuv's; less interpreter time per message, and "
                               "decode's loop publishes every chunk of every stream) or asyncio (the standard "
                               "library's)", choices=("uvloop", "asyncio"))
+    switch_interval_ms: float = setting(
+        5.0, "the interpreter's thread switch interval (sys.setswitchinterval): how long a thread that wants the "
+             "interpreter lock waits for one running Python before it is handed over; decode's engine thread and "
+             "the vocoder's codec thread wait that long for the event loop", env="VOXMESH_SWITCH_INTERVAL_MS")
     log_level: str = setting("INFO", "logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     health_dir: str | None = setting(None, "directory where each service of this process records its micro service "
                                      "id while it serves; `voxmesh health` asks exactly those (the image sets "
                                      "/tmp/voxmesh-health)")
+
+
+def check_common(settings: CommonSettings) -> None:
+    """The shared fields' own limits (each service's __post_init__ checks its fields; these are every service's)."""
+    interval = settings.switch_interval_ms
+    if not (math.isfinite(interval) and 0.01 <= interval <= 1000):
+        raise SettingsError(f"--switch-interval-ms / VOXMESH_SWITCH_INTERVAL_MS: must be between 0.01 and 1000 ms, "
+                            f"got {interval}")

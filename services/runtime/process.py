@@ -51,10 +51,12 @@ def main(service: str, argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"services.{service}.service")
     args = build_parser(service).parse_args(argv)
     from services.bus.tls import TlsConfigError
+    from services.runtime.common_settings import check_common
     from services.runtime.nats_connect import nats_tls
 
     try:
         settings = settings_lib.resolve(module.SETTINGS, args)
+        check_common(settings)
         nats_tls(settings)  # unreadable or half-given TLS files: said now, not as a traceback at the first connect
     except (settings_lib.SettingsError, TlsConfigError) as error:
         print(f"voxmesh {service}: {error}", file=sys.stderr)
@@ -72,6 +74,7 @@ def main(service: str, argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(settings.torch_threads)
+    sys.setswitchinterval(settings.switch_interval_ms / 1000)
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             return runner.run(run_until_signal(module.serve, settings, service))
