@@ -12,13 +12,7 @@ import pytest
 import torch
 
 from services.model.codec import CodecDecoder, CodecInputError, load_codec_decoder
-from services.model.codec.slot_decoder import (
-    PRIME_PASS_FRAMES,
-    SlotDecoder,
-    prime_pass_lengths,
-    prime_passes,
-    row_buckets,
-)
+from services.model.codec.slot_decoder import SlotDecoder, row_buckets
 from services.model.codec.slot_pool import SlotsExhausted
 from tests.fixtures.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
 
@@ -56,17 +50,6 @@ def _stream_all(slots: SlotDecoder, ids: list[int], codes: list[torch.Tensor],
             outputs[row].append(samples)
         start += size
     return [torch.cat(parts) for parts in outputs]
-
-
-def test_a_reference_of_any_length_is_primed_in_passes_of_the_warmed_up_lengths():
-    assert prime_passes(0) == []
-    assert prime_passes(75) == [64, 8, 3]  # a 6-s reference
-    assert prime_passes(375) == [128, 128, 64, 32, 16, 7]  # a 30-s one
-    assert prime_pass_lengths() == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128]
-    for frames in range(0, 3 * PRIME_PASS_FRAMES + 2):
-        passes = prime_passes(frames)
-        assert sum(passes) == frames and set(passes) <= set(prime_pass_lengths()), frames
-        assert passes == sorted(passes, reverse=True) and len(passes) <= frames // PRIME_PASS_FRAMES + 5, frames
 
 
 def test_row_buckets_are_powers_of_two_up_to_the_maximum():

@@ -78,10 +78,10 @@ async def test_context_frames_prime_the_stream_and_are_not_voiced(worker, codec_
     stream.release()
 
 
-async def test_a_reference_is_primed_in_warmed_up_passes_and_its_state_kept_for_the_next_request(
-        worker, codec_decoder, monkeypatch):
-    """The first clone of a reference decodes its frames in passes of the lengths warmed up at start (eleven frames:
-    8 + 3); the next request with the same frames gets a copy of that state, and speaks exactly as the first did."""
+async def test_a_reference_is_primed_in_one_forward_and_its_state_kept_for_the_next_request(worker, codec_decoder,
+                                                                                               monkeypatch):
+    """The first clone of a reference decodes its frames in one forward (not a chunk's eight frames at a time); the
+    next request with the same frames gets a copy of that state, and speaks exactly as the first did."""
     size = codec_decoder.config.codebook_size
     context, codes = random_codes(11, size, seed=21), random_codes(4, size, seed=22)
     forwards = []
@@ -89,7 +89,7 @@ async def test_a_reference_is_primed_in_warmed_up_passes_and_its_state_kept_for_
     monkeypatch.setattr(worker.decoder, "forward", lambda c, rows: forwards.append(c.shape) or forward(c, rows))
     first, second = await worker.new_stream(), await worker.new_stream()
     heard = await worker.decode(first, codes, context)
-    assert forwards == [(1, 8, 16), (1, 3, 16), (1, 4, 16)], "the context in two passes, then the chunk"
+    assert forwards == [(1, 11, 16), (1, 4, 16)], "the context in one forward, then the chunk"
     forwards.clear()
     again = await worker.decode(second, codes, context)
     assert forwards == [(1, 4, 16)], "the kept state copied in: no forward over the context"

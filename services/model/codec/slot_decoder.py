@@ -35,35 +35,6 @@ PRIME_PASS_FRAMES = 128
 """The most frames one priming forward decodes: bounds its activations (a 30-s reference is 375 frames; 128 frames
 are 245,760 samples in each of the vocoder's last layers' channels)."""
 
-PRIME_REST_FRAMES = 8
-"""Priming passes are PRIME_PASS_FRAMES long, then powers of two down to this, then one pass of the rest (shorter
-than this): a reference of any length is decoded in passes of 12 lengths, all run once at `warm_up`. Why: on CUDA
-cuDNN times every convolution's algorithms at each new input length (the `benchmark` flag set below), holding the
-interpreter lock; primed at its own length, each new reference length froze the whole vocoder for ~2.5 s on an
-H200 (a cloned voice at 20 requests/s, every request its own reference: first packet p95 3.4 s,
-loadtest/RESULTS-GPU.md)."""
-
-
-def prime_passes(num_frames: int) -> list[int]:
-    """The lengths of the passes that prime `num_frames` reference frames, in order (see PRIME_REST_FRAMES)."""
-    passes = [PRIME_PASS_FRAMES] * (num_frames // PRIME_PASS_FRAMES)
-    rest, size = num_frames % PRIME_PASS_FRAMES, PRIME_PASS_FRAMES // 2
-    while size >= PRIME_REST_FRAMES:
-        if rest >= size:
-            passes.append(size)
-            rest -= size
-        size //= 2
-    return passes + ([rest] if rest else [])
-
-
-def prime_pass_lengths() -> list[int]:
-    """Every length `prime_passes` may return: what `warm_up` runs once."""
-    powers, size = [], PRIME_REST_FRAMES
-    while size <= PRIME_PASS_FRAMES:
-        powers.append(size)
-        size *= 2
-    return list(range(1, PRIME_REST_FRAMES)) + powers
-
 
 def row_buckets(max_rows: int) -> tuple[int, ...]:
     """Batch sizes a pass is padded up to: 1, 2, 4, ... below `max_rows`, then `max_rows`."""
@@ -133,9 +104,6 @@ class SlotDecoder:
         if self.capture:
             torch.cuda.synchronize(self.decoder.device)
             log.info("codec: %d of %d step shapes captured as CUDA graphs", self.num_graphs, len(self._steps))
-            # Every priming pass length once, so that no voice pays cuDNN's algorithm search (PRIME_REST_FRAMES).
-            for frames in prime_pass_lengths():
-                self.primed_state(torch.zeros((frames, self.decoder.config.num_quantizers), dtype=torch.long))
 
     def acquire(self) -> int:
         """A slot holding a fresh stream's state (SlotsExhausted when every slot is taken)."""
@@ -185,10 +153,9 @@ class SlotDecoder:
 
         It runs in a pool of its own, one slot, so it may run on another thread than the decoding (on CUDA, on a
         stream of its own, finished before it returns) without touching a request's slot: a voice is primed beside
-        the batched calls, not inside them. Eager forwards of the lengths `prime_passes` gives: three for a 6-s
-        reference (64 + 8 + 3 frames), where chunks of `max_chunk_frames` would take ten. Streaming is exact, so the
-        state is the one any chunking of the same frames leaves (up to float rounding). Not thread-safe with itself:
-        one priming thread.
+        the batched calls, not inside them. Eager forwards of up to PRIME_PASS_FRAMES frames: one for a 6-s
+        reference, where chunks of `max_chunk_frames` would take ten. Streaming is exact, so the state is the one any
+        chunking of the same frames leaves (up to float rounding). Not thread-safe with itself: one priming thread.
         """
         self.decoder.validate_codes(context)
         device = self.decoder.device
@@ -202,10 +169,8 @@ class SlotDecoder:
             slot = pool.acquire()
             try:
                 slots = torch.tensor([slot], dtype=torch.long, device=device)
-                start = 0
-                for length in prime_passes(context.shape[0]):
-                    piece = context[start:start + length].to(device=device, dtype=torch.long)
-                    start += length
+                for start in range(0, context.shape[0], PRIME_PASS_FRAMES):
+                    piece = context[start:start + PRIME_PASS_FRAMES].to(device=device, dtype=torch.long)
                     rows = pool.gather(slots)
                     with self.decoder.float32_convolutions():
                         self.decoder.forward(piece[None], rows)
