@@ -5,6 +5,8 @@
 #           `voxmesh bench` with every first packet broken into stages (closed x1 and x64, open 40/s).
 #   part 2: the cloned voice at 20 requests/s, every request its own reference (`--distinct-references`: each pays
 #           the encoders and the vocoder's priming), and the same reference in every request (the primed state kept).
+#           Next (after 2026-12-03): does priming with cuDNN's heuristic algorithms (bccbea7) remove the 2.5-s
+#           vocoder stall of a new reference length, at what priming time (decode STATS: prime p50 / p95)?
 # Run through the `device` tool from the repository root with `.whl/` (bash loadtest/gpu/fetch_wheels.sh) and
 # `.devrun/prompts_en.tsv` carried:
 #   VOXMESH_COMMIT=$(git rev-parse --short HEAD) bash loadtest/gpu/stages_and_clones.sh 1|2
