@@ -8,6 +8,8 @@ all 16 codebooks' embeddings (MODEL.md, step 6).
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import nn
 
@@ -53,11 +55,37 @@ class Talker(nn.Module):
         return self.text_projection(self.text_embedding(ids))
 
     def embed_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        """The codec part of a frame's input: E0(c0) + sum_j Ej(cj), codes [B, groups] -> [B, hidden]."""
-        rows = [self.codec_embedding(codes[:, 0])]
-        rows += [table(codes[:, j + 1]) for j, table in enumerate(self.codebook_embedding)]
-        # Summed as one reduction over the stacked rows, the way the reference does it.
-        return torch.stack(rows, dim=1).sum(dim=1)
+        """The codec part of a frame's input: E0(c0) + sum_j Ej(cj), codes [B, groups] -> [B, hidden].
+
+        One lookup in the 16 tables joined end to end (`_joined_tables`), then one sum over the groups: 3 kernels
+        where a lookup a table took 18, on a path every decode step runs eagerly on the host (10% of decode's
+        engine thread at 64 streams on an H200, loadtest/RESULTS-GPU.md). The rows and their reduction are the
+        ones the reference stacks and sums, so the result is the same to the bit."""
+        joined = self._joined_tables()
+        if joined is None:
+            rows = [self.codec_embedding(codes[:, 0])]
+            rows += [table(codes[:, j + 1]) for j, table in enumerate(self.codebook_embedding)]
+            return torch.stack(rows, dim=1).sum(dim=1)
+        table, offsets = joined
+        return nn.functional.embedding(codes + offsets, table).sum(dim=1)
+
+    def _joined_tables(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The codebooks' tables in one [sum of vocabularies, hidden] tensor and each group's first row in it; rebuilt
+        when a weight was replaced (its pointer differs) or, for weights outside inference mode, changed in place
+        (its version differs; inference-mode weights, as the loader makes them, keep no version). None while a CUDA
+        graph is being captured and no joined copy exists yet: building one there would capture the copy."""
+        weights = [self.codec_embedding.weight, *(table.weight for table in self.codebook_embedding)]
+        key = tuple((weight.data_ptr(), None if weight.is_inference() else weight._version) for weight in weights)
+        joined = getattr(self, "_joined", None)
+        if joined is not None and joined[0] == key:
+            return joined[1], joined[2]
+        if weights[0].is_cuda and torch.cuda.is_current_stream_capturing():
+            return None
+        with torch.no_grad():
+            table = torch.cat([weight.detach() for weight in weights])
+            starts = torch.tensor([0, *itertools.accumulate(w.shape[0] for w in weights[:-1])], device=table.device)
+        self._joined = (key, table, starts)
+        return table, starts
 
     def forward(self, embeds: torch.Tensor, batch: AttentionBatch, kv_pool: torch.Tensor,
                 kernel: AttentionKernel | None = None) -> torch.Tensor:
