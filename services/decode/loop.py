@@ -6,9 +6,11 @@ every request publishes under its own lock. With `--steps-queued 2` the next ste
 thread's queue when a step returns, so that thread goes from one step to the next without waiting for the event
 loop to hand it the call; a step's outputs are still published in order, all of them, also when the loop stops.
 (At 64 streams on an H200 the engine thread was idle 18% of the time, yet 2 served no faster than 1 in one lease:
-loadtest/RESULTS-GPU.md, 2026-12-03. The default stays 1.) A model run that raises is isolated by the engine (only the request
-that makes it raise ends, `step_failed` -> `model_error`); should `step()` itself raise, the requests it was running
-fail (`model_error`) and the loop serves on.
+loadtest/RESULTS-GPU.md, 2026-12-03. The default stays 1.)
+
+A model run that raises is isolated by the engine (only the request that makes it raise ends, `step_failed` ->
+`model_error`); should `step()` itself raise, the requests it was running fail (`model_error`) and the loop serves
+on.
 """
 
 from __future__ import annotations

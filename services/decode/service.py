@@ -145,7 +145,8 @@ async def build_decode(settings: DecodeSettings, engine: Engine, served: ServedM
     predictor = await _remote_predictor(settings, engine, worker, context, stack)
     core = DecodeCore(nc=context.nc, js=context.js, kv=context.kv, engine=engine, worker=worker, served=served,
                       settings=settings, replica=context.replica, voices=voices)
-    parts = DecodeParts(core, Intake(core), FrameLoop(core, settings.steps_queued), CancelWatcher(core), Drainer(core, context.stop))
+    parts = DecodeParts(core, Intake(core), FrameLoop(core, settings.steps_queued), CancelWatcher(core),
+                        Drainer(core, context.stop))
     await stack.enter_async_context(metrics_listener(stats_registry(parts.stats, decode_families),
                                                      settings.metrics_port, settings.metrics_host))
     log.info("decode %s serving %s (%d KV blocks, max %d sequences, preemption %s)", context.replica,

@@ -42,7 +42,7 @@ def _heuristic_algorithms():
     the graphed steps below). A priming pass has the reference's own length, new for almost every reference, and
     the timing at a new length held the interpreter lock for ~2.5 s on an H200: the whole vocoder stopped (a cloned
     voice at 20 requests/s, each its own reference: first packet p95 3.4 s, loadtest/RESULTS-GPU.md). Splitting
-    the reference into passes of a few warmed-up lengths instead made priming 2.4x slower (one eager pass is bound
+    the reference into passes of a few warmed-up lengths instead made priming 2.5x slower (one eager pass is bound
     by its launches, whatever its length). The flag is process-wide; only the priming thread changes it after the
     warm-up, and the graphed steps do not read it."""
     before = torch.backends.cudnn.benchmark
