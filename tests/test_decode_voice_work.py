@@ -4,6 +4,7 @@ computing, with the next prompt served by a new child."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
@@ -60,6 +61,25 @@ async def test_a_dead_child_fails_one_prompt_and_the_next_gets_a_new_child(maker
     prompt = await maker.make_prompt(samples, 24000, None, True)
     assert prompt.speaker_embedding.shape[0] > 0
     assert maker.process_ids and child not in maker.process_ids
+
+
+async def test_two_children_are_loaded_before_ready_returns_and_serve_prompts_at_once(tiny_base_checkpoint):
+    maker = ProcessPromptMaker(tiny_base_checkpoint, torch.float32, "cpu", TextTokenizer.from_dir(tiny_base_checkpoint),
+                               workers=2)
+    try:
+        await maker.ready()
+        children = maker.process_ids
+        assert len(children) == 2, "both children started and loaded before the first voice"
+        samples = [tone(2.0, 16000, seed=n)[:, 0] for n in range(4)]
+        prompts = await asyncio.gather(*(maker.make_prompt(s, 16000, REF_TEXT, False) for s in samples))
+        cloner = VoiceCloner.load(load_model(tiny_base_checkpoint), TextTokenizer.from_dir(tiny_base_checkpoint))
+        for got, heard in zip(prompts, samples):
+            expected = cloner.make_prompt(heard, 16000, REF_TEXT, False)
+            assert torch.equal(got.speaker_embedding, expected.speaker_embedding)
+            assert torch.equal(got.ref_codes, expected.ref_codes)
+        assert sorted(maker.process_ids) == sorted(children)
+    finally:
+        maker.close()
 
 
 def test_auto_means_a_process_on_cuda_only():

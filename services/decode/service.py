@@ -110,10 +110,11 @@ async def voice_prompts_of(settings: DecodeSettings, engine: Engine, served: Ser
     if served.config.tts_model_type != "base":
         return None
     if uses_process(settings.voice_work, settings.device):
-        maker = ProcessPromptMaker(settings.model_dir, DTYPES[settings.dtype], settings.device, served.tokenizer)
+        maker = ProcessPromptMaker(settings.model_dir, DTYPES[settings.dtype], settings.device, served.tokenizer,
+                                   workers=settings.voice_workers)
         stack.callback(maker.close)  # also when waiting for it fails
         await maker.ready()
-        log.info("reference audio becomes voice prompts in child process %s", maker.process_ids)
+        log.info("reference audio becomes voice prompts in child processes %s", maker.process_ids)
     else:
         maker = ThreadPromptMaker(await worker.run(VoiceCloner.load, engine.model, served.tokenizer))
     voices = VoicePrompts(context.js, maker, settings.model_name)

@@ -51,6 +51,9 @@ class DecodeSettings(CommonSettings):
         "auto", "base checkpoints: where reference audio becomes a voice prompt: a child process (process), a thread "
                 "of this one (thread), or auto (a process on CUDA, where that work is launch-bound Python that would "
                 "hold the interpreter lock the step loop needs)", choices=("auto", "thread", "process"))
+    voice_workers: int = setting(
+        1, "base checkpoints, voice work in processes: how many child processes compute voice prompts at once (each "
+           "loads its own encoders and, on CUDA, its own context of a few hundred MiB)")
     shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
     metrics_port: int = setting(0, "port of the Prometheus /metrics listener (0: off)",
                                 env="VOXMESH_DECODE_METRICS_PORT")
@@ -60,7 +63,7 @@ class DecodeSettings(CommonSettings):
     def __post_init__(self) -> None:
         for name in ("kv_cache_blocks", "max_num_seqs", "block_size", "max_num_batched_tokens", "max_model_len",
                      "initial_chunk_frames", "chunk_frames", "runaway_min_frames", "max_new_frames",
-                     "num_partitions", "torch_threads", "steps_queued"):
+                     "num_partitions", "torch_threads", "steps_queued", "voice_workers"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
         if self.max_migrations < 0:
