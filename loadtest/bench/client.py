@@ -211,8 +211,11 @@ async def _exchange(url: str, payload: dict, recorder: StreamRecorder, headers: 
     # proxy=None: a load test never goes through a proxy from the environment (loopback traffic only).
     async with connect(url, additional_headers=headers, compression=None, max_size=_MAX_MESSAGE_BYTES, proxy=None,
                        open_timeout=None, ping_interval=None) as socket:
-        await socket.send(json.dumps(payload))
+        message = json.dumps(payload)
+        # Stamped as the message is handed over, not after `send` returns: that await may resume after the mesh has
+        # already started the request (the submit stage came out -1.4 ms on a busy CPU).
         recorder.mark_sent(perf_counter())
+        await socket.send(message)
         async for message in socket:
             if recorder.on_message(message, perf_counter()):
                 return
