@@ -287,7 +287,7 @@ class Engine:
         `drained`, and their outcomes are yielded. The scope is cleared even if its body raises.
         """
         self.inbox.hand_over(self.scheduler)
-        self.runner.seen.clear()  # every running request leaves the running set
+        self.runner.forget_all()  # every running request leaves the running set
         with self.scheduler.drain() as ended:
             yield ended
 

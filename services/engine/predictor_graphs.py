@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -35,25 +36,30 @@ from services.engine import model_ops
 from services.engine.graph_capture import GraphCapture
 from services.engine.talker_graphs import buckets
 from services.engine.errors import EngineError
-from services.model import fused_sample
+from services.model import fused_row_keys, fused_sample
 from services.model.loader import TTSModel
-from services.model.sampling import RowSampling, row_keys
+from services.model.sampling import RowSampling, SamplingParams, row_keys
 from services.model.triton_support import compiles_for
 from services.model.talker_logits import MIN_NEW_TOKENS
 
 TOP_K_CAP = 128
 """Candidates kept per row when every row's top_k is in 1..TOP_K_CAP (the released default is 50)."""
 
-NUM_FRAMES, MIN_FRAMES, TALKER_TOP_K, PREDICTOR_TOP_K, SEED, FRAME, KEYS = 0, 1, 2, 3, 4, 5, 6
-"""Columns of the static int64 inputs (KEYS takes two columns: the keyed sampler's two hash lanes)."""
+NUM_FRAMES, FRAME, KEYS, MIN_FRAMES, TALKER_TOP_K, PREDICTOR_TOP_K, SEED = 0, 1, 2, 4, 5, 6, 7
+"""Columns of the static int64 inputs (KEYS takes two columns: the keyed sampler's two hash lanes). The columns
+from MIN_FRAMES on are a request's own, in the order of `SlotParams.ints`, so a step gathers them in one copy."""
+PER_REQUEST_INTS = slice(MIN_FRAMES, SEED + 1)
 PENALTY, TALKER_TEMPERATURE, TALKER_TOP_P, PREDICTOR_TEMPERATURE, PREDICTOR_TOP_P = 0, 1, 2, 3, 4
-"""Columns of the static float32 inputs."""
+"""Columns of the static float32 inputs: all a request's own, in the order of `SlotParams.floats`."""
 
 FUSED, CAPPED, WHOLE = "fused", "capped", "whole"
 """How one side (talker or predictor) of a graph draws: the fused sampler (no row uses top-p), or the top
 candidates then the keyed draw, cut at TOP_K_CAP or over the whole vocabulary."""
 GraphKey = tuple[int, str, str]
 """(rows bucket, the talker's mode, the predictor's mode)."""
+
+if TYPE_CHECKING:
+    from services.engine.slot_params import SlotParams
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +80,14 @@ def sampling_mode(rows: RowSampling, vocab_size: int, device: torch.device) -> s
     if not rows.uses_top_p and compiles_for(device) and fused_sample.covers(vocab_size, device):
         return FUSED
     return WHOLE if needs_whole_vocabulary(rows) else CAPPED
+
+
+def params_mode(params: Sequence[SamplingParams], vocab_size: int, device: torch.device) -> str:
+    """`sampling_mode` of the rows these parameters would build, read from the parameters on the host."""
+    top_ks = [p.top_k for p in params]
+    summary = RowSampling(*[None] * 5, max_top_k=None if 0 in top_ks else max(top_ks, default=0),
+                          uses_top_p=any(p.top_p < 1.0 for p in params))
+    return sampling_mode(summary, vocab_size, device)
 
 
 def mode_summary(mode: str) -> tuple[int | None, bool, bool]:
@@ -99,7 +113,7 @@ class PaddedFrameSampler:
         device, vocab = model.device, model.config.talker.vocab_size
         self.hidden = torch.zeros((max_rows, model.talker.hidden_size), dtype=model.dtype, device=device)
         self.seen = torch.zeros((max_rows, vocab), dtype=torch.bool, device=device)
-        self.ints = torch.zeros((max_rows, KEYS + 2), dtype=torch.int64, device=device)
+        self.ints = torch.zeros((max_rows, SEED + 1), dtype=torch.int64, device=device)
         self.floats = torch.zeros((max_rows, PREDICTOR_TOP_P + 1), dtype=torch.float32, device=device)
         # Padding rows start greedy, unpenalised, top-p off: a defined row whatever graph runs first.
         self.floats[:, PENALTY] = 1.0
@@ -155,6 +169,31 @@ class PaddedFrameSampler:
         self.graphs.move_to_end(key)
         return step()[:count]
 
+    def run_from_slots(self, hidden: torch.Tensor, index: torch.Tensor, seen_table: torch.Tensor,
+                       slot_params: SlotParams, modes: tuple[str, str]) -> torch.Tensor:
+        """`run` for rows whose parameters and penalty rows are kept on the device, one row of each per request:
+        hidden [B, H]; index [B, 2] int64 on the device, each row's (slot, frame index); `seen_table` and
+        `slot_params` indexed by slot; `modes`: (talker, predictor) from `params_mode`. A step's host work is then
+        this call's few launches, whatever the batch's mix of sampling parameters."""
+        count = hidden.shape[0]
+        rows = self.bucket(count)
+        if rows is None:
+            raise FrameBucketError(f"{count} rows fit no frame bucket (largest {self.row_buckets[-1]})")
+        slots, frames = index[:, 0], index[:, 1]
+        self.hidden[:count].copy_(hidden)
+        torch.index_select(seen_table, 0, slots, out=self.seen[:count])
+        ints = self.ints[:count]
+        ints[:, NUM_FRAMES : FRAME + 1] = frames[:, None]
+        ints[:, PER_REQUEST_INTS] = slot_params.ints.index_select(0, slots)
+        fused_row_keys.row_keys(ints[:, SEED], frames, out=ints[:, KEYS : KEYS + 2])
+        torch.index_select(slot_params.floats, 0, slots, out=self.floats[:count])
+        key: GraphKey = (rows, *modes)
+        step = self.graphs.get(key)
+        if step is None:
+            step = self._prepare(key)
+        self.graphs.move_to_end(key)
+        return step()[:count]
+
     def _stage(self, hidden: torch.Tensor, seen: torch.Tensor, num_frames: torch.Tensor, penalty: torch.Tensor,
                talker_rows: RowSampling, predictor_rows: RowSampling, min_new_frames: torch.Tensor | None) -> None:
         """Copy the batch's rows into rows [:B] of the static inputs (device to device; no host sync)."""
@@ -169,8 +208,8 @@ class PaddedFrameSampler:
         self.hidden[:count].copy_(hidden)
         self.seen[:count].copy_(seen)
         self.ints[:count].copy_(torch.stack((
-            num_frames.to(torch.int64), min_new_frames.to(torch.int64), talker_rows.top_k, predictor_rows.top_k,
-            talker_rows.seed, talker_rows.frame, keys[:, 0], keys[:, 1]), dim=1))
+            num_frames.to(torch.int64), talker_rows.frame, keys[:, 0], keys[:, 1], min_new_frames.to(torch.int64),
+            talker_rows.top_k, predictor_rows.top_k, talker_rows.seed), dim=1))
         self.floats[:count].copy_(torch.stack((
             penalty.to(torch.float32), talker_rows.temperature, talker_rows.top_p, predictor_rows.temperature,
             predictor_rows.top_p), dim=1))
@@ -181,10 +220,10 @@ class PaddedFrameSampler:
         ints, floats = self.ints[:rows], self.floats[:rows]
         seed, frame = ints[:, SEED], ints[:, FRAME]
         talker = RowSampling(floats[:, TALKER_TEMPERATURE], ints[:, TALKER_TOP_K], floats[:, TALKER_TOP_P], seed,
-                             frame, *talker_summary, keys=None if talker_summary[2] else ints[:, KEYS:])
+                             frame, *talker_summary, keys=None if talker_summary[2] else ints[:, KEYS : KEYS + 2])
         predictor = RowSampling(floats[:, PREDICTOR_TEMPERATURE], ints[:, PREDICTOR_TOP_K],
                                 floats[:, PREDICTOR_TOP_P], seed, frame, *predictor_summary,
-                                keys=None if predictor_summary[2] else ints[:, KEYS:])
+                                keys=None if predictor_summary[2] else ints[:, KEYS : KEYS + 2])
         hidden, seen = self.hidden[:rows], self.seen[:rows]
 
         def forward() -> torch.Tensor:

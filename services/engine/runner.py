@@ -6,7 +6,8 @@ earlier), or, for a decoding request, the input of its last frame (all 16 codes 
 
 With graphs enabled, the whole talker step, decoding rows and prefill chunks together, replays the CUDA graph
 of its token bucket (`PaddedTalkerStep`), and the frames are sampled by `PaddedFrameSampler`, graphed per rows
-bucket; otherwise both run eagerly. No value is read back from the device before the step's codes, which
+bucket, reading each request's sampling parameters and penalty row on the device by its slot (`SlotParams`,
+`SeenTable`): a step uploads one [B, 2] table of (slot, frame index) for its rows. Otherwise both run eagerly. No value is read back from the device before the step's codes, which
 are its one host synchronisation, and `launch` returns before that: the codes are copied to the host
 asynchronously and read by `LaunchedStep.result`, so the next step can be prepared while this one runs. A decoding
 row's input is built on the device from the codes its request drew last (`SeenTable.last_frames`), so it does not
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from services.engine import model_ops
@@ -24,8 +26,9 @@ from services.engine.errors import RemoteStageFailed
 from services.engine.batch_builder import build_attention_batch, on_device, sampling_rows
 from services.engine.launched_step import LaunchedStep
 from services.engine.outputs import ModelRunnerOutput, ScheduledSequence
-from services.engine.predictor_graphs import PaddedFrameSampler
+from services.engine.predictor_graphs import PaddedFrameSampler, params_mode
 from services.engine.seen_table import SeenTable
+from services.engine.slot_params import SlotParams
 from services.engine.sequence import NUM_CODEBOOKS, Sequence
 from services.engine.talker_graphs import PaddedTalkerStep, TalkerGraphSpec
 from services.model.attention_batch import AttentionBatch
@@ -74,6 +77,8 @@ class ModelRunner:
                               else PaddedFrameSampler(model, graphs.max_num_seqs, graphs.capture))
         rows = max_num_seqs or (graphs.max_num_seqs if graphs is not None else 64)
         self.seen = SeenTable(rows, model.config.talker.vocab_size, model.device)
+        self.slot_params = SlotParams(rows, model.device)
+        """The sampling parameters of each penalty row's request, read on the device by the graphed sampler."""
 
     def use_remote_predictor(self, predictor: RemotePredictorLike) -> None:
         """From now on codebooks 1..15 come from `predictor`, remote code-predictor replicas (the `mtp` topology;
@@ -96,7 +101,14 @@ class ModelRunner:
 
     def forget(self, request_id: str) -> None:
         """The request left the running set (ended or preempted): free its penalty row."""
-        self.seen.release(request_id)
+        slot = self.seen.release(request_id)
+        if slot is not None:
+            self.slot_params.vacate(slot)
+
+    def forget_all(self) -> None:
+        """Every request left the running set (a drain)."""
+        for slot in self.seen.clear():
+            self.slot_params.vacate(slot)
 
     def execute(self, scheduled: list[ScheduledSequence]) -> ModelRunnerOutput:
         """Compute every scheduled token's K/V and sample a frame for each sequence whose tokens are complete."""
@@ -111,14 +123,20 @@ class ModelRunner:
         rows = sampling_rows(scheduled)
         seqs = [scheduled[row].seq for row in rows]
         slots = self.seen.slots_of(seqs)  # before the inputs: a decoding row's input reads its last frame's row
-        slot_of = dict(zip(rows, slots))
+        # Each sampled row's (slot, frame index) in one upload, read by the decode rows' inputs and the sampler.
+        index = np.empty((len(seqs), 2), dtype=np.int64)
+        index[:, 0], index[:, 1] = slots, [seq.num_sampled_frames for seq in seqs]
+        index = upload(torch.from_numpy(index), device)
         self._write_handed_kv(scheduled)
-        hidden = self._talker(self._input_rows(scheduled, query_start, slot_of), batch)
+        hidden = self._talker(self._input_rows(scheduled, query_start, rows, index[:, 0]), batch)
         if not rows:
             return LaunchedStep.empty()
-        last_token = torch.tensor([query_start[row + 1] - 1 for row in rows], dtype=torch.int64)
-        last_hidden = hidden[upload(last_token, device)]
-        codes = self._sample(last_hidden, seqs, upload(torch.tensor(slots, dtype=torch.int64), device))
+        if rows[-1] == len(rows) - 1 and query_start[-1] == len(rows):  # one token a row: the rows are the tokens
+            last_hidden = hidden[: len(rows)]
+        else:
+            last_token = torch.tensor([query_start[row + 1] - 1 for row in rows], dtype=torch.int64)
+            last_hidden = hidden[upload(last_token, device)]
+        codes = self._sample(last_hidden, seqs, slots, index)
         return LaunchedStep.start([seq.request_id for seq in seqs], codes, self.eos_id,
                                   last_hidden if self.capture_hidden else None)
 
@@ -145,32 +163,35 @@ class ModelRunner:
             return self.talker_step.run(embeds, batch)
         return self.model.talker(embeds, on_device(batch, self.model.device), self.kv_pool)
 
-    def _input_rows(self, scheduled: list[ScheduledSequence], query_start: list[int],
-                    slot_of: dict[int, int]) -> torch.Tensor:
+    def _input_rows(self, scheduled: list[ScheduledSequence], query_start: list[int], rows: list[int],
+                    slots: torch.Tensor) -> torch.Tensor:
         """The flattened input rows [T, H]: prefill slices copied in place, decode rows built in one batch from
-        each request's last frame on the device (`slot_of`: scheduled index -> its `SeenTable` row)."""
+        each request's last frame on the device (`rows`: the scheduled indices that sample a frame this step, every
+        decode row among them; `slots`: their `SeenTable` rows, on the device)."""
         model = self.model
         is_decode = [_is_decode(item) for item in scheduled]
         decode = [index for index, flag in enumerate(is_decode) if flag]
         if len(decode) == len(scheduled):  # decode rows only, in order: the built rows are the step's rows
-            return self._decode_rows(scheduled, decode, slot_of)
-        rows = torch.empty((query_start[-1], model.talker.hidden_size), dtype=model.dtype, device=model.device)
+            return self._decode_rows(scheduled, decode, rows, slots)
+        rows_out = torch.empty((query_start[-1], model.talker.hidden_size), dtype=model.dtype, device=model.device)
         for index, item in enumerate(scheduled):
             if not is_decode[index]:
                 source = self._prefill_source(item.seq)
-                rows[query_start[index] : query_start[index + 1]] = \
+                rows_out[query_start[index] : query_start[index + 1]] = \
                     source[item.start : item.start + item.num_new_tokens]
         if decode:
             where = torch.tensor([query_start[index] for index in decode], dtype=torch.int64)
-            rows[upload(where, model.device)] = self._decode_rows(scheduled, decode, slot_of)
-        return rows
+            rows_out[upload(where, model.device)] = self._decode_rows(scheduled, decode, rows, slots)
+        return rows_out
 
-    def _decode_rows(self, scheduled: list[ScheduledSequence], decode: list[int],
-                     slot_of: dict[int, int]) -> torch.Tensor:
+    def _decode_rows(self, scheduled: list[ScheduledSequence], decode: list[int], rows: list[int],
+                     slots: torch.Tensor) -> torch.Tensor:
         """The input rows [len(decode), H] of these decode rows, built on the device from their last frames."""
         model = self.model
         seqs = [scheduled[index].seq for index in decode]
-        slots = upload(torch.tensor([slot_of[index] for index in decode], dtype=torch.int64), model.device)
+        if decode != rows:  # some rows finish a prefill chunk this step: pick the decode rows' slots
+            position = {row: at for at, row in enumerate(rows)}
+            slots = slots.index_select(0, upload(torch.tensor([position[index] for index in decode]), model.device))
         codes = self.seen.last_frames.index_select(0, slots)
         built = model_ops.frame_input_rows(model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs])
         return built.to(model.dtype)
@@ -184,11 +205,24 @@ class ModelRunner:
                 seq.prefill_embeds = self.replay(self.model, seq.prompt, seq.frames)
         return seq.prefill_embeds
 
-    def _sample(self, hidden: torch.Tensor, seqs: list[Sequence], slots: torch.Tensor) -> torch.Tensor:
+    def _sample(self, hidden: torch.Tensor, seqs: list[Sequence], slots: list[int],
+                index: torch.Tensor) -> torch.Tensor:
+        """A frame of each row; `slots` its `SeenTable` rows, `index` [B, 2] their (slot, frame index) on the device."""
         device = self.model.device
+        sampler = self.frame_sampler
+        if self.remote_predictor is None and sampler is not None and sampler.bucket(len(seqs)) is not None:
+            # Every per-row value is on the device already (the slot's parameters, its penalty row): few launches.
+            self.slot_params.hold(slots, seqs)
+            talker = self.model.config.talker
+            modes = (params_mode([s.params for s in seqs], talker.vocab_size, device),
+                     params_mode([s.predictor_params for s in seqs], talker.code_predictor.vocab_size, device))
+            codes = sampler.run_from_slots(hidden, index, self.seen.table, self.slot_params, modes)
+            self.seen.mark(index[:, 0], codes)
+            return codes
         seeds, frames = [s.seed for s in seqs], [s.num_sampled_frames for s in seqs]
         talker_rows = RowSampling.build([s.params for s in seqs], seeds, frames, device)
-        seen = self.seen.rows(slots)
+        slot_index = index[:, 0]
+        seen = self.seen.rows(slot_index)
         host = upload(torch.tensor([[s.params.repetition_penalty for s in seqs], frames,
                                     [s.min_new_frames for s in seqs]], dtype=torch.float64), device)
         penalty, counts, min_frames = host[0].float(), host[1].long(), host[2].long()
@@ -198,13 +232,9 @@ class ModelRunner:
         else:
             predictor_rows = RowSampling.build([s.predictor_params for s in seqs], seeds, frames, device,
                                                keys=talker_rows.keys)
-            sampler = self.frame_sampler
-            if sampler is not None and sampler.bucket(len(seqs)) is not None:
-                codes = sampler.run(hidden, seen, counts, penalty, talker_rows, predictor_rows, min_frames)
-            else:
-                codes = model_ops.sample_frames(self.model, hidden, seen, counts, penalty, talker_rows,
-                                                predictor_rows, min_frames)
-        self.seen.mark(slots, codes)
+            codes = model_ops.sample_frames(self.model, hidden, seen, counts, penalty, talker_rows,
+                                            predictor_rows, min_frames)
+        self.seen.mark(slot_index, codes)
         return codes
 
     def _remote_rest(self, hidden: torch.Tensor, first: torch.Tensor, seqs: list[Sequence], seeds: list[int],

@@ -61,15 +61,17 @@ class SeenTable:
         self.table.index_put_((slots, codes[:, 0]), self._true)
         self.last_frames.index_copy_(0, slots, codes)
 
-    def release(self, request_id: str) -> None:
+    def release(self, request_id: str) -> int | None:
+        """Free the request's row; returns it (None if the request held none)."""
         slot = self._slots.pop(request_id, None)
         if slot is not None:
             del self._folded[request_id]
             self._free.append(slot)
+        return slot
 
-    def clear(self) -> None:
-        for request_id in list(self._slots):
-            self.release(request_id)
+    def clear(self) -> list[int]:
+        """Free every row; returns the rows that were held."""
+        return [self.release(request_id) for request_id in list(self._slots)]
 
     def _refill(self, slot: int, seq: Sequence) -> None:
         if seq.num_pending_frames:

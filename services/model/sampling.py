@@ -121,7 +121,7 @@ class RowSampling:
         top_ks = [p.top_k for p in params_per_row]
         is_all_greedy = all(p.is_greedy for p in params_per_row)
         # Built on the host and moved in two copies: a handful of tiny kernels instead of dozens per batch.
-        ints = torch.tensor([top_ks, [_as_int64(s) for s in seeds], list(frames)], dtype=torch.int64)
+        ints = torch.tensor([top_ks, [as_int64(s) for s in seeds], list(frames)], dtype=torch.int64)
         if not is_all_greedy and keys is None:
             ints = torch.cat((ints, row_keys(ints[1], ints[2]).T))
         ints = upload(ints, device)
@@ -157,7 +157,7 @@ class RowSampling:
         )
 
 
-def _as_int64(seed: int) -> int:
+def as_int64(seed: int) -> int:
     """Seeds are 64-bit; values in [2**63, 2**64) wrap to their two's-complement int64."""
     if not -(2**63) <= seed < 2**64:
         raise SamplingParamsError(f"seed must fit in 64 bits, got {seed}")

@@ -1,0 +1,60 @@
+"""Each running request's sampling parameters, kept on the device in the row of its `SeenTable` slot.
+
+A request's parameters (temperatures, top-k, top-p, repetition penalty, seed, minimum frames) never change while it
+runs, so they are written once, when the request takes its slot, and every graphed step gathers its rows' values
+on the device by slot (`PaddedFrameSampler.run_from_slots`) instead of building and uploading them from the host
+each step: at a batch of 64 that host work was a tenth of the engine thread's time on an H200 (py-spy, 2026-12-03).
+The columns are the frame sampler's own (`predictor_graphs`), so a step copies them as they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from services.engine.predictor_graphs import (MIN_FRAMES, PENALTY, PER_REQUEST_INTS, PREDICTOR_TEMPERATURE,
+                                              PREDICTOR_TOP_K, PREDICTOR_TOP_P, SEED, TALKER_TEMPERATURE,
+                                              TALKER_TOP_K, TALKER_TOP_P)
+from services.engine.sequence import Sequence
+from services.model.sampling import as_int64
+from services.model.uploads import upload
+
+_INT_WIDTH = PER_REQUEST_INTS.stop - PER_REQUEST_INTS.start
+_FLOAT_WIDTH = PREDICTOR_TOP_P + 1
+
+
+class SlotParams:
+    """`ints` [rows, 4] int64 (minimum frames, talker top-k, predictor top-k, seed) and `floats` [rows, 5] float32
+    (penalty, talker temperature and top-p, predictor temperature and top-p), one row per `SeenTable` slot."""
+
+    def __init__(self, num_rows: int, device: torch.device) -> None:
+        self.ints = torch.zeros((num_rows, _INT_WIDTH), dtype=torch.int64, device=device)
+        self.floats = torch.zeros((num_rows, _FLOAT_WIDTH), dtype=torch.float32, device=device)
+        # A row no request holds (padding, the scratch slot) samples greedily, unpenalised, top-p off.
+        self.floats[:, PENALTY] = 1.0
+        self.floats[:, TALKER_TOP_P] = self.floats[:, PREDICTOR_TOP_P] = 1.0
+        self._holder: list[str | None] = [None] * num_rows
+
+    def hold(self, slots: list[int], seqs: list[Sequence]) -> None:
+        """Make each slot's row hold its request's parameters; only slots taken since the last call are written
+        (one upload for all of them), so a step of requests already seated costs a comparison per row."""
+        fresh = [(slot, seq) for slot, seq in zip(slots, seqs) if self._holder[slot] != seq.request_id]
+        if not fresh:
+            return
+        ints = np.zeros((len(fresh), _INT_WIDTH), dtype=np.int64)
+        floats = np.zeros((len(fresh), _FLOAT_WIDTH), dtype=np.float32)
+        start = PER_REQUEST_INTS.start
+        for row, (slot, seq) in enumerate(fresh):
+            talker, predictor = seq.params, seq.predictor_params
+            ints[row, [MIN_FRAMES - start, TALKER_TOP_K - start, PREDICTOR_TOP_K - start, SEED - start]] = \
+                seq.min_new_frames, talker.top_k, predictor.top_k, as_int64(seq.seed)
+            floats[row, [PENALTY, TALKER_TEMPERATURE, TALKER_TOP_P, PREDICTOR_TEMPERATURE, PREDICTOR_TOP_P]] = \
+                talker.repetition_penalty, talker.temperature, talker.top_p, predictor.temperature, predictor.top_p
+            self._holder[slot] = seq.request_id
+        index = upload(torch.tensor([slot for slot, _ in fresh], dtype=torch.int64), self.ints.device)
+        self.ints.index_copy_(0, index, upload(torch.from_numpy(ints), self.ints.device))
+        self.floats.index_copy_(0, index, upload(torch.from_numpy(floats), self.floats.device))
+
+    def vacate(self, slot: int) -> None:
+        """The slot's request left: the next request seated there is written, whatever its id."""
+        self._holder[slot] = None
