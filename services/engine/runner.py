@@ -7,11 +7,11 @@ earlier), or, for a decoding request, the input of its last frame (all 16 codes 
 With graphs enabled, the whole talker step, decoding rows and prefill chunks together, replays the CUDA graph
 of its token bucket (`PaddedTalkerStep`), and the frames are sampled by `PaddedFrameSampler`, graphed per rows
 bucket, reading each request's sampling parameters and penalty row on the device by its slot (`SlotParams`,
-`SeenTable`): a step uploads one [B, 2] table of (slot, frame index) for its rows. Otherwise both run eagerly. No value is read back from the device before the step's codes, which
-are its one host synchronisation, and `launch` returns before that: the codes are copied to the host
-asynchronously and read by `LaunchedStep.result`, so the next step can be prepared while this one runs. A decoding
-row's input is built on the device from the codes its request drew last (`SeenTable.last_frames`), so it does not
-wait for them to reach the host either.
+`SeenTable`): a step uploads one [B, 2] table of (slot, frame index) for its rows. Otherwise both run eagerly.
+No value is read back from the device before the step's codes, which are its one host synchronisation, and
+`launch` returns before that: the codes are copied to the host asynchronously and read by `LaunchedStep.result`,
+so the next step can be prepared while this one runs. A decoding row's input is built on the device from the codes
+its request drew last (`SeenTable.last_frames`), so it does not wait for them to reach the host either.
 """
 
 from __future__ import annotations

