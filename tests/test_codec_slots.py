@@ -199,16 +199,3 @@ def test_a_voice_primed_on_another_thread_continues_as_a_full_decode(checkpoint_
     full = decoder.decode(torch.cat([context, codes]))
     assert float((voiced - full[21 * decoder.samples_per_frame:]).abs().max()) <= TOLERANCE
     assert float((voiced - decoder.decode(codes)).abs().max()) > 100 * TOLERANCE, "the context must matter"
-
-
-def test_priming_takes_cudnns_heuristic_algorithms_and_gives_the_flag_back(decoder, monkeypatch):
-    """A reference's own length is new to cuDNN: timing its algorithms there froze the vocoder (slot_decoder.py)."""
-    slots = SlotDecoder(decoder, max_streams=1, max_rows=1, capture=False)
-    searched = []
-    forward = decoder.forward
-    monkeypatch.setattr(decoder, "forward",
-                        lambda codes, rows: searched.append(torch.backends.cudnn.benchmark) or forward(codes, rows))
-    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
-    slots.primed_state(random_codes(5, 16, CODEBOOK_SIZE, seed=1))
-    assert searched == [False]
-    assert torch.backends.cudnn.benchmark is True

@@ -36,23 +36,6 @@ PRIME_PASS_FRAMES = 128
 are 245,760 samples in each of the vocoder's last layers' channels)."""
 
 
-@contextlib.contextmanager
-def _heuristic_algorithms():
-    """cuDNN picks the convolutions' algorithms inside by its heuristic, not by timing them (`benchmark`, set for
-    the graphed steps below). A priming pass has the reference's own length, new for almost every reference, and
-    the timing at a new length held the interpreter lock for ~2.5 s on an H200: the whole vocoder stopped (a cloned
-    voice at 20 requests/s, each its own reference: first packet p95 3.4 s, loadtest/RESULTS-GPU.md). Splitting
-    the reference into passes of a few warmed-up lengths instead made priming 2.5x slower (one eager pass is bound
-    by its launches, whatever its length). The flag is process-wide; only the priming thread changes it after the
-    warm-up, and the graphed steps do not read it."""
-    before = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.benchmark = before
-
-
 def row_buckets(max_rows: int) -> tuple[int, ...]:
     """Batch sizes a pass is padded up to: 1, 2, 4, ... below `max_rows`, then `max_rows`."""
     if max_rows < 1:
@@ -189,7 +172,9 @@ class SlotDecoder:
                 for start in range(0, context.shape[0], PRIME_PASS_FRAMES):
                     piece = context[start:start + PRIME_PASS_FRAMES].to(device=device, dtype=torch.long)
                     rows = pool.gather(slots)
-                    with self.decoder.float32_convolutions(), _heuristic_algorithms():
+                    # cuDNN times its algorithms at a new length (benchmark mode): with its heuristic instead
+                    # a pass took 265 ms, not 30, on an H200 (loadtest/RESULTS-GPU.md, 2026-12-03)
+                    with self.decoder.float32_convolutions():
                         self.decoder.forward(piece[None], rows)
                     pool.store(slots, rows, piece.shape[0])
                 state = pool.snapshot(slot)
