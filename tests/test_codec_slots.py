@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from services.model.codec import CodecDecoder, CodecInputError, load_codec_decoder
-from services.model.codec.slot_decoder import SlotDecoder, row_buckets
+from services.model.codec.slot_decoder import PRIME_PASS_LENGTHS, SlotDecoder, priming_passes, row_buckets
 from services.model.codec.slot_pool import SlotsExhausted
 from tests.fixtures.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
 
@@ -50,6 +50,28 @@ def _stream_all(slots: SlotDecoder, ids: list[int], codes: list[torch.Tensor],
             outputs[row].append(samples)
         start += size
     return [torch.cat(parts) for parts in outputs]
+
+
+def test_priming_passes_cover_any_reference_in_the_prepared_lengths_longest_first():
+    assert priming_passes(75) == [64, 8, 2, 1] and priming_passes(0) == [] and priming_passes(128) == [64, 64]
+    for frames in range(0, 400):
+        passes = priming_passes(frames)
+        assert sum(passes) == frames and set(passes) <= set(PRIME_PASS_LENGTHS), frames
+        assert passes == sorted(passes, reverse=True) and len(passes) <= frames // 64 + 6, frames
+
+
+def test_after_the_priming_warm_up_a_reference_of_any_length_builds_no_step(decoder, monkeypatch):
+    """Every pass runs a step the warm-up built (on CUDA: captured), so none meets cuDNN at a new length."""
+    slots = SlotDecoder(decoder, max_streams=1, max_rows=1, capture=False)
+    slots.warm_up(priming=True)
+    prepared = dict(slots._priming_steps)
+    assert sorted(prepared) == sorted(PRIME_PASS_LENGTHS)
+    ran = []
+    for step in prepared.values():
+        monkeypatch.setattr(step, "run", lambda s, c, _run=step.run: ran.append(c.shape[1]) or _run(s, c))
+    for frames in (1, 13, 70):
+        slots.primed_state(random_codes(frames, 16, CODEBOOK_SIZE, seed=frames))
+    assert slots._priming_steps == prepared and ran == [1, 8, 4, 1, 64, 4, 2]
 
 
 def test_row_buckets_are_powers_of_two_up_to_the_maximum():
@@ -186,7 +208,8 @@ def test_a_voice_primed_on_another_thread_continues_as_a_full_decode(checkpoint_
     exactly (float32)."""
     decoder = load_codec_decoder(checkpoint_dir, device=device, dtype=torch.float32)
     slots = SlotDecoder(decoder, max_streams=3, max_rows=4, capture=device == "cuda")
-    slots.warm_up()
+    slots.warm_up(priming=True)
+    assert not slots.priming_capture_failures
     context, codes, busy = (random_codes(n, 16, CODEBOOK_SIZE, seed=700 + n) for n in (21, 10, 40))
     other = slots.acquire()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as primer:

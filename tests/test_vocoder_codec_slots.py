@@ -78,9 +78,9 @@ async def test_context_frames_prime_the_stream_and_are_not_voiced(worker, codec_
     stream.release()
 
 
-async def test_a_reference_is_primed_in_one_forward_and_its_state_kept_for_the_next_request(worker, codec_decoder,
-                                                                                               monkeypatch):
-    """The first clone of a reference decodes its frames in one forward (not a chunk's eight frames at a time); the
+async def test_a_reference_is_primed_in_prepared_passes_and_its_state_kept_for_the_next_request(
+        worker, codec_decoder, monkeypatch):
+    """The first clone of a reference decodes its frames in passes of the prepared lengths (11 = 8 + 2 + 1); the
     next request with the same frames gets a copy of that state, and speaks exactly as the first did."""
     size = codec_decoder.config.codebook_size
     context, codes = random_codes(11, size, seed=21), random_codes(4, size, seed=22)
@@ -89,7 +89,8 @@ async def test_a_reference_is_primed_in_one_forward_and_its_state_kept_for_the_n
     monkeypatch.setattr(worker.decoder, "forward", lambda c, rows: forwards.append(c.shape) or forward(c, rows))
     first, second = await worker.new_stream(), await worker.new_stream()
     heard = await worker.decode(first, codes, context)
-    assert forwards == [(1, 11, 16), (1, 4, 16)], "the context in one forward, then the chunk"
+    assert forwards == [(1, 8, 16), (1, 2, 16), (1, 1, 16), (1, 4, 16)], \
+        "the context in passes of the prepared lengths, then the chunk"
     forwards.clear()
     again = await worker.decode(second, codes, context)
     assert forwards == [(1, 4, 16)], "the kept state copied in: no forward over the context"
@@ -104,7 +105,7 @@ async def test_a_reference_is_primed_in_one_forward_and_its_state_kept_for_the_n
 
 async def test_a_long_reference_is_primed_in_bounded_forwards_and_the_oldest_kept_state_goes_first(
         codec_model_dir, codec_decoder, monkeypatch):
-    monkeypatch.setattr(slot_decoder, "PRIME_PASS_FRAMES", 4)
+    monkeypatch.setattr(slot_decoder, "PRIME_PASS_LENGTHS", (4, 2, 1))
     codec = await CodecWorker.load(load_codec_decoder, codec_model_dir / CODEC_SUBDIR, "cpu", torch.float32,
                                    max_streams=1, max_batch=4, primed_voices=1)
     try:

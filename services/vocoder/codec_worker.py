@@ -123,7 +123,7 @@ class CodecWorker:
                 # so in a process that also decodes, codec and talker graphs can overlap on the card.
                 torch.cuda.set_stream(torch.cuda.Stream(decoder.device))
             slots = SlotDecoder(decoder, max_streams=max_streams, max_rows=max_rows, capture=capture)
-            slots.warm_up()
+            slots.warm_up(priming=primed_voices > 0)
             return slots
 
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocoder-codec")

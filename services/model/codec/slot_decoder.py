@@ -31,9 +31,21 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_CHUNK_FRAMES = 8
 """The decode service's largest chunk: one step shape per length 1..8 covers every chunk it sends."""
 
-PRIME_PASS_FRAMES = 128
-"""The most frames one priming forward decodes: bounds its activations (a 30-s reference is 375 frames; 128 frames
-are 245,760 samples in each of the vocoder's last layers' channels)."""
+PRIME_PASS_LENGTHS = (64, 32, 16, 8, 4, 2, 1)
+"""The lengths of a priming pass, each one step shape of its own (on CUDA a graph, captured at the warm-up): a
+reference of any length is primed in passes of these lengths, so none runs at a length new to cuDNN. Its timing of
+algorithms at each new length (benchmark mode, which the graphed steps need) stalled the vocoder ~2.5 s on an H200,
+and eager passes are bound by their launches (loadtest/RESULTS-GPU.md, 2026-12-03). The largest bounds a pass's
+activations: 64 frames are 122,880 samples in each of the last layers' channels."""
+
+
+def priming_passes(num_frames: int) -> list[int]:
+    """The pass lengths that prime `num_frames` frames, longest first: as many of the longest as fit, then the
+    remainder's binary digits (a 6-s reference, 75 frames: 64 + 8 + 2 + 1)."""
+    longest = PRIME_PASS_LENGTHS[0]
+    passes = [longest] * (num_frames // longest)
+    rest = num_frames % longest
+    return passes + [length for length in PRIME_PASS_LENGTHS[1:] if rest & length]
 
 
 def row_buckets(max_rows: int) -> tuple[int, ...]:
@@ -75,8 +87,14 @@ class SlotDecoder:
         self._steps: dict[tuple[int, int], ShapeStep] = {}
         self._priming_pool: CodecSlotPool | None = None
         self._priming_stream: torch.cuda.Stream | None = None
+        self._priming_steps: dict[int, ShapeStep] = {}
+        # The priming passes replay beside the batched steps (another thread and stream): their graphs must not
+        # share the batched steps' memory pool.
+        self._priming_graph_pool = torch.cuda.graph_pool_handle() if self.capture else None
         self.capture_failures: dict[tuple[int, int], str] = {}
         """(rows, frames) -> why its capture failed; those shapes run eagerly."""
+        self.priming_capture_failures: dict[tuple[int, int], str] = {}
+        """The same for the priming passes (one row each)."""
 
     @property
     def max_rows(self) -> int:
@@ -96,14 +114,20 @@ class SlotDecoder:
         return sum(step.is_graphed for step in self._steps.values())
 
     @torch.inference_mode()
-    def warm_up(self) -> None:
-        """Build (and on CUDA capture) the step of every shape now, so the first requests run as fast as the rest."""
+    def warm_up(self, priming: bool = False) -> None:
+        """Build (and on CUDA capture) the step of every shape now, so the first requests run as fast as the rest;
+        with `priming`, also every priming pass (`PRIME_PASS_LENGTHS`), for in-context clones' references."""
         for rows in self.buckets:
             for frames in range(1, self.max_chunk_frames + 1):
                 self._step(rows, frames)
+        if priming:
+            for frames in PRIME_PASS_LENGTHS:
+                self._priming_step(frames, capture=self.capture)
         if self.capture:
             torch.cuda.synchronize(self.decoder.device)
-            log.info("codec: %d of %d step shapes captured as CUDA graphs", self.num_graphs, len(self._steps))
+            graphed = sum(step.is_graphed for step in self._priming_steps.values())
+            log.info("codec: %d of %d step shapes and %d of %d priming passes captured as CUDA graphs",
+                     self.num_graphs, len(self._steps), graphed, len(self._priming_steps))
 
     def acquire(self) -> int:
         """A slot holding a fresh stream's state (SlotsExhausted when every slot is taken)."""
@@ -153,9 +177,9 @@ class SlotDecoder:
 
         It runs in a pool of its own, one slot, so it may run on another thread than the decoding (on CUDA, on a
         stream of its own, finished before it returns) without touching a request's slot: a voice is primed beside
-        the batched calls, not inside them. Eager forwards of up to PRIME_PASS_FRAMES frames: one for a 6-s
-        reference, where chunks of `max_chunk_frames` would take ten. Streaming is exact, so the state is the one any
-        chunking of the same frames leaves (up to float rounding). Not thread-safe with itself: one priming thread.
+        the batched calls, not inside them. The passes have the lengths `priming_passes` gives (graphs replayed,
+        where the warm-up captured them); streaming is exact, so the state is the one any chunking of the same frames
+        leaves (up to float rounding). Not thread-safe with itself: one priming thread.
         """
         self.decoder.validate_codes(context)
         device = self.decoder.device
@@ -164,25 +188,36 @@ class SlotDecoder:
             self._priming_stream = self._priming_stream or torch.cuda.Stream(device)
             side = torch.cuda.stream(self._priming_stream)
         with side:
-            pool = self._priming_pool = self._priming_pool or CodecSlotPool(self.decoder.stream_layout, 1, device,
-                                                                             self.decoder.dtype)
+            pool = self._priming_pool_()
             slot = pool.acquire()
             try:
-                slots = torch.tensor([slot], dtype=torch.long, device=device)
-                for start in range(0, context.shape[0], PRIME_PASS_FRAMES):
-                    piece = context[start:start + PRIME_PASS_FRAMES].to(device=device, dtype=torch.long)
-                    rows = pool.gather(slots)
-                    # cuDNN times its algorithms at a new length (benchmark mode): with its heuristic instead
-                    # a pass took 265 ms, not 30, on an H200 (loadtest/RESULTS-GPU.md, 2026-12-03)
-                    with self.decoder.float32_convolutions():
-                        self.decoder.forward(piece[None], rows)
-                    pool.store(slots, rows, piece.shape[0])
+                host_slot, start = torch.tensor([slot], dtype=torch.long), 0
+                for frames in priming_passes(context.shape[0]):
+                    piece = context[start:start + frames].to("cpu", torch.long)
+                    # A length the warm-up did not prepare runs eagerly: capturing here, beside the codec thread's
+                    # replays, is not safe.
+                    self._priming_step(frames, capture=False).run(host_slot, piece[None])
+                    start += frames
                 state = pool.snapshot(slot)
             finally:
                 pool.release(slot)
             if device.type == "cuda":
                 self._priming_stream.synchronize()  # ready before another stream reads it
         return state
+
+    def _priming_pool_(self) -> CodecSlotPool:
+        if self._priming_pool is None:
+            self._priming_pool = CodecSlotPool(self.decoder.stream_layout, 1, self.decoder.device, self.decoder.dtype)
+        return self._priming_pool
+
+    def _priming_step(self, frames: int, capture: bool) -> ShapeStep:
+        step = self._priming_steps.get(frames)
+        if step is None:
+            step = ShapeStep(self.decoder, self._priming_pool_(), 1, frames)
+            if capture:
+                self._try_capture(step, self._priming_graph_pool, self.priming_capture_failures)
+            self._priming_steps[frames] = step
+        return step
 
     @torch.inference_mode()
     def restore(self, slot: int, snapshot: SlotSnapshot) -> None:
@@ -227,16 +262,16 @@ class SlotDecoder:
         if step is None:
             step = ShapeStep(self.decoder, self.pool, rows, frames)
             if self.capture:
-                self._try_capture(step)
+                self._try_capture(step, self._graph_pool, self.capture_failures)
             self._steps[(rows, frames)] = step
         return step
 
-    def _try_capture(self, step: ShapeStep) -> None:
+    def _try_capture(self, step: ShapeStep, graph_pool, failures: dict) -> None:
         try:
-            step.capture(self._graph_pool)
+            step.capture(graph_pool)
         except Exception as exc:  # any capture failure leaves that shape eager; reported once, here
             reason = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
-            self.capture_failures[(step.rows, step.frames)] = reason
+            failures[(step.rows, step.frames)] = reason
             log.warning("codec: capturing the %d x %d-frame step failed, it runs eagerly: %s", step.rows,
                         step.frames, reason)
 
