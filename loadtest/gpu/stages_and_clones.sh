@@ -5,10 +5,10 @@
 #           `voxmesh bench` with every first packet broken into stages (closed x1 and x64, open 40/s).
 #   part 2: the cloned voice at 20 requests/s, every request its own reference (`--distinct-references`: each pays
 #           the encoders and the vocoder's priming), and the same reference in every request (the primed state kept).
-#           Next (after 2026-12-03): does priming with cuDNN's heuristic algorithms (bccbea7) remove the 2.5-s
-#           vocoder stall of a new reference length, at what priming time (decode STATS: prime p50 / p95)? Do two
-#           voice-work children (--voice-workers 2) cut the voice prompt's queue (STATS: compute p50 / p95)?
-#           Part 1's mesh then says what the joined codebook lookup did at c=64 (against 392.78 / 407.36 audio-s/s).
+#           Next (after 2026-12-03's second session): do the priming passes of prepared lengths (47270f1, graphs
+#           captured at the warm-up) remove the vocoder's ~2.9-s first_audio tail with distinct references, at what
+#           priming time (STATS: prime p50 / p95, 32 / 43 ms before)? Two voice-work children cut the voice prompt's
+#           compute from 305 to 58 ms p50 at 966b80b; part 2 runs one and two again.
 # Run through the `device` tool from the repository root with `.whl/` (bash loadtest/gpu/fetch_wheels.sh) and
 # `.devrun/prompts_en.tsv` carried:
 #   VOXMESH_COMMIT=$(git rev-parse --short HEAD) bash loadtest/gpu/stages_and_clones.sh 1|2

@@ -52,7 +52,7 @@ class DecodeSettings(CommonSettings):
                 "of this one (thread), or auto (a process on CUDA, where that work is launch-bound Python that would "
                 "hold the interpreter lock the step loop needs)", choices=("auto", "thread", "process"))
     voice_workers: int = setting(
-        1, "base checkpoints, voice work in processes: how many child processes compute voice prompts at once (each "
+        2, "base checkpoints, voice work in processes: how many child processes compute voice prompts at once (each "
            "loads its own encoders and, on CUDA, its own context of a few hundred MiB)")
     shutdown_grace_s: float = setting(30.0, "on SIGTERM: seconds owned requests get to finish before they end drained")
     metrics_port: int = setting(0, "port of the Prometheus /metrics listener (0: off)",

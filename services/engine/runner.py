@@ -37,6 +37,10 @@ from services.model.sampling import RowSampling, SamplingParams
 from services.model.uploads import upload
 
 
+SLOT, FRAME, TOKEN = 0, 1, 2
+"""Columns of a step's row index table: each sampling row's `SeenTable` slot, frame index, and last token."""
+
+
 class RemotePredictorLike(Protocol):
     """Codebooks 1..15 from elsewhere (services.mtp.client.RemotePredictor): blocking, called on the engine thread."""
 
@@ -123,20 +127,21 @@ class ModelRunner:
         rows = sampling_rows(scheduled)
         seqs = [scheduled[row].seq for row in rows]
         slots = self.seen.slots_of(seqs)  # before the inputs: a decoding row's input reads its last frame's row
-        # Each sampled row's (slot, frame index) in one upload, read by the decode rows' inputs and the sampler.
-        index = np.empty((len(seqs), 2), dtype=np.int64)
-        index[:, 0], index[:, 1] = slots, [seq.num_sampled_frames for seq in seqs]
+        # Each sampled row's slot, frame index and last token in the step: the one upload of a step's row indices,
+        # read by the decode rows' inputs, the last hidden states' gather and the sampler.
+        index = np.empty((len(seqs), 3), dtype=np.int64)
+        index[:, SLOT], index[:, FRAME] = slots, [seq.num_sampled_frames for seq in seqs]
+        index[:, TOKEN] = [query_start[row + 1] - 1 for row in rows]
         index = upload(torch.from_numpy(index), device)
         self._write_handed_kv(scheduled)
-        hidden = self._talker(self._input_rows(scheduled, query_start, rows, index[:, 0]), batch)
+        hidden = self._talker(self._input_rows(scheduled, query_start, seqs, index), batch)
         if not rows:
             return LaunchedStep.empty()
         if rows[-1] == len(rows) - 1 and query_start[-1] == len(rows):  # one token a row: the rows are the tokens
             last_hidden = hidden[: len(rows)]
         else:
-            last_token = torch.tensor([query_start[row + 1] - 1 for row in rows], dtype=torch.int64)
-            last_hidden = hidden[upload(last_token, device)]
-        codes = self._sample(last_hidden, seqs, slots, index)
+            last_hidden = hidden.index_select(0, index[:, TOKEN])
+        codes = self._sample(last_hidden, seqs, slots, index[:, SLOT : FRAME + 1])
         return LaunchedStep.start([seq.request_id for seq in seqs], codes, self.eos_id,
                                   last_hidden if self.capture_hidden else None)
 
@@ -163,35 +168,31 @@ class ModelRunner:
             return self.talker_step.run(embeds, batch)
         return self.model.talker(embeds, on_device(batch, self.model.device), self.kv_pool)
 
-    def _input_rows(self, scheduled: list[ScheduledSequence], query_start: list[int], rows: list[int],
-                    slots: torch.Tensor) -> torch.Tensor:
-        """The flattened input rows [T, H]: prefill slices copied in place, decode rows built in one batch from
-        each request's last frame on the device (`rows`: the scheduled indices that sample a frame this step, every
-        decode row among them; `slots`: their `SeenTable` rows, on the device)."""
+    def _input_rows(self, scheduled: list[ScheduledSequence], query_start: list[int], seqs: list[Sequence],
+                    index: torch.Tensor) -> torch.Tensor:
+        """The flattened input rows [T, H]: decode rows built in one batch from each request's last frame on the
+        device, prefill slices copied in place (`seqs`: the sequences that sample a frame this step, every decoding
+        one among them; `index`: their row indices on the device, as `launch` uploads them)."""
         model = self.model
         is_decode = [_is_decode(item) for item in scheduled]
-        decode = [index for index, flag in enumerate(is_decode) if flag]
-        if len(decode) == len(scheduled):  # decode rows only, in order: the built rows are the step's rows
-            return self._decode_rows(scheduled, decode, rows, slots)
-        rows_out = torch.empty((query_start[-1], model.talker.hidden_size), dtype=model.dtype, device=model.device)
-        for index, item in enumerate(scheduled):
-            if not is_decode[index]:
+        if all(is_decode):  # decode rows only, each sampling, in order: the built rows are the step's rows
+            return self._decode_rows(seqs, index[:, SLOT])
+        rows = torch.empty((query_start[-1], model.talker.hidden_size), dtype=model.dtype, device=model.device)
+        if any(is_decode):
+            # Built for every sampling row and put at its last token: a row that ends a prefill chunk gets an
+            # unused one there, overwritten by its chunk below (no per-step list of the decode rows to upload).
+            rows.index_copy_(0, index[:, TOKEN], self._decode_rows(seqs, index[:, SLOT]))
+        for position, item in enumerate(scheduled):
+            if not is_decode[position]:
                 source = self._prefill_source(item.seq)
-                rows_out[query_start[index] : query_start[index + 1]] = \
+                rows[query_start[position] : query_start[position + 1]] = \
                     source[item.start : item.start + item.num_new_tokens]
-        if decode:
-            where = torch.tensor([query_start[index] for index in decode], dtype=torch.int64)
-            rows_out[upload(where, model.device)] = self._decode_rows(scheduled, decode, rows, slots)
-        return rows_out
+        return rows
 
-    def _decode_rows(self, scheduled: list[ScheduledSequence], decode: list[int], rows: list[int],
-                     slots: torch.Tensor) -> torch.Tensor:
-        """The input rows [len(decode), H] of these decode rows, built on the device from their last frames."""
+    def _decode_rows(self, seqs: list[Sequence], slots: torch.Tensor) -> torch.Tensor:
+        """The input rows [len(seqs), H] after each sequence's last frame, built on the device from its `SeenTable`
+        row (`slots`, on the device)."""
         model = self.model
-        seqs = [scheduled[index].seq for index in decode]
-        if decode != rows:  # some rows finish a prefill chunk this step: pick the decode rows' slots
-            position = {row: at for at, row in enumerate(rows)}
-            slots = slots.index_select(0, upload(torch.tensor([position[index] for index in decode]), model.device))
         codes = self.seen.last_frames.index_select(0, slots)
         built = model_ops.frame_input_rows(model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs])
         return built.to(model.dtype)
