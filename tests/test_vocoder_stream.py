@@ -155,9 +155,11 @@ async def test_concurrent_requests_are_decoded_in_shared_codec_batches(bus, code
 
     assert stats["max_codec_batch"] > 1, "chunks of different requests must share codec calls"
     assert stats["codec_calls"] < stats["audio_chunks"]
-    timed = stats["codec_seconds"]  # every call and every chunk timed; a chunk's wait holds its call's
+    # Every call and every chunk timed. No order between the two is asserted: a chunk is settled as soon as its own
+    # pass ends, so a chunk that did not queue can take less than its call, which returns after its last pass.
+    timed = stats["codec_seconds"]
     assert timed["call"]["count"] == stats["codec_calls"] and timed["chunk"]["count"] == stats["audio_chunks"], timed
-    assert timed["chunk"]["max_ms"] >= timed["call"]["max_ms"] > 0, timed
+    assert timed["chunk"]["max_ms"] > 0 and timed["call"]["max_ms"] > 0, timed
     for rid, listener, terminal in zip(ids, listeners, terminals):
         assert isinstance(terminal, Finished) and terminal.chunk_count == 3
         full = full_decode_pcm(codec_decoder, codes[rid]).astype(np.int32)

@@ -136,3 +136,18 @@ def test_stream_epochs_only_move_forward():
     assert stream.is_stale(1) and not stream.is_stale(2)
     stream.advance(chunk(0, 2))
     assert (stream.next_seq, stream.frames) == (1, 2)
+
+
+def test_only_a_checkpoint_that_clones_voices_prepares_the_priming_passes(tiny_checkpoint, tiny_base_checkpoint,
+                                                                             tmp_path, caplog):
+    from services.vocoder.service import clones_voices
+
+    def settings(model_dir) -> VocoderSettings:
+        return VocoderSettings(nats_url="nats://127.0.0.1:4222", model_dir=str(model_dir), replica="vocoder-unit")
+
+    assert clones_voices(settings(tiny_base_checkpoint)) is True
+    assert clones_voices(settings(tiny_checkpoint)) is False
+    # A directory whose config cannot be read prepares them, and says why.
+    (tmp_path / "config.json").write_text("{not json")
+    assert clones_voices(settings(tmp_path)) is True
+    assert "could not read the checkpoint's model type" in caplog.text

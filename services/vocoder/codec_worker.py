@@ -110,10 +110,11 @@ class CodecWorker:
     @classmethod
     async def load(cls, load_decoder: Callable[..., Any], *args: Any, max_streams: int, max_batch: int = 32,
                    batch_across_requests: bool = True, capture: bool | None = None,
-                   primed_voices: int = DEFAULT_PRIMED_VOICES) -> CodecWorker:
+                   primed_voices: int = DEFAULT_PRIMED_VOICES, primes_voices: bool = True) -> CodecWorker:
         """Build the decoder with `load_decoder(*args)` and its slot decoder on the worker's own thread (torch stays
         off the event loop, and a GPU context is made on the thread that will use it), and build (on CUDA: capture)
-        every step shape before returning, so the first requests are as fast as the rest."""
+        every step shape before returning, so the first requests are as fast as the rest; with `primes_voices`,
+        also every priming pass of a cloned voice's reference (a checkpoint that clones none can leave them)."""
         max_rows = max_batch if batch_across_requests else 1
 
         def build() -> SlotDecoder:
@@ -123,7 +124,7 @@ class CodecWorker:
                 # so in a process that also decodes, codec and talker graphs can overlap on the card.
                 torch.cuda.set_stream(torch.cuda.Stream(decoder.device))
             slots = SlotDecoder(decoder, max_streams=max_streams, max_rows=max_rows, capture=capture)
-            slots.warm_up(priming=primed_voices > 0)
+            slots.warm_up(priming=primes_voices)
             return slots
 
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocoder-codec")
@@ -232,23 +233,26 @@ class CodecWorker:
         jobs = [j for j in jobs if not j.stream.is_released]
         if not jobs:
             return
-        self.num_calls += 1
         self.max_batch_seen = max(self.max_batch_seen, len(jobs))
         loop = asyncio.get_running_loop()
 
         def ready(entries: list[int], audio: list[np.ndarray]) -> None:  # on the codec thread, as passes finish
             loop.call_soon_threadsafe(_settle, [jobs[entry] for entry in entries], audio)
 
+        started = time.perf_counter()
         try:
-            started = time.perf_counter()
             outputs = await self.run_on_thread(self._decode_on_thread, [j.stream.slot for j in jobs],
                                                [j.codes for j in jobs], [j.primed for j in jobs], ready)
-            self.timings["call"].observe(time.perf_counter() - started)
         except Exception as exc:  # a model error fails this batch's requests, never the batcher
             log.exception("codec call of %d chunks failed", len(jobs))
             failure = CodecFailure(f"the codec failed: {exc!r}")
             failure.__cause__ = exc
             outputs = [failure] * len(jobs)
+        finally:
+            # Counted with its time, once it returned: its chunks may have been settled (and their audio sent)
+            # before, as their passes ended, so a call is never counted without its time.
+            self.num_calls += 1
+            self.timings["call"].observe(time.perf_counter() - started)
         _settle(jobs, outputs)
 
     def _decode_on_thread(self, slots: list[int], codes: list[np.ndarray], primed: list[SlotSnapshot | None],

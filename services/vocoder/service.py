@@ -109,7 +109,20 @@ async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
     return await CodecWorker.load(load_codec_decoder, codec_dir(settings), settings.device, _DTYPES[settings.dtype],
                                   max_streams=settings.max_streams + settings.max_redecodes, max_batch=max_batch,
                                   batch_across_requests=settings.codec_batching,
-                                  primed_voices=settings.primed_voices)
+                                  primed_voices=settings.primed_voices, primes_voices=clones_voices(settings))
+
+
+def clones_voices(settings: VocoderSettings) -> bool:
+    """Whether the checkpoint clones voices from reference audio (a base one): only then are the codec's priming
+    passes prepared at start (CUDA graphs, a few hundred MiB). One whose config cannot be read is assumed to."""
+    from services.model.config import load_config
+    from services.model.errors import ModelError
+
+    try:
+        return load_config(Path(settings.model_dir))[0].tts_model_type == "base"
+    except (ModelError, OSError, ValueError) as exc:
+        log.warning("could not read the checkpoint's model type (%s); preparing the priming of cloned voices", exc)
+        return True
 
 
 async def serve(settings: VocoderSettings, stop: asyncio.Event, codec: CodecWorker | None = None) -> None:
