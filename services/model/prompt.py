@@ -19,6 +19,7 @@ import torch
 from services.model.config import TTSConfig
 from services.model.errors import RequestError, UnsupportedModelError
 from services.model.talker import Talker
+from services.model.uploads import upload
 from services.model.voice.prompt_rows import in_context_rows, with_speaker_row
 from services.model.voice.voice_prompt import VoicePrompt
 
@@ -135,17 +136,26 @@ def build_prompt(talker: Talker, cfg: TTSConfig, request: PromptRequest) -> Prom
     _check_ids(request.text_ids, cfg.talker.text_vocab_size, "text")
     _check_ids(request.instruct_ids or (), cfg.talker.text_vocab_size, "instruction")
     device = talker.codec_head.weight.device
-    ids = torch.tensor(request.text_ids, dtype=torch.long, device=device)
-    codec = talker.codec_embedding(torch.tensor(codec_prefix(cfg, request.speaker, request.language), device=device))
+    # Every id the prompt needs in one upload, and every text row in one embedding pass (admission runs beside the
+    # step loop: fewer launches and host copies there leave the interpreter lock to the loop); the rows are
+    # sliced out below.
+    instruct = request.instruct_ids if request.instruct_ids and uses_instruction(cfg) else ()
+    prefix = codec_prefix(cfg, request.speaker, request.language)
+    specials = (cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id)
+    text_ids = (*specials, *request.text_ids, *instruct)
+    all_ids = upload(torch.tensor((*text_ids, *prefix), dtype=torch.long), device)
+    embedded = talker.embed_text(all_ids[: len(text_ids)])
+    codec = talker.codec_embedding(all_ids[len(text_ids) :])
     if request.voice is not None:
         codec = with_speaker_row(codec, request.voice)
-    special = talker.embed_text(torch.tensor([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id], device=device))
-    tts_bos, tts_eos, tts_pad = special[0:1], special[1:2], special[2]
-    text = talker.embed_text(ids[ROLE_TOKENS:-TAIL_TOKENS])
+    tts_bos, tts_eos, tts_pad = embedded[0:1], embedded[1:2], embedded[2]
+    start, end = len(specials), len(specials) + len(request.text_ids)
+    ids = all_ids[start:end]
+    text = embedded[start + ROLE_TOKENS : end - TAIL_TOKENS]
     pads = tts_pad.expand(codec.shape[0] - 2, -1)
-    parts = [talker.embed_text(ids[:ROLE_TOKENS]), torch.cat((pads, tts_bos)) + codec[:-1]]
-    if request.instruct_ids and uses_instruction(cfg):
-        parts.insert(0, talker.embed_text(torch.tensor(request.instruct_ids, dtype=torch.long, device=device)))
+    parts = [embedded[start : start + ROLE_TOKENS], torch.cat((pads, tts_bos)) + codec[:-1]]
+    if instruct:
+        parts.insert(0, embedded[end:])
     if request.voice is not None and request.voice.in_context:
         rows, trailing = in_context_rows(talker, cfg, request.voice, ids[ROLE_TOKENS:-TAIL_TOKENS], tts_eos, tts_pad,
                                          request.non_streaming)
