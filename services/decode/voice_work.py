@@ -9,8 +9,8 @@ of them, each loading only the speaker and codec encoders (`VoiceCloner.from_dir
 a time; its prompts, a few kB of CPU tensors, come back pickled. One child kept up with 20 new references a second
 only with a queue (prompt p50 98 ms, p95 360 ms on an H200 for ~29 ms of work each): more children serve more
 references at once, each with its own interpreter and launch queue (two: p50 54-58 ms, p95 107-111 ms at 20
-distinct references a second, against 305 / 856 ms for one in the same run; the default is two). On the CPU the work is torch compute that
-releases the lock, and a thread serves as well without a second copy of the encoders.
+distinct references a second, against 305 / 856 ms for one in the same run; the default is two). On the CPU the
+work is torch compute that releases the lock, and a thread serves as well without a second copy of the encoders.
 
 A child that dies (killed, out of memory) fails the prompts in flight with `VoiceWorkLost` and is started again for
 the next one.

@@ -72,22 +72,29 @@ class FrameBucketError(EngineError, ValueError):
 
 def needs_whole_vocabulary(rows: RowSampling) -> bool:
     """Whether some row keeps more candidates than TOP_K_CAP (top_k 0 keeps all of them)."""
-    return rows.max_top_k is None or rows.max_top_k > TOP_K_CAP
+    return _keeps_more_than_the_cap(rows.max_top_k)
+
+
+def _keeps_more_than_the_cap(max_top_k: int | None) -> bool:
+    return max_top_k is None or max_top_k > TOP_K_CAP
 
 
 def sampling_mode(rows: RowSampling, vocab_size: int, device: torch.device) -> str:
     """The mode a side's rows need: FUSED where none uses top-p and the fused sampler serves on `device`."""
-    if not rows.uses_top_p and compiles_for(device) and fused_sample.covers(vocab_size, device):
-        return FUSED
-    return WHOLE if needs_whole_vocabulary(rows) else CAPPED
+    return _mode(rows.uses_top_p, rows.max_top_k, vocab_size, device)
 
 
 def params_mode(params: Sequence[SamplingParams], vocab_size: int, device: torch.device) -> str:
     """`sampling_mode` of the rows these parameters would build, read from the parameters on the host."""
     top_ks = [p.top_k for p in params]
-    summary = RowSampling(*[None] * 5, max_top_k=None if 0 in top_ks else max(top_ks, default=0),
-                          uses_top_p=any(p.top_p < 1.0 for p in params))
-    return sampling_mode(summary, vocab_size, device)
+    return _mode(any(p.top_p < 1.0 for p in params), None if 0 in top_ks else max(top_ks, default=0), vocab_size,
+                 device)
+
+
+def _mode(uses_top_p: bool, max_top_k: int | None, vocab_size: int, device: torch.device) -> str:
+    if not uses_top_p and compiles_for(device) and fused_sample.covers(vocab_size, device):
+        return FUSED
+    return WHOLE if _keeps_more_than_the_cap(max_top_k) else CAPPED
 
 
 def mode_summary(mode: str) -> tuple[int | None, bool, bool]:

@@ -209,7 +209,7 @@ class ModelRunner:
     def _sample(self, hidden: torch.Tensor, seqs: list[Sequence], slots: list[int],
                 index: torch.Tensor) -> torch.Tensor:
         """A frame of each row; `slots` its `SeenTable` rows, `index` [B, 2] their (slot, frame index) on the device."""
-        device = self.model.device
+        device, slot_index = self.model.device, index[:, SLOT]
         sampler = self.frame_sampler
         if self.remote_predictor is None and sampler is not None and sampler.bucket(len(seqs)) is not None:
             # Every per-row value is on the device already (the slot's parameters, its penalty row): few launches.
@@ -218,11 +218,10 @@ class ModelRunner:
             modes = (params_mode([s.params for s in seqs], talker.vocab_size, device),
                      params_mode([s.predictor_params for s in seqs], talker.code_predictor.vocab_size, device))
             codes = sampler.run_from_slots(hidden, index, self.seen.table, self.slot_params, modes)
-            self.seen.mark(index[:, 0], codes)
+            self.seen.mark(slot_index, codes)
             return codes
         seeds, frames = [s.seed for s in seqs], [s.num_sampled_frames for s in seqs]
         talker_rows = RowSampling.build([s.params for s in seqs], seeds, frames, device)
-        slot_index = index[:, 0]
         seen = self.seen.rows(slot_index)
         host = upload(torch.tensor([[s.params.repetition_penalty for s in seqs], frames,
                                     [s.min_new_frames for s in seqs]], dtype=torch.float64), device)

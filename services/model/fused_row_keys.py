@@ -8,6 +8,8 @@ keys are equal to the bit.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from services.model import fused_gumbel
@@ -60,6 +62,4 @@ def row_keys(seed: torch.Tensor, frame: torch.Tensor, out: torch.Tensor | None =
 
 
 def _interpreting() -> bool:
-    import os
-
     return os.environ.get("TRITON_INTERPRET") == "1"
