@@ -133,7 +133,8 @@ def decode_summary(path: Path) -> str:
                f"{stats.get('frames')} frames, mean batch {'-' if mean is None else f'{mean:.2f}'}, "
                f"max batch {stats.get('max_batch_size')}, preemptions {stats.get('preemptions')}, "
                f"step errors {stats.get('step_errors')}")
-    for title, timings in (("voice prompts", stats.get("voice_prompt_seconds", {})),
+    for title, timings in (("steps (device, idle stream, host launch)", stats.get("step_seconds", {})),
+                           ("voice prompts", stats.get("voice_prompt_seconds", {})),
                            ("vocoder codec", stats.get("vocoder", {}).get("codec_seconds", {}))):
         timed = {part: t for part, t in timings.items() if t.get("count")}
         if timed:  # by part: where a cloned voice's first packet, or any chunk's audio, waits

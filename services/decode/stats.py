@@ -54,4 +54,5 @@ class DecodeStats:
             "is_draining": now.is_draining,
             "messages_termed": messages_termed,
             "graph_capture_failures": now.num_graph_capture_failures,
+            "step_seconds": engine.timeline.snapshot(),
         }

@@ -28,6 +28,7 @@ from services.engine.runner import ModelRunner
 from services.engine.scheduler import Scheduler
 from services.engine.sequence import RequestOutcome, Sequence, SequenceStatus
 from services.engine.step_isolation import isolate_failure
+from services.engine.step_timeline import StepTimeline
 from services.model.loader import TTSModel
 from services.model.prompt import PromptRequest
 from services.model.sampling import SamplingParams
@@ -90,6 +91,8 @@ class Engine:
         self.num_blocks = pool_num_blocks(config, model)
         self.scheduler = Scheduler(config, self.num_blocks, stage.preemption_mode)
         self.inbox = RequestInbox()
+        self.timeline = StepTimeline()
+        """Each step's device, idle and launch times (read by the service's STATS)."""
         """Admitted requests on their way to the scheduler (filled from any thread, emptied by the step thread)."""
         self._prompt_stream = torch.cuda.Stream(model.device) if model.device.type == "cuda" else None
         """Prompts are built on a side stream (CUDA), so admission does not wait behind the queued steps."""
@@ -215,6 +218,7 @@ class Engine:
         output = StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
         if scheduled.is_empty:
             return self._collect(output)
+        started = time.perf_counter()
         try:
             launched = self.runner.launch(scheduled.scheduled)
         except Exception as error:  # noqa: BLE001 - a failed step ends the request that failed it, not the replica
@@ -223,6 +227,7 @@ class Engine:
             if isinstance(error, RemoteStageFailed):
                 return _merged(output, self._fail_step(SchedulerOutput(still_running), error))
             return _merged(output, self._isolate(SchedulerOutput(still_running), error))
+        self.timeline.launched(time.perf_counter() - started)
         self.scheduler.launched(scheduled.scheduled)
         previous, self._in_flight = self._in_flight, (scheduled, launched)
         output = self._apply(previous, output)
@@ -231,7 +236,9 @@ class Engine:
     def _collect(self, output: StepOutput) -> StepOutput:
         """Apply the step in flight (if any) into `output`; nothing is in flight after this."""
         in_flight, self._in_flight = self._in_flight, None
-        return self._apply(in_flight, output)
+        output = self._apply(in_flight, output)
+        self.timeline.restart()  # nothing queued now: the stream's next wait is for work, not for the host
+        return output
 
     def _apply(self, launched: tuple[SchedulerOutput, LaunchedStep] | None, output: StepOutput) -> StepOutput:
         """Wait for a launched step's codes and apply them (frames, ends) on top of `output`."""
@@ -239,6 +246,8 @@ class Engine:
             return output
         scheduled, step = launched
         frames, outcomes = self.scheduler.update_from_output(scheduled, step.result())
+        self.timeline.applied(step.begun, step.arrived,
+                              mixed=scheduled.num_batched_tokens > len(scheduled.scheduled))
         outcomes = [self._exported(outcome) for outcome in outcomes]
         self._forget(outcomes, [])
         return StepOutput(output.frames + frames, output.outcomes + outcomes, output.preempted_ids,

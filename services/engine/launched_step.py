@@ -16,17 +16,30 @@ from services.engine.sequence import NUM_CODEBOOKS
 class LaunchedStep:
     """The codes (and, when asked, hidden states) of one launched step; `result()` waits for them."""
 
-    __slots__ = ("_request_ids", "_codes", "_hidden", "_eos_id", "_arrived")
+    __slots__ = ("_request_ids", "_codes", "_hidden", "_eos_id", "begun", "arrived")
 
     def __init__(self, request_ids: list[str], codes: torch.Tensor, hidden: torch.Tensor | None, eos_id: int,
-                 arrived: torch.cuda.Event | None) -> None:
+                 arrived: torch.cuda.Event | None, begun: torch.cuda.Event | None = None) -> None:
         self._request_ids, self._codes, self._hidden, self._eos_id = request_ids, codes, hidden, eos_id
-        self._arrived = arrived
+        self.arrived = arrived
+        """Recorded after the codes' copy (timed: `StepTimeline` reads it once `result()` has returned)."""
+        self.begun = begun
+        """Recorded before the step's first operation (`begin_on_device`), or None."""
+
+    @staticmethod
+    def begin_on_device(device: torch.device) -> torch.cuda.Event | None:
+        """The event a CUDA step records on its stream before its first operation (None elsewhere)."""
+        if device.type != "cuda":
+            return None
+        begun = torch.cuda.Event(enable_timing=True)
+        begun.record()
+        return begun
 
     @classmethod
     def start(cls, request_ids: list[str], codes: torch.Tensor, eos_id: int,
-              hidden: torch.Tensor | None = None) -> LaunchedStep:
-        """Queue the copies of `codes` [B, 16] (and `hidden` [B, H] as float32) to the host."""
+              hidden: torch.Tensor | None = None, begun: torch.cuda.Event | None = None) -> LaunchedStep:
+        """Queue the copies of `codes` [B, 16] (and `hidden` [B, H] as float32) to the host (`begun`: see
+        `begin_on_device`)."""
         if codes.device.type != "cuda":
             # Work on the CPU is done when the call returns; copy out of any static buffer all the same.
             return cls(request_ids, codes.clone(), None if hidden is None else hidden.float().clone(), eos_id, None)
@@ -36,9 +49,9 @@ class LaunchedStep:
         if hidden is not None:
             hidden_host = torch.empty(hidden.shape, dtype=torch.float32, pin_memory=True)
             hidden_host.copy_(hidden, non_blocking=True)
-        arrived = torch.cuda.Event()
+        arrived = torch.cuda.Event(enable_timing=True)
         arrived.record()
-        return cls(request_ids, codes_host, hidden_host, eos_id, arrived)
+        return cls(request_ids, codes_host, hidden_host, eos_id, arrived, begun)
 
     @classmethod
     def empty(cls) -> LaunchedStep:
@@ -47,8 +60,8 @@ class LaunchedStep:
 
     def result(self) -> ModelRunnerOutput:
         """The step's frames, once its codes are on the host (waits for the device only if they are not yet)."""
-        if self._arrived is not None:
-            self._arrived.synchronize()
+        if self.arrived is not None:
+            self.arrived.synchronize()
         codes = self._codes
         return ModelRunnerOutput(request_ids=self._request_ids, codes=codes,
                                  is_eos=(codes[:, 0] == self._eos_id).tolist(), hidden=self._hidden)

@@ -122,6 +122,7 @@ class ModelRunner:
     def launch(self, scheduled: list[ScheduledSequence]) -> LaunchedStep:
         """`execute` without waiting: the step is queued on the device; its output is `result()` of the return."""
         device = self.model.device
+        begun = LaunchedStep.begin_on_device(device)  # the step's device time starts here (StepTimeline)
         batch = build_attention_batch(scheduled, self.block_size)  # on the host: no reads back from the device
         query_start = batch.query_start.tolist()
         rows = sampling_rows(scheduled)
@@ -143,7 +144,7 @@ class ModelRunner:
             last_hidden = hidden.index_select(0, index[:, TOKEN])
         codes = self._sample(last_hidden, seqs, slots, index[:, SLOT : FRAME + 1])
         return LaunchedStep.start([seq.request_id for seq in seqs], codes, self.eos_id,
-                                  last_hidden if self.capture_hidden else None)
+                                  last_hidden if self.capture_hidden else None, begun)
 
     def _write_handed_kv(self, scheduled: list[ScheduledSequence]) -> None:
         """Requests first scheduled with KV computed elsewhere (a remote prefill): their blocks get it now, on the

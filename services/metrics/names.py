@@ -28,6 +28,10 @@ KV_BLOCKS_CAPACITY = "voxmesh_kv_blocks_capacity"
 CODEC = "voxmesh_codec_seconds"
 """Seconds of a vocoder's codec, by `part`: `call` (one batched call on the codec thread) and `chunk` (one chunk from
 its hand-over to its audio: the call in progress and its own)."""
+STEP = "voxmesh_step_seconds"
+"""Seconds of a decode replica's engine steps, by `part`: `device_decode` and `device_mixed` (a step on the card,
+without and with a prompt's prefill chunk), `idle` (the card's stream waiting for the next step: the host was late)
+and `launch` (the host building and queueing a step); see services/engine/step_timeline.py."""
 VOICE_PROMPT = "voxmesh_voice_prompt_seconds"
 """Seconds a cloned voice's prompt took on a decode or prefill replica, by `part`: `audio_read` (the reference from
 its object store) and `compute` (the audio work as the replica waits for it, the worker's queue included)."""

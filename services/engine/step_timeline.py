@@ -1,0 +1,54 @@
+"""Where each step's time goes on the device, read from two CUDA events a launched step records.
+
+A step records `begun` on its stream before its first operation and `arrived` after the copy of its codes. Once its
+codes are on the host both have completed, and the events give, at no cost to the step:
+
+- device: `begun` -> `arrived`, the step on the device from the moment the stream reached it. It holds the step's
+  kernels, the time the card gave to another process meanwhile (the vocoder time-slices the same card), and any wait
+  for the host to launch the step's later kernels;
+- idle: the previous step's `arrived` -> this step's `begun`, the stream with nothing to run: the engine thread (or
+  the event loop feeding it) was late with the next step. Zero when the step was queued before the previous one
+  ended, as the overlapped loop means it to be.
+
+Split by kind (steps that sample only decode rows, and mixed ones that also carry a prompt's prefill chunk), with the
+host's time to build and launch a step beside them, these say whether a mesh's step rate is bound by the card, by the
+card's other tenant, or by the host (loadtest/RESULTS-GPU.md reads them from decode's STATS).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from services.metrics.timings import Timings, snapshots
+
+STEP_BOUNDS = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.010, 0.012, 0.015, 0.020, 0.030, 0.050, 0.100)
+"""Seconds; a step of the presets takes 1-20 ms."""
+
+
+class StepTimeline:
+    """Device and host times of the steps applied so far (CUDA steps only; a CPU step records no events)."""
+
+    def __init__(self) -> None:
+        self.timings = {name: Timings(STEP_BOUNDS) for name in ("device_decode", "device_mixed", "idle", "launch")}
+        self._last_arrived: torch.cuda.Event | None = None
+
+    def launched(self, seconds: float) -> None:
+        """The host took `seconds` to build and queue a step."""
+        self.timings["launch"].observe(seconds)
+
+    def applied(self, begun: torch.cuda.Event | None, arrived: torch.cuda.Event | None, *, mixed: bool) -> None:
+        """A step's codes are on the host (both events complete): its device time and the idle time before it."""
+        if begun is None or arrived is None:
+            return
+        self.timings["device_mixed" if mixed else "device_decode"].observe(begun.elapsed_time(arrived) / 1000)
+        if self._last_arrived is not None:
+            # Steps are applied in launch order on one stream, so the previous step's event has completed too.
+            self.timings["idle"].observe(max(0.0, self._last_arrived.elapsed_time(begun)) / 1000)
+        self._last_arrived = arrived
+
+    def restart(self) -> None:
+        """No step is in flight (a drain, an idle loop): the next step's wait is not the stream's idleness."""
+        self._last_arrived = None
+
+    def snapshot(self) -> dict[str, dict]:
+        return snapshots(self.timings)
