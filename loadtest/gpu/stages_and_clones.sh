@@ -9,12 +9,13 @@
 #           captured at the warm-up) remove the vocoder's ~2.9-s first_audio tail with distinct references, at what
 #           priming time (STATS: prime p50 / p95, 32 / 43 ms before)? Two voice-work children cut the voice prompt's
 #           compute from 305 to 58 ms p50 at 966b80b; part 2 runs one and two again.
+#   part 3: closed x64 with decode's step timeline and py-spy, then part 2's distinct references with two children.
 # Run through the `device` tool from the repository root with `.whl/` (bash loadtest/gpu/fetch_wheels.sh) and
 # `.devrun/prompts_en.tsv` carried:
-#   VOXMESH_COMMIT=$(git rev-parse --short HEAD) bash loadtest/gpu/stages_and_clones.sh 1|2
+#   VOXMESH_COMMIT=$(git rev-parse --short HEAD) bash loadtest/gpu/stages_and_clones.sh 1|2|3
 # Writes under $OUT; each part keeps within one call's 600 s.
 set -uo pipefail
-PART=${1:?part 1 or 2}
+PART=${1:?part 1, 2 or 3}
 OUT=${OUT:-$PWD/.devrun/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -38,6 +39,16 @@ if [ "$PART" = 1 ]; then
   # every service for 5 s during the closed x64 level
   mesh "$OUT/mesh" --closed "1 64" --closed-per-stream 12 --rates 40 --open-seconds 20 --deadline $((575 - SECONDS)) \
     --profile-s 5 --profile-delay-s 4
+elif [ "$PART" = 3 ]; then
+  # 2026-12-03 third session: closed x64 with decode's step timeline (device time by kind, the stream's idle time,
+  # the host's launch time: STATS step_seconds) and py-spy, then the cloned voice at 20/s with distinct references
+  # and two voice-work children (does 47270f1's graphed priming remove the first_audio tail?)
+  mesh "$OUT/mesh" --closed 64 --closed-per-stream 12 --rates "" --deadline 200 --profile-s 5 --profile-delay-s 4
+  ref=$OUT/ref6.wav
+  python3 -c "from tests.reference_audio_files import audio_file; open('$ref', 'wb').write(audio_file(6.0, 24000, seed=3))"
+  VOXMESH_VOICE_WORKERS=2 mesh "$OUT/clone_distinct_w2" --model-type base --ref-audio "$ref" \
+    --ref-text "This is the reference voice, speaking for six seconds or so." --bench-args --distinct-references \
+    --closed 1 --rates 20 --open-seconds 20 --deadline $((575 - SECONDS))
 else
   ref=$OUT/ref6.wav
   python3 -c "from tests.reference_audio_files import audio_file; open('$ref', 'wb').write(audio_file(6.0, 24000, seed=3))"
