@@ -91,9 +91,9 @@ class Engine:
         self.num_blocks = pool_num_blocks(config, model)
         self.scheduler = Scheduler(config, self.num_blocks, stage.preemption_mode)
         self.inbox = RequestInbox()
+        """Admitted requests on their way to the scheduler (filled from any thread, emptied by the step thread)."""
         self.timeline = StepTimeline()
         """Each step's device, idle and launch times (read by the service's STATS)."""
-        """Admitted requests on their way to the scheduler (filled from any thread, emptied by the step thread)."""
         self._prompt_stream = torch.cuda.Stream(model.device) if model.device.type == "cuda" else None
         """Prompts are built on a side stream (CUDA), so admission does not wait behind the queued steps."""
         self._overlap = config.overlap_steps if config.overlap_steps is not None else model.device.type == "cuda"
