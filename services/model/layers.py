@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from services.model import fused_norm_rope, fused_qk_norm_rope, fused_rms_norm, fused_silu_mul
+from services.model import fused_norm_linear, fused_norm_rope, fused_qk_norm_rope, fused_rms_norm, fused_silu_mul
 from services.model.config import DecoderConfig
 from services.model.fused_qk_norm_rope import KvDestination
 from services.model.fused_small_attention import HeadNorms
@@ -175,11 +175,19 @@ class SelfAttention(nn.Module):
         self.qkv = _fused((self.q_proj, self.k_proj, self.v_proj))
 
     def forward(self, x: torch.Tensor, rope: RopeInputs, layer: int, attend: Attend) -> torch.Tensor:
-        if self.qkv is not None and isinstance(rope, FusedRope) and self._norm_weights_in(x.dtype):
-            out = self._attend_fused(F.linear(x, *self.qkv), rope, layer, attend)
-        else:
-            out = self._attend_unfused(x, rope, layer, attend)
+        if self.takes_projection(x, rope):
+            return self.from_projection(F.linear(x, *self.qkv), rope, layer, attend)
+        out = self._attend_unfused(x, rope, layer, attend)
         return self.o_proj(out.reshape(*x.shape[:-1], -1))
+
+    def takes_projection(self, x: torch.Tensor, rope: RopeInputs) -> bool:
+        """Whether `from_projection` serves rows like `x`: fused weights, the fused RoPE, norms in x's dtype."""
+        return self.qkv is not None and isinstance(rope, FusedRope) and self._norm_weights_in(x.dtype)
+
+    def from_projection(self, qkv: torch.Tensor, rope: FusedRope, layer: int, attend: Attend) -> torch.Tensor:
+        """The attention's output (o_proj applied) from the fused q/k/v projection's output qkv [..., width]."""
+        out = self._attend_fused(qkv, rope, layer, attend)
+        return self.o_proj(out.reshape(*qkv.shape[:-1], -1))
 
     def _norm_weights_in(self, dtype: torch.dtype) -> bool:
         return self.q_norm.weight.dtype == dtype and self.k_norm.weight.dtype == dtype
@@ -265,14 +273,27 @@ class DecoderLayer(nn.Module):
         """`forward` with each residual add done by the norm that reads its result (one fused launch): takes the
         residual stream x and the previous layer's MLP output not yet added (`pending`, None for the first layer);
         returns this layer's (stream, MLP output to add)."""
-        if pending is None:
-            normed = self.input_layernorm(x)
+        attention, mlp = self.self_attn, self.mlp
+        first, second = self.input_layernorm, self.post_attention_layernorm
+        if (attention.takes_projection(x, rope) and attention.qkv[1] is None and first.weight.dtype == x.dtype
+                and fused_norm_linear.serves(x, attention.qkv[0])):
+            # add, norm and q/k/v projection in one launch (`fused_norm_linear.py`)
+            x, qkv = fused_norm_linear.add_norm_linear(x, pending, first.weight, first.eps, attention.qkv[0])
+            attended = attention.from_projection(qkv, rope, layer, attend)
         else:
-            x, normed = fused_rms_norm.add_rms_norm(x, pending, self.input_layernorm.weight, self.input_layernorm.eps)
-        attended = self.self_attn(normed, rope, layer, attend)
-        x, normed = fused_rms_norm.add_rms_norm(x, attended, self.post_attention_layernorm.weight,
-                                                self.post_attention_layernorm.eps)
-        return x, self.mlp(normed)
+            if pending is None:
+                normed = first(x)
+            else:
+                x, normed = fused_rms_norm.add_rms_norm(x, pending, first.weight, first.eps)
+            attended = attention(normed, rope, layer, attend)
+        if (mlp.gate_up is not None and mlp.act is F.silu and second.weight.dtype == x.dtype
+                and fused_norm_linear.serves(x, mlp.gate_up)):
+            # add, norm, gate/up projection and silu(gate) * up in one launch
+            x, activated = fused_norm_linear.add_norm_linear(x, attended, second.weight, second.eps, mlp.gate_up,
+                                                             gated=True)
+            return x, mlp.down_proj(activated)
+        x, normed = fused_rms_norm.add_rms_norm(x, attended, second.weight, second.eps)
+        return x, mlp(normed)
 
 
 class DecoderStack(nn.Module):
