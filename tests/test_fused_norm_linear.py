@@ -3,6 +3,10 @@ Triton's interpreter on the CPU (a fresh process: see tests/triton_interpreter.p
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -139,3 +143,12 @@ def test_bad_shapes_are_refused_with_what_was_given():
         add_norm_linear(x, torch.zeros(3, 8), norm, 1e-6, torch.zeros(4, 8))
     with pytest.raises(ValueError, match=f"at most {MAX_ROWS} rows"):
         add_norm_linear(torch.zeros(MAX_ROWS + 1, 8), None, norm, 1e-6, torch.zeros(4, 8))
+
+
+def test_the_kernel_is_off_unless_asked_for():
+    # Measured slower than the GEMM library on the H200 (loadtest/RESULTS-GPU.md): the serving path must not take it
+    # by default.
+    done = subprocess.run([sys.executable, "-c", "from services.model import fused_norm_linear as f; print(f.ENABLED)"],
+                          env={k: v for k, v in os.environ.items() if k != "VOXMESH_FUSED_NORM_LINEAR"},
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "False"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 19: the residual add + norm + projection kernel (services/model/fused_norm_linear.py) on the card, in one
 # device call: its CUDA tests with the graphed engine's; the graphed step's parts with it off and on
-# (`step_split`, batch 1 and 64; VOXMESH_FUSED_NORM_LINEAR=0 turns it off); then the whole mesh at c=64 with it on,
+# (`step_split`, batch 1 and 64; VOXMESH_FUSED_NORM_LINEAR=1 turns it on, 0 off); then the whole mesh at c=64 with it on,
 # and off where the call's time allows. Through the `device` tool from the repository root with `.whl/`
 # (bash loadtest/gpu/fetch_wheels.sh) and `.devrun/prompts_en.tsv` carried:
 #   VOXMESH_COMMIT=$(git rev-parse --short HEAD) bash loadtest/gpu/fused_norm_linear_ab.sh

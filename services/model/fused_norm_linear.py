@@ -13,7 +13,13 @@ the program keeps both sums, writing `silu(gate) * up` rounded as torch rounds e
 
 Serves bf16 and fp16 on CUDA for up to `MAX_ROWS` rows (larger steps, prefills, stay with the GEMM library, where
 tiles over rows pay); off CUDA the torch form in `layers.py` is the path, and the CPU tests check this kernel under
-Triton's interpreter. `VOXMESH_FUSED_NORM_LINEAR=0` turns it off (for side-by-side runs).
+Triton's interpreter.
+
+Off by default: on the H200 (2026-12-03, 85d84b7, loadtest/RESULTS-GPU.md) it is correct but slower than the GEMM
+library's kernels plus the launches it removes: the sampling graph at batch 64 took 5.57 ms against 3.65, the talker
+graph 1.99 against 1.30, with 225 and 84 launches fewer. Its blocks (32 output columns, 128 input columns, default
+warps and stages) stream the weights at about half the library's rate; `VOXMESH_FUSED_NORM_LINEAR=1` turns it on for
+the tuning runs (loadtest/gpu/fused_norm_linear_ab.sh) that would have to win that back first.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ BLOCK_N = 32
 BLOCK_K = 128
 """Input columns a program reads at a time."""
 
-ENABLED = os.environ.get("VOXMESH_FUSED_NORM_LINEAR", "1") != "0"
+ENABLED = os.environ.get("VOXMESH_FUSED_NORM_LINEAR", "0") == "1"
+"""Whether the layers take the kernel (see above: off unless asked for)."""
 
 if triton is not None:
 
