@@ -3,6 +3,7 @@ Triton's interpreter on the CPU (a fresh process: see tests/triton_interpreter.p
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -152,3 +153,16 @@ def test_the_kernel_is_off_unless_asked_for():
                           env={k: v for k, v in os.environ.items() if k != "VOXMESH_FUSED_NORM_LINEAR"},
                           capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_the_block_sweep_runs_and_reports_each_choice(tmp_path):
+    out = tmp_path / "sweep.json"
+    done = subprocess.run([sys.executable, "-m", "loadtest.gpu.fused_norm_linear_sweep", "--out", str(out),
+                           "--device", "cpu"], env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert [row["projection"] for row in report["results"]] == ["qkv", "gate_up"]
+    for row in report["results"]:
+        assert row["unfused_ms"] > 0 and row["best"]["ms"] > 0, row
+        assert row["best"]["rel_error"] < 1e-5, row  # float32: the fused result is the unfused one

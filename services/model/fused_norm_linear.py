@@ -17,14 +17,15 @@ Triton's interpreter.
 
 Off by default: on the H200 (2026-12-03, 85d84b7, loadtest/RESULTS-GPU.md) it is correct but slower than the GEMM
 library's kernels plus the launches it removes: the sampling graph at batch 64 took 5.57 ms against 3.65, the talker
-graph 1.99 against 1.30, with 225 and 84 launches fewer. Its blocks (32 output columns, 128 input columns, default
-warps and stages) stream the weights at about half the library's rate; `VOXMESH_FUSED_NORM_LINEAR=1` turns it on for
+graph 1.99 against 1.30, with 225 and 84 launches fewer. Its blocks (32 output columns, 128 input columns, 4 warps, 3
+stages) stream the weights at about half the library's rate; `VOXMESH_FUSED_NORM_LINEAR=1` turns it on for
 the tuning runs (loadtest/gpu/fused_norm_linear_ab.sh) that would have to win that back first.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -34,11 +35,22 @@ MAX_ROWS = 128
 """Rows of the largest call served: one block of rows per program (a decode step's batch, or the code predictor's
 first pass of two rows a request)."""
 
-BLOCK_N = 32
-"""Output columns a program computes: small enough that a 1024-wide projection spreads over ~100 programs."""
 
-BLOCK_K = 128
-"""Input columns a program reads at a time."""
+
+@dataclass(frozen=True, slots=True)
+class Blocks:
+    """How the work is cut: output columns a program computes (`block_n`: small enough that a 4096-wide projection
+    spreads over ~100 programs), input columns it reads at a time (`block_k`, halved for 128-row calls so the rows
+    fit in registers), and Triton's warps and pipeline stages. loadtest/gpu/fused_norm_linear_sweep.py times the
+    choices on the card."""
+
+    block_n: int = 32
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+DEFAULT_BLOCKS = Blocks()
 
 ENABLED = os.environ.get("VOXMESH_FUSED_NORM_LINEAR", "0") == "1"
 """Whether the layers take the kernel (see above: off unless asked for)."""
@@ -96,7 +108,8 @@ def serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def add_norm_linear(x: torch.Tensor, delta: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-                    weight: torch.Tensor, *, gated: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                    weight: torch.Tensor, *, gated: bool = False,
+                    blocks: Blocks = DEFAULT_BLOCKS) -> tuple[torch.Tensor, torch.Tensor]:
     """`total = x + delta` (x itself when `delta` is None) and `linear(rms_norm(total), weight)` in one launch; with
     `gated`, `weight` is [2I, K] (gate rows, then up rows) and the output is `silu(gate) * up` [..., I].
     Returns (total, out)."""
@@ -117,11 +130,12 @@ def add_norm_linear(x: torch.Tensor, delta: torch.Tensor | None, norm_weight: to
     out = torch.empty((num_rows, num_out), dtype=x.dtype, device=x.device)
     block_m = max(16, triton.next_power_of_2(num_rows))  # tl.dot's smallest tile
     if num_rows:
-        _add_norm_linear_kernel[(triton.cdiv(num_out, BLOCK_N),)](
+        _add_norm_linear_kernel[(triton.cdiv(num_out, blocks.block_n),)](
             rows, deltas, norm_weight, weight, total, out, num_rows, num_out, num_out if gated else 0, eps,
             rows.stride(0), deltas.stride(0), weight.stride(0), total.stride(0), out.stride(0), NUM_COLS=num_cols,
-            HAS_DELTA=delta is not None, GATED=gated, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
-            BLOCK_K=BLOCK_K if block_m <= 64 else BLOCK_K // 2)  # a 128-row block with half the width: no spills
+            HAS_DELTA=delta is not None, GATED=gated, BLOCK_M=block_m, BLOCK_N=blocks.block_n,
+            BLOCK_K=blocks.block_k if block_m <= 64 else max(16, blocks.block_k // 2),
+            num_warps=blocks.num_warps, num_stages=blocks.num_stages)
     return total.view(x.shape), out.view(*x.shape[:-1], num_out)
 
 
