@@ -18,8 +18,9 @@ Triton's interpreter.
 Off by default: on the H200 (2026-12-03, 85d84b7, loadtest/RESULTS-GPU.md) it is correct but slower than the GEMM
 library's kernels plus the launches it removes: the sampling graph at batch 64 took 5.57 ms against 3.65, the talker
 graph 1.99 against 1.30, with 225 and 84 launches fewer. Its blocks (32 output columns, 128 input columns, 4 warps, 3
-stages) stream the weights at about half the library's rate; `VOXMESH_FUSED_NORM_LINEAR=1` turns it on for
-the tuning runs (loadtest/gpu/fused_norm_linear_ab.sh) that would have to win that back first.
+stages) stream the weights at about a quarter of the library's rate (23 us a launch at batch 64).
+`VOXMESH_FUSED_NORM_LINEAR=1` turns it on for the tuning runs (loadtest/gpu/fused_norm_linear_sweep.py,
+loadtest/gpu/fused_norm_linear_ab.sh) that would have to win that back first.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from services.model.triton_support import tl, triton
 MAX_ROWS = 128
 """Rows of the largest call served: one block of rows per program (a decode step's batch, or the code predictor's
 first pass of two rows a request)."""
-
 
 
 @dataclass(frozen=True, slots=True)
