@@ -70,6 +70,9 @@ async def test_the_gpu_run_reads_decode_and_vocoder_stats_and_tabulates_their_ti
     assert result.end["type"] == "audio.done", result.end
     stats = await decode_stats(mesh.nats_url)
     assert stats["steps"] > 0 and stats["mean_batch_size"] > 0, stats
+    # decode's engine reports each step's host launch time (its device times need CUDA events)
+    assert stats["step_seconds"]["launch"]["count"] >= 1, stats["step_seconds"]
+    assert stats["step_seconds"]["device_decode"]["count"] == 0, stats["step_seconds"]
     codec = stats["vocoder"]
     assert codec["codec_seconds"]["call"]["count"] == codec["codec_calls"] > 0, codec
     assert codec["codec_seconds"]["chunk"]["count"] >= codec["codec_calls"], codec
@@ -77,6 +80,7 @@ async def test_the_gpu_run_reads_decode_and_vocoder_stats_and_tabulates_their_ti
     path.write_text(json.dumps(stats))
     summary = decode_summary(path)
     assert "; vocoder codec call " in summary and ", chunk " in summary, summary
+    assert "steps (device, idle stream, host launch) launch " in summary, summary
 
 
 async def test_locust_run_against_the_cpu_mesh(mesh, tmp_path):

@@ -76,6 +76,7 @@ class DecodeCore:
         self.capacity = EngineCapacity(engine)
         self.active = ActiveRequests()
         self.stats = DecodeStats()
+        engine.timeline.record = self.stats.record_step_time
         self.work = asyncio.Event()
         """Set when the engine may have work (a request was queued, a drain ended); the frame loop waits on it."""
 

@@ -12,43 +12,48 @@ codes are on the host both have completed, and the events give, at no cost to th
 
 Split by kind (steps that sample only decode rows, and mixed ones that also carry a prompt's prefill chunk), with the
 host's time to build and launch a step beside them, these say whether a mesh's step rate is bound by the card, by the
-card's other tenant, or by the host (loadtest/RESULTS-GPU.md reads them from decode's STATS).
+card's other tenant, or by the host (decode's STATS `step_seconds`; loadtest/RESULTS-GPU.md reads them).
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
-from services.metrics.timings import Timings, snapshots
+PARTS = ("device_decode", "device_mixed", "idle", "launch")
+"""The times a timeline reports, by name."""
 
-STEP_BOUNDS = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.010, 0.012, 0.015, 0.020, 0.030, 0.050, 0.100)
-"""Seconds; a step of the presets takes 1-20 ms."""
+Record = Callable[[str, float], None]
+"""Takes one observation: (part, seconds)."""
+
+
+def _ignored(part: str, seconds: float) -> None:
+    pass
 
 
 class StepTimeline:
-    """Device and host times of the steps applied so far (CUDA steps only; a CPU step records no events)."""
+    """Device and host times of the steps applied so far (device times of CUDA steps only: a CPU step records no
+    events), handed to `record` as they are known (the decode service keeps them in its STATS)."""
 
-    def __init__(self) -> None:
-        self.timings = {name: Timings(STEP_BOUNDS) for name in ("device_decode", "device_mixed", "idle", "launch")}
+    def __init__(self, record: Record = _ignored) -> None:
+        self.record = record
         self._last_arrived: torch.cuda.Event | None = None
 
     def launched(self, seconds: float) -> None:
         """The host took `seconds` to build and queue a step."""
-        self.timings["launch"].observe(seconds)
+        self.record("launch", seconds)
 
     def applied(self, begun: torch.cuda.Event | None, arrived: torch.cuda.Event | None, *, mixed: bool) -> None:
         """A step's codes are on the host (both events complete): its device time and the idle time before it."""
         if begun is None or arrived is None:
             return
-        self.timings["device_mixed" if mixed else "device_decode"].observe(begun.elapsed_time(arrived) / 1000)
+        self.record("device_mixed" if mixed else "device_decode", begun.elapsed_time(arrived) / 1000)
         if self._last_arrived is not None:
             # Steps are applied in launch order on one stream, so the previous step's event has completed too.
-            self.timings["idle"].observe(max(0.0, self._last_arrived.elapsed_time(begun)) / 1000)
+            self.record("idle", max(0.0, self._last_arrived.elapsed_time(begun)) / 1000)
         self._last_arrived = arrived
 
     def restart(self) -> None:
         """No step is in flight (a drain, an idle loop): the next step's wait is not the stream's idleness."""
         self._last_arrived = None
-
-    def snapshot(self) -> dict[str, dict]:
-        return snapshots(self.timings)
