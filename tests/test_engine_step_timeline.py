@@ -7,7 +7,7 @@ import torch
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.decode.stats import DecodeStats
+from services.decode.step_times import StepTimes
 from services.engine.step_timeline import StepTimeline
 from services.metrics import names
 from services.metrics.timings import snapshots
@@ -15,10 +15,10 @@ from services.metrics.from_stats import decode_families, stats_registry
 from tests.test_metrics_timings import _decode_stats
 
 
-def _timeline() -> tuple[StepTimeline, DecodeStats]:
-    """A timeline reporting into decode's stats, as the decode service wires them."""
-    stats = DecodeStats()
-    return StepTimeline(stats.record_step_time), stats
+def _timeline() -> tuple[StepTimeline, StepTimes]:
+    """A timeline reporting into decode's step times, as the decode service wires them."""
+    times = StepTimes()
+    return StepTimeline(times.record), times
 
 
 class _Mark:
@@ -32,11 +32,11 @@ class _Mark:
 
 
 def test_device_time_by_kind_and_the_idle_stream_between_steps():
-    timeline, stats = _timeline()
+    timeline, times = _timeline()
     timeline.applied(_Mark(0.0), _Mark(8.0), mixed=False)  # the first step: no idle time before it is known
     timeline.applied(_Mark(8.0), _Mark(17.0), mixed=True)  # queued before the first ended: no idle time
     timeline.applied(_Mark(20.0), _Mark(26.0), mixed=False)  # the host was 3 ms late
-    snapshot = snapshots(stats.step_seconds)
+    snapshot = snapshots(times.timings)
     assert snapshot["device_decode"]["count"] == 2 and snapshot["device_mixed"]["count"] == 1
     assert snapshot["device_mixed"]["p50_ms"] == pytest.approx(9.0)
     assert snapshot["device_decode"]["max_ms"] == pytest.approx(8.0)
@@ -45,27 +45,27 @@ def test_device_time_by_kind_and_the_idle_stream_between_steps():
 
 
 def test_a_pause_with_nothing_in_flight_is_not_counted_as_idle():
-    timeline, stats = _timeline()
+    timeline, times = _timeline()
     timeline.applied(_Mark(0.0), _Mark(5.0), mixed=False)
     timeline.restart()  # the engine ran dry; the next step comes when a request does
     timeline.applied(_Mark(900.0), _Mark(905.0), mixed=False)
-    assert snapshots(stats.step_seconds)["idle"]["count"] == 0
+    assert snapshots(times.timings)["idle"]["count"] == 0
 
 
 def test_steps_without_events_count_only_their_launch():
-    timeline, stats = _timeline()
+    timeline, times = _timeline()
     timeline.launched(0.002)
     timeline.applied(None, None, mixed=False)  # a CPU step records no events
-    snapshot = snapshots(stats.step_seconds)
+    snapshot = snapshots(times.timings)
     assert snapshot["launch"]["count"] == 1 and snapshot["launch"]["p50_ms"] == pytest.approx(2.0)
     assert snapshot["device_decode"]["count"] == snapshot["idle"]["count"] == 0
 
 
 def test_the_step_timings_render_as_a_histogram_by_part():
-    timeline, stats = _timeline()
+    timeline, times = _timeline()
     timeline.applied(_Mark(0.0), _Mark(7.0), mixed=False)
     timeline.applied(_Mark(7.0), _Mark(16.0), mixed=True)
-    stats = _decode_stats({}) | {"step_seconds": snapshots(stats.step_seconds)}
+    stats = _decode_stats({}) | {"step_seconds": snapshots(times.timings)}
     text = generate_latest(stats_registry(lambda: stats, decode_families)).decode()
     family = next(f for f in text_string_to_metric_families(text) if f.name == names.STEP)
     counts = {s.labels["part"]: s.value for s in family.samples if s.name == names.STEP + "_count"}
@@ -76,7 +76,7 @@ def test_the_step_timings_render_as_a_histogram_by_part():
 def test_real_events_time_work_on_the_device():
     from services.engine.launched_step import LaunchedStep
 
-    timeline, stats = _timeline()
+    timeline, times = _timeline()
     device = torch.device("cuda")
     for _ in range(2):
         begun = LaunchedStep.begin_on_device(device)
@@ -85,5 +85,5 @@ def test_real_events_time_work_on_the_device():
         step = LaunchedStep.start(["r"], codes, 0, begun=begun)
         step.result()
         timeline.applied(step.begun, step.arrived, mixed=False)
-    snapshot = snapshots(stats.step_seconds)
+    snapshot = snapshots(times.timings)
     assert snapshot["device_decode"]["count"] == 2 and snapshot["device_decode"]["p50_ms"] > 0

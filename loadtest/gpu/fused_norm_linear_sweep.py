@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -32,6 +33,9 @@ LAUNCHES = 20
 
 PROJECTIONS = {"qkv": (4096, False), "gate_up": (3072, True)}
 """Output width and gating of the two projections the kernel replaces in a 0.6B layer (talker and code predictor)."""
+
+TINY_PROJECTIONS = {"qkv": (48, False), "gate_up": (40, True)}
+"""The CPU check's: 1024-wide projections would take minutes under the interpreter."""
 
 
 def choices(quick: bool) -> list[Blocks]:
@@ -49,7 +53,6 @@ def per_launch_ms(fn, device: torch.device) -> float:
             fn()
 
     if device.type != "cuda":
-        import time
         repeated()
         begin = time.perf_counter()
         repeated()
@@ -68,9 +71,8 @@ def inputs(rows: int, width: int, out_width: int, gated: bool, device: torch.dev
             rand(2 * out_width if gated else out_width, width, scale=width**-0.5))
 
 
-def sweep_shape(rows: int, width: int, name: str, device: torch.device, dtype: torch.dtype,
-                blocks: list[Blocks]) -> dict:
-    out_width, gated = PROJECTIONS[name]
+def sweep_shape(rows: int, width: int, name: str, out_width: int, gated: bool, device: torch.device,
+                dtype: torch.dtype, blocks: list[Blocks]) -> dict:
     x, delta, norm_weight, weight = inputs(rows, width, out_width, gated, device, dtype)
 
     def unfused():
@@ -112,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     dtype, width = (torch.bfloat16, 1024) if on_gpu else (torch.float32, 64)
     rows = args.rows if on_gpu else [3]
     blocks = choices(args.quick) if on_gpu else [Blocks(16, 32, 4, 1)]
-    if not on_gpu:  # a tiny check of the script: the projections 1024 wide would take minutes interpreted
-        PROJECTIONS.update(qkv=(48, False), gate_up=(40, True))
-    results = [sweep_shape(r, width, name, device, dtype, blocks) for r in rows for name in PROJECTIONS]
+    projections = PROJECTIONS if on_gpu else TINY_PROJECTIONS
+    results = [sweep_shape(r, width, name, *projections[name], device, dtype, blocks)
+               for r in rows for name in projections]
     args.out.write_text(json.dumps({"benchmark": "fused_norm_linear_sweep", "dtype": str(dtype), "width": width,
                                     "launches_per_graph": LAUNCHES, "environment": environment(device, args.commit),
                                     "results": results}, indent=2))

@@ -25,6 +25,7 @@ from services.decode.capacity import EngineCapacity
 from services.decode.request_check import ServedModel
 from services.decode.settings import DecodeSettings
 from services.decode.stats import DecodeStats
+from services.decode.step_times import StepTimes
 from services.decode.voice_prompts import VoicePrompts
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
@@ -76,7 +77,9 @@ class DecodeCore:
         self.capacity = EngineCapacity(engine)
         self.active = ActiveRequests()
         self.stats = DecodeStats()
-        engine.timeline.record = self.stats.record_step_time
+        self.step_times = StepTimes()
+        """The engine's step times (STATS `step_seconds`)."""
+        engine.timeline.record = self.step_times.record
         self.work = asyncio.Event()
         """Set when the engine may have work (a request was queued, a drain ended); the frame loop waits on it."""
 

@@ -65,6 +65,7 @@ class DecodeParts:
         report["voice_prompts_computed"] = voices.num_computed if voices is not None else 0
         report["voice_prompts_handed_over"] = voices.num_primed if voices is not None else 0
         report["voice_prompt_seconds"] = snapshots(voices.timings) if voices is not None else {}
+        report["step_seconds"] = snapshots(self.core.step_times.timings)
         return report
 
 

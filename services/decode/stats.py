@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from services.engine.engine import Engine
-from services.engine.step_timeline import PARTS
-from services.metrics.timings import Timings, snapshots
-
-STEP_BOUNDS = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.010, 0.012, 0.015, 0.020, 0.030, 0.050, 0.100)
-"""Seconds, for the step times' histogram: a step of the presets takes 1-20 ms."""
 
 
 @dataclass(slots=True)
@@ -34,12 +29,6 @@ class DecodeStats:
     step_errors: int = 0
     failures_by_code: dict[str, int] = field(default_factory=dict)
     """Requests ended with an error here (cancelled and invalid included), by error code (for /metrics)."""
-    step_seconds: dict[str, Timings] = field(default_factory=lambda: {part: Timings(STEP_BOUNDS) for part in PARTS})
-    """The engine's step times by part (services/engine/step_timeline.py), as its timeline reports them."""
-
-    def record_step_time(self, part: str, seconds: float) -> None:
-        """The engine timeline's `record` (called on the engine thread: one append to a deque, no lock needed)."""
-        self.step_seconds[part].observe(seconds)
 
     def record_failure(self, code: str) -> None:
         self.failures_by_code[code] = self.failures_by_code.get(code, 0) + 1
@@ -55,7 +44,7 @@ class DecodeStats:
         number is a plain read of a size, so the worst case is a value one step old."""
         now = engine.stats()
         return {
-            **{f.name: _copied(getattr(self, f.name)) for f in fields(self) if f.name != "step_seconds"},
+            **asdict(self),
             "active_requests": num_active,
             "active_sequences": now.num_unfinished,
             "running_sequences": now.num_running,
@@ -65,10 +54,4 @@ class DecodeStats:
             "is_draining": now.is_draining,
             "messages_termed": messages_termed,
             "graph_capture_failures": now.num_graph_capture_failures,
-            "step_seconds": snapshots(self.step_seconds),
         }
-
-
-def _copied(value: Any) -> Any:
-    """A counter as STATS carries it: a dict copied, so the report does not change under the next step."""
-    return dict(value) if isinstance(value, dict) else value

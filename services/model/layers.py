@@ -275,8 +275,9 @@ class DecoderLayer(nn.Module):
         returns this layer's (stream, MLP output to add)."""
         attention, mlp = self.self_attn, self.mlp
         first, second = self.input_layernorm, self.post_attention_layernorm
-        if (attention.takes_projection(x, rope) and attention.qkv[1] is None and first.weight.dtype == x.dtype
-                and fused_norm_linear.serves(x, attention.qkv[0])):
+        # `serves` first: off by default, it ends the check at once
+        if (attention.qkv is not None and fused_norm_linear.serves(x, attention.qkv[0]) and attention.qkv[1] is None
+                and attention.takes_projection(x, rope) and first.weight.dtype == x.dtype):
             # add, norm and q/k/v projection in one launch (`fused_norm_linear.py`)
             x, qkv = fused_norm_linear.add_norm_linear(x, pending, first.weight, first.eps, attention.qkv[0])
             attended = attention.from_projection(qkv, rope, layer, attend)
@@ -286,8 +287,8 @@ class DecoderLayer(nn.Module):
             else:
                 x, normed = fused_rms_norm.add_rms_norm(x, pending, first.weight, first.eps)
             attended = attention(normed, rope, layer, attend)
-        if (mlp.gate_up is not None and mlp.act is F.silu and second.weight.dtype == x.dtype
-                and fused_norm_linear.serves(x, mlp.gate_up)):
+        if (mlp.gate_up is not None and fused_norm_linear.serves(x, mlp.gate_up) and mlp.act is F.silu
+                and second.weight.dtype == x.dtype):
             # add, norm, gate/up projection and silu(gate) * up in one launch
             x, activated = fused_norm_linear.add_norm_linear(x, attended, second.weight, second.eps, mlp.gate_up,
                                                              gated=True)
