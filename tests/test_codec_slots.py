@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from services.model.codec import CodecDecoder, CodecInputError, load_codec_decoder
-from services.model.codec.slot_decoder import PRIME_PASS_LENGTHS, SlotDecoder, priming_passes, row_buckets
+from services.model.codec.slot_decoder import PRIME_PASS_LENGTHS, SlotDecoder, priming_passes
 from services.model.codec.slot_pool import SlotsExhausted
 from tests.fixtures.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
 
@@ -68,22 +68,18 @@ def test_after_the_priming_warm_up_a_reference_of_any_length_builds_no_step(deco
     assert sorted(prepared) == sorted(PRIME_PASS_LENGTHS)
     ran = []
     for step in prepared.values():
-        monkeypatch.setattr(step, "run", lambda s, c, _run=step.run: ran.append(c.shape[1]) or _run(s, c))
+        monkeypatch.setattr(step, "run", lambda s, c, n, _run=step.run: ran.append(c.shape[1]) or _run(s, c, n))
     for frames in (1, 13, 70):
         slots.primed_state(random_codes(frames, 16, CODEBOOK_SIZE, seed=frames))
     assert slots._priming_steps == prepared and ran == [1, 8, 4, 1, 64, 4, 2]
-
-
-def test_row_buckets_are_powers_of_two_up_to_the_maximum():
-    assert row_buckets(1) == (1,)
-    assert row_buckets(32) == (1, 2, 4, 8, 16, 32)
-    assert row_buckets(12) == (1, 2, 4, 8, 12)
 
 
 def test_warm_up_builds_every_shape_up_front(decoder):
     slots = SlotDecoder(decoder, max_streams=2, max_rows=4, max_chunk_frames=3, capture=False)
     slots.warm_up()
     assert slots.shapes == [(rows, n) for rows in (1, 2, 4) for n in (1, 2, 3)]
+    wide = SlotDecoder(decoder, max_streams=2, max_rows=20, max_chunk_frames=8, capture=False)
+    assert wide.buckets == (1, 2, 4, 8, 16, 20) and wide.frame_buckets == (1, 2, 4, 8)
     assert slots.num_graphs == 0 and slots.capture_failures == {}
 
 
@@ -141,21 +137,45 @@ def test_a_released_slot_starts_the_next_stream_from_a_clean_state(decoder):
     assert float((reused - decoder.decode(codes[1])).abs().max()) <= TOLERANCE
 
 
-def test_each_chunks_audio_is_handed_out_as_its_pass_ends_shortest_first(decoder):
-    """`on_ready` hears of each entry once all its pieces are decoded: a round's shorter chunks first, whatever the
-    input order, and a chunk longer than `max_chunk_frames` only after its last piece; the return value is the same
-    audio."""
+def test_each_chunks_audio_is_handed_out_as_its_pass_ends(decoder):
+    """`on_ready` hears of each entry once all its pieces are decoded: the first round's chunks (4, the first 4 of
+    6, and 2 frames: one pass, the 2 padded) together, and a chunk longer than `max_chunk_frames` only after its last
+    piece; the return value is the same audio."""
     slots = SlotDecoder(decoder, max_streams=4, max_rows=4, max_chunk_frames=4, capture=False)
     ids = [slots.acquire() for _ in range(3)]
     codes = [random_codes(frames, 16, CODEBOOK_SIZE, seed=800 + frames) for frames in (4, 6, 2)]
     heard: list[tuple[list[int], list[torch.Tensor]]] = []
     audio = slots.decode_chunks(ids, codes, on_ready=lambda entries, samples: heard.append((entries, samples)))
-    assert [entries for entries, _ in heard] == [[2], [0], [1]], "2 frames, then 4, then 6 (4 + 2: two passes)"
+    assert [entries for entries, _ in heard] == [[0, 2], [1]]
     for entries, samples in heard:
         for entry, heard_audio in zip(entries, samples):
             torch.testing.assert_close(heard_audio, audio[entry], rtol=0, atol=0)
     for stream_audio, stream_codes in zip(audio, codes):
         assert float((stream_audio - decoder.decode(stream_codes)).abs().max()) <= TOLERANCE
+    assert [slots.pool.num_frames(slot) for slot in ids] == [4, 6, 2], "each advanced by its own frames"
+
+
+def test_chunks_of_every_length_in_one_padded_pass_equal_their_full_decodes(decoder):
+    """Five streams whose chunk lengths differ in every call (1 to 8 frames, shifted per stream), each call one
+    padded pass (counted): each stream equals its own full decode, and its position is its own frames."""
+    schedules = [[(step + shift) % 8 + 1 for step in range(6)] for shift in range(5)]
+    codes = [random_codes(sum(schedule), 16, CODEBOOK_SIZE, seed=900 + n) for n, schedule in enumerate(schedules)]
+    slots = SlotDecoder(decoder, max_streams=5, max_rows=8, max_chunk_frames=8, capture=False)
+    ids = [slots.acquire() for _ in codes]
+    passes = []
+    run_pass = slots._run_pass
+    slots._run_pass = lambda s, c, h: passes.append(len(c)) or run_pass(s, c, h)
+    outputs: list[list[torch.Tensor]] = [[] for _ in ids]
+    starts = [0] * len(ids)
+    for step in range(6):
+        chunks = [stream[start:start + schedule[step]] for stream, start, schedule in zip(codes, starts, schedules)]
+        for row, samples in enumerate(slots.decode_chunks(ids, chunks)):
+            outputs[row].append(samples)
+            starts[row] += schedules[row][step]
+    assert passes == [5] * 6
+    for stream_codes, parts in zip(codes, outputs):
+        assert float((torch.cat(parts) - decoder.decode(stream_codes)).abs().max()) <= TOLERANCE
+    assert [slots.pool.num_frames(slot) for slot in ids] == [sum(schedule) for schedule in schedules]
 
 
 def test_misuse_is_refused_before_any_state_changes(decoder):
@@ -187,7 +207,7 @@ def test_graphed_steps_equal_eager_steps_on_cuda(checkpoint_dir, dtype):
     graphed = SlotDecoder(decoder, max_streams=3, max_rows=4, capture=True)
     graphed.warm_up()
     eager = SlotDecoder(decoder, max_streams=3, max_rows=4, capture=False)
-    assert graphed.capture_failures == {} and graphed.num_graphs == 3 * 8
+    assert graphed.capture_failures == {} and graphed.num_graphs == 3 * 4
     replayed = _stream_all(graphed, [graphed.acquire() for _ in codes], codes, DECODE_SCHEDULE)
     direct = _stream_all(eager, [eager.acquire() for _ in codes], codes, DECODE_SCHEDULE)
     for row, stream_codes in enumerate(codes):

@@ -162,16 +162,19 @@ async def test_a_voice_is_primed_beside_the_other_streams_chunks_and_a_stream_re
     assert np.abs(await worker.decode(successor, codes) - alone).max() <= 1e-5, "a clean slot"
 
 
-async def test_a_first_chunk_is_voiced_before_the_longer_chunks_of_its_call(worker, codec_decoder, monkeypatch):
-    """One call with a 2-frame first chunk and an 8-frame chunk: the short one's audio is handed back while the long
-    pass is still running (held here), not when the whole call ends."""
+async def test_a_first_chunk_is_voiced_before_the_later_passes_of_its_call(worker, codec_decoder, monkeypatch):
+    """One call with a 2-frame first chunk of one stream and two 8-frame chunks of another (two rounds: the other
+    stream's second chunk waits for its first): the short chunk shares the first round's pass, and its audio is
+    handed back while the second round's pass is still running (held here), not when the whole call ends."""
     size = codec_decoder.config.codebook_size
-    short, long = random_codes(2, size, seed=51), random_codes(8, size, seed=52)
+    short, long = random_codes(2, size, seed=51), random_codes(16, size, seed=52)
     entered, go = threading.Event(), threading.Event()
     run_pass = worker.slots._run_pass
+    passes: list[list[int]] = []
 
     def held(slots, chunks, to_host):
-        if chunks[0].shape[0] == 8:
+        passes.append([chunk.shape[0] for chunk in chunks])
+        if len(passes) == 2:
             entered.set()
             go.wait()
         return run_pass(slots, chunks, to_host)
@@ -179,18 +182,20 @@ async def test_a_first_chunk_is_voiced_before_the_longer_chunks_of_its_call(work
     monkeypatch.setattr(worker.slots, "_run_pass", held)
     first, other = await worker.new_stream(), await worker.new_stream()
     loop = asyncio.get_running_loop()
-    both = [loop.create_future(), loop.create_future()]
-    jobs = [_Job(other, long, None, both[0]), _Job(first, short, None, both[1])]
+    futures = [loop.create_future() for _ in range(3)]
+    jobs = [_Job(other, long[:8], None, futures[0]), _Job(first, short, None, futures[1]),
+            _Job(other, long[8:], None, futures[2])]
     call = loop.create_task(worker._run_batch(jobs))
-    voiced = await asyncio.wait_for(both[1], 60)  # while the 8-frame pass is held (or about to be)
-    assert not both[0].done() and not call.done()
+    voiced = await asyncio.wait_for(futures[1], 60)  # while the second round's pass is held (or about to be)
+    assert not futures[2].done() and not call.done()
     await loop.run_in_executor(None, entered.wait)
     go.set()
     await call
-    assert worker.num_calls == 1
+    assert worker.num_calls == 1 and passes == [[2, 8], [8]], "one pass a round: the 2-frame chunk rides padded"
     alone = codec_decoder.decode(torch.from_numpy(short)).numpy()
     assert np.abs(voiced - alone).max() <= 1e-5
-    assert np.abs(both[0].result() - codec_decoder.decode(torch.from_numpy(long)).numpy()).max() <= 1e-5
+    other_audio = np.concatenate([futures[0].result(), futures[2].result()])
+    assert np.abs(other_audio - codec_decoder.decode(torch.from_numpy(long)).numpy()).max() <= 1e-5
 
 
 def test_primed_voices_are_keyed_by_the_frames_content_and_shape():

@@ -19,6 +19,7 @@ from torch import nn
 from services.model.codec.causal_conv import CausalConv1d, StreamingConv
 from services.model.codec.config import CodecConfig
 from services.model.codec.errors import CodecInputError
+from services.model.codec.pass_plan import rounds
 from services.model.codec.quantizer import SplitQuantizerDecoder
 from services.model.codec.stream_state import CodecStreamState, StreamBatch, StreamLayout, StreamRows, check_states
 from services.model.codec.transformer import PreTransformer
@@ -195,20 +196,14 @@ def _cudnn_tf32_disabled():
 def forward_passes(streams: Sequence[Hashable], lengths: Sequence[int]) -> list[list[int]]:
     """Rows of a batched decode call grouped into forward passes, in the order to run them.
 
-    `streams[row]` names the stream a row belongs to (a state's id, a slot). Pass round r holds each
-    stream's r-th chunk (so a stream listed twice advances in order), split by chunk length (one batch
-    needs one length), shorter chunks first: a request's first chunks are its shortest, and a caller that
-    hands out each pass's audio as it is done (SlotDecoder) gets first packets out before the longer passes.
-    Empty chunks need no pass.
+    `streams[row]` names the stream a row belongs to (a state's id, a slot). Each round (`pass_plan.rounds`: each
+    stream's r-th chunk, so a stream listed twice advances in order) is split by chunk length (one batch here needs
+    one length), shorter chunks first. Empty chunks need no pass.
     """
-    rounds: list[dict[int, list[int]]] = []
-    chunks_seen: dict[Hashable, int] = defaultdict(int)
-    for row, length in enumerate(lengths):
-        if length == 0:
-            continue
-        index = chunks_seen[streams[row]]
-        chunks_seen[streams[row]] += 1
-        if index == len(rounds):
-            rounds.append(defaultdict(list))
-        rounds[index][length].append(row)
-    return [groups[length] for groups in rounds for length in sorted(groups)]
+    passes: list[list[int]] = []
+    for round_rows in rounds(streams, lengths):
+        by_length: dict[int, list[int]] = defaultdict(list)
+        for row in round_rows:
+            by_length[lengths[row]].append(row)
+        passes += [by_length[length] for length in sorted(by_length)]
+    return passes

@@ -1,7 +1,8 @@
 """One forward shape of the slot decoder: `rows` streams x `frames` frames, with static inputs and output.
 
-The step reads its inputs only from two buffers that live as long as it does (codes `[rows, frames, Q]` and slot
-indices `[rows]`), gathers the slots' states from the pool, runs the decoder and writes the states back. Nothing in
+The step reads its inputs only from three buffers that live as long as it does (codes `[rows, frames, Q]`, slot
+indices `[rows]` and each row's own chunk length `[rows]`: a shorter chunk rides padded at its end), gathers the slots'
+states from the pool, runs the decoder and writes the states back, each row's taken where its own frames end. Nothing in
 it reads the host, so on CUDA it is captured once as a graph and every call is a replay; elsewhere (or where a
 capture fails) the same function runs eagerly.
 """
@@ -28,6 +29,7 @@ class ShapeStep:
         # the forward for real, and must not touch a request's state).
         self.codes = torch.zeros((rows, frames, decoder.config.num_quantizers), dtype=torch.long, device=device)
         self.slots = torch.full((rows,), pool.scratch, dtype=torch.long, device=device)
+        self.lengths = torch.full((rows,), frames, dtype=torch.long, device=device)
         self._replay: Callable[[], torch.Tensor] | None = None
 
     @property
@@ -35,11 +37,12 @@ class ShapeStep:
         return self._replay is not None
 
     def forward(self) -> torch.Tensor:
-        """The step itself: float32 samples `[rows, frames * samples_per_frame]`; updates the slots' states."""
+        """The step itself: float32 samples `[rows, frames * samples_per_frame]` (row r's own are the first
+        `lengths[r]` frames' worth); updates the slots' states."""
         targets = self.pool.padding_to_sink(self.slots)
-        rows = self.pool.gather(self.slots)
+        rows = self.pool.gather(self.slots, self.lengths, self.frames)
         audio = self.decoder.forward(self.codes, rows)
-        self.pool.store(targets, rows, self.frames)
+        self.pool.store(targets, rows)
         return audio.float()
 
     def capture(self, graph_pool) -> None:
@@ -47,13 +50,15 @@ class ShapeStep:
         with self.decoder.float32_convolutions():
             self._replay = capture(self.forward, self.decoder.device, graph_pool)
 
-    def run(self, slots: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-        """Copy host inputs (`slots` [rows] and `codes` [rows, frames, Q], padding included) in and run the step.
+    def run(self, slots: torch.Tensor, codes: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Copy host inputs (`slots` [rows], `codes` [rows, frames, Q] and `lengths` [rows], padding included: a
+        padding row reads the scratch slot, a short chunk is padded at its end) in and run the step.
 
         A graphed step returns its static output: copy out of it before this step runs again.
         """
         self.slots.copy_(slots, non_blocking=True)
         self.codes.copy_(codes, non_blocking=True)
+        self.lengths.copy_(lengths, non_blocking=True)
         if self._replay is not None:
             return self._replay()
         with self.decoder.float32_convolutions():

@@ -6,11 +6,12 @@
     audio = slots.decode_chunks([a, b], [codes_a, codes_b], to_host=True)
     slots.release(a)
 
-A call groups its chunks into forward passes (same length, one chunk per stream per pass), pads each pass up to a
-row bucket (powers of two up to `max_rows`) with rows that read the pool's untouched scratch slot, and runs the
-step of that (rows, frames) shape. Chunks longer than `max_chunk_frames` are decoded in pieces (streaming is
-exact, so pieces concatenate to the whole). A row's result never depends on the other rows of its batch, and a
-stream's chunks concatenate to its full decode (up to float rounding).
+A call groups its chunks into forward passes (one chunk per stream per pass; chunks of different lengths share a
+pass where that is cheaper, `pass_plan`), pads each pass up to a row bucket with rows that read the pool's untouched
+scratch slot and each chunk at its end up to the pass's frame bucket, and runs the step of that (rows, frames) shape.
+Chunks longer than `max_chunk_frames` are decoded in pieces (streaming is exact, so pieces concatenate to the whole).
+A row's result never depends on the other rows of its batch, and a stream's chunks concatenate to its full decode (up
+to float rounding).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import logging
 from collections.abc import Callable, Sequence
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
-from services.model.codec.decoder import CodecDecoder, forward_passes
+from services.model.codec.decoder import CodecDecoder
 from services.model.codec.errors import CodecInputError
+from services.model.codec.pass_plan import bucket_of, frame_buckets, plan_round, rounds, row_buckets
 from services.model.codec.shape_step import ShapeStep
 from services.model.codec.slot_pool import CodecSlotPool, SlotSnapshot
 
@@ -48,17 +51,6 @@ def priming_passes(num_frames: int) -> list[int]:
     return passes + [length for length in PRIME_PASS_LENGTHS[1:] if rest & length]
 
 
-def row_buckets(max_rows: int) -> tuple[int, ...]:
-    """Batch sizes a pass is padded up to: 1, 2, 4, ... below `max_rows`, then `max_rows`."""
-    if max_rows < 1:
-        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
-    buckets, size = [], 1
-    while size < max_rows:
-        buckets.append(size)
-        size *= 2
-    return (*buckets, max_rows)
-
-
 class SlotDecoder:
     """A `CodecDecoder` run over a `CodecSlotPool` in padded, fixed-shape steps (CUDA graphs when `capture`).
 
@@ -71,6 +63,7 @@ class SlotDecoder:
             raise ValueError(f"max_chunk_frames must be >= 1, got {max_chunk_frames}")
         self.decoder = decoder
         self.buckets = row_buckets(max_rows)
+        self.frame_buckets = frame_buckets(max_chunk_frames)
         self.max_chunk_frames = max_chunk_frames
         self.capture = decoder.device.type == "cuda" if capture is None else capture
         if self.capture and decoder.device.type != "cuda":
@@ -118,7 +111,7 @@ class SlotDecoder:
         """Build (and on CUDA capture) the step of every shape now, so the first requests run as fast as the rest;
         with `priming`, also every priming pass (`PRIME_PASS_LENGTHS`), for in-context clones' references."""
         for rows in self.buckets:
-            for frames in range(1, self.max_chunk_frames + 1):
+            for frames in self.frame_buckets:
                 self._step(rows, frames)
         if priming:
             for frames in PRIME_PASS_LENGTHS:
@@ -155,9 +148,10 @@ class SlotDecoder:
         for piece, owner in enumerate(owners):
             pieces_of[owner].append(piece)
         pieces_left = [len(of) for of in pieces_of]
-        for rows in forward_passes([slots[owner] for owner in owners], [p.shape[0] for p in pieces]):
-            for start in range(0, len(rows), self.max_rows):
-                group = rows[start:start + self.max_rows]
+        lengths = [piece.shape[0] for piece in pieces]
+        for round_rows in rounds([slots[owner] for owner in owners], lengths):
+            for members in plan_round([lengths[r] for r in round_rows], self.buckets, self.frame_buckets):
+                group = [round_rows[member] for member in members]
                 audio = self._run_pass([slots[owners[r]] for r in group], [pieces[r] for r in group], to_host)
                 for row, samples in zip(group, audio):
                     outputs[row] = samples
@@ -196,7 +190,7 @@ class SlotDecoder:
                     piece = context[start:start + frames].to("cpu", torch.long)
                     # A length the warm-up did not prepare runs eagerly: capturing here, beside the codec thread's
                     # replays, is not safe.
-                    self._priming_step(frames, capture=False).run(host_slot, piece[None])
+                    self._priming_step(frames, capture=False).run(host_slot, piece[None], torch.tensor([frames]))
                     start += frames
                 state = pool.snapshot(slot)
             finally:
@@ -240,22 +234,26 @@ class SlotDecoder:
         return pieces, owners
 
     def _run_pass(self, slots: list[int], chunks: list[torch.Tensor], to_host: bool) -> list[torch.Tensor]:
-        """One padded step over chunks of one length, one per slot; returns each chunk's samples (copied out)."""
-        real, frames = len(slots), chunks[0].shape[0]
-        rows = next(bucket for bucket in self.buckets if bucket >= real)
+        """One padded step over chunks of at most a frame bucket's length, one per slot; returns each chunk's
+        samples (copied out)."""
+        real, longest = len(slots), max(chunk.shape[0] for chunk in chunks)
+        rows, frames = bucket_of(self.buckets, real), bucket_of(self.frame_buckets, longest)
         pinned = self.decoder.device.type == "cuda"
         host_slots = torch.full((rows,), self.pool.scratch, dtype=torch.long, pin_memory=pinned)
         host_slots[:real] = torch.tensor(slots, dtype=torch.long)
+        host_lengths = torch.full((rows,), frames, dtype=torch.long, pin_memory=pinned)
+        host_lengths[:real] = torch.tensor([chunk.shape[0] for chunk in chunks], dtype=torch.long)
         host_codes = torch.zeros((rows, frames, self.decoder.config.num_quantizers), dtype=torch.long,
                                  pin_memory=pinned)
-        host_codes[:real] = torch.stack(chunks)
-        audio = self._step(rows, frames).run(host_slots, host_codes)[:real]
+        host_codes[:real, :longest] = pad_sequence(chunks, batch_first=True)
+        audio = self._step(rows, frames).run(host_slots, host_codes, host_lengths)[:real]
         if to_host:
             copied = torch.empty(audio.shape, dtype=audio.dtype, pin_memory=pinned)
             copied.copy_(audio, non_blocking=True)
         else:
             copied = audio.clone()
-        return list(copied)
+        per_frame = self.decoder.samples_per_frame
+        return [samples[:chunk.shape[0] * per_frame] for samples, chunk in zip(copied, chunks)]
 
     def _step(self, rows: int, frames: int) -> ShapeStep:
         step = self._steps.get((rows, frames))

@@ -25,16 +25,36 @@ class SlotsExhausted(CodecError):
 
 
 class SlotRows:
-    """The pool rows of one forward's batch, gathered by slot index (the `StreamRows` the decoder's modules read)."""
+    """The pool rows of one forward's batch, gathered by slot index (the `StreamRows` the decoder's modules read).
 
-    def __init__(self, pool: CodecSlotPool, slots: torch.Tensor) -> None:
+    A pass runs `frames` frames a row, and row r's chunk has `lengths[r]` of them (a shorter chunk rides in a longer
+    pass, padded at its end: every layer is causal, so the padding never reaches the row's own outputs). Its state
+    tails are taken where its own frames end, and its position advances by its own length.
+    """
+
+    def __init__(self, pool: CodecSlotPool, slots: torch.Tensor, lengths: torch.Tensor, frames: int) -> None:
         self.positions = pool.positions.index_select(0, slots)
         self.conv_histories, self.keys, self.values = pool.views(pool.flat.index_select(0, slots))
+        self.lengths = lengths
+        self.frames = frames
+        self._tail_starts: dict[tuple[int, int], torch.Tensor] = {}
 
-    @staticmethod
-    def keep(tail: torch.Tensor) -> torch.Tensor:
-        # No copy: `CodecSlotPool.store` copies the tails into the pool before the activations go.
-        return tail
+    def tail(self, full: torch.Tensor, history: int) -> torch.Tensor:
+        """Row r's `history` entries of `full` along dim 2 ending after its own frames, gathered (no copy into the
+        pool here: `CodecSlotPool.store` does that)."""
+        per_frame = (full.shape[2] - history) // self.frames  # a layer's entries per frame: its rate
+        starts = self._starts(per_frame, history)  # [B, history]
+        index = starts.view(full.shape[0], 1, history, *([1] * (full.dim() - 3)))
+        return torch.gather(full, 2, index.expand(*full.shape[:2], history, *full.shape[3:]))
+
+    def _starts(self, per_frame: int, history: int) -> torch.Tensor:
+        # Layers at one rate and look-back share the index: made once a forward, not once a layer.
+        key = (per_frame, history)
+        starts = self._tail_starts.get(key)
+        if starts is None:
+            offsets = torch.arange(history, device=self.lengths.device)
+            starts = self._tail_starts[key] = (self.lengths * per_frame)[:, None] + offsets
+        return starts
 
 
 class CodecSlotPool:
@@ -95,20 +115,21 @@ class CodecSlotPool:
         if slot not in self._in_use:
             raise CodecInputError("slot_not_in_use", f"codec slot {slot} is not held by a stream")
 
-    def gather(self, slots: torch.Tensor) -> SlotRows:
-        """The rows of `slots` ([rows] long, on the pool's device), copied out for one forward."""
-        return SlotRows(self, slots)
+    def gather(self, slots: torch.Tensor, lengths: torch.Tensor, frames: int) -> SlotRows:
+        """The rows of `slots` ([rows] long, on the pool's device), copied out for one forward of `frames` frames
+        in which row r's chunk has `lengths[r]` ([rows] long, on the device)."""
+        return SlotRows(self, slots, lengths, frames)
 
     def padding_to_sink(self, slots: torch.Tensor) -> torch.Tensor:
         """Where each row's updated state goes: its own slot, or `sink` for a padding row."""
         return torch.where(slots == self.scratch, self.sink, slots)
 
-    def store(self, targets: torch.Tensor, rows: SlotRows, num_new_frames: int) -> None:
-        """Write a forward's updated rows to the slots `targets` and advance their positions."""
+    def store(self, targets: torch.Tensor, rows: SlotRows) -> None:
+        """Write a forward's updated rows to the slots `targets` and advance each by its own chunk's length."""
         for pool, updated in zip(self.conv_histories + self.keys + self.values,
                                  rows.conv_histories + rows.keys + rows.values):
             pool.index_copy_(0, targets, updated)
-        self.positions.index_copy_(0, targets, rows.positions + num_new_frames)
+        self.positions.index_copy_(0, targets, rows.positions + rows.lengths)
 
     def snapshot(self, slot: int) -> SlotSnapshot:
         """A copy of the stream's state in `slot` (on the device: no host sync)."""

@@ -68,7 +68,7 @@ class StreamRows(Protocol):
     """What the decoder's modules read and replace during one forward: B streams' states as batched tensors.
 
     Modules read `conv_histories[slot]` / `keys[layer]` / `values[layer]` (leading dim B) and `positions`
-    ([B] frames decoded so far), and assign the updated tensors back, each passed through `keep`.
+    ([B] frames decoded so far), and assign the updated tensors back, each one made by `tail`.
     """
 
     positions: torch.Tensor
@@ -76,8 +76,9 @@ class StreamRows(Protocol):
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
 
-    def keep(self, tail: torch.Tensor) -> torch.Tensor:
-        """The form in which an updated state tensor (a view into a chunk's activations) is kept."""
+    def tail(self, full: torch.Tensor, history: int) -> torch.Tensor:
+        """What a layer keeps for the next chunk: of `full` (its stored past, then this chunk's new entries, along
+        dim 2), the `history` entries that end where each row's frames end, in the form the state is kept."""
         ...
 
 
@@ -96,9 +97,10 @@ class StreamBatch:
         self.values = [_stack([s.values[i] for s in states]) for i in range(len(states[0].values))]
 
     @staticmethod
-    def keep(tail: torch.Tensor) -> torch.Tensor:
-        # A copy: the state outlives the call, and a view would pin the whole chunk's activations.
-        return tail.clone()
+    def tail(full: torch.Tensor, history: int) -> torch.Tensor:
+        # Every row of a batch here has the chunk's length, so the tails end where `full` does. A copy: the state
+        # outlives the call, and a view would pin the whole chunk's activations.
+        return full[:, :, full.shape[2] - history:].clone()
 
     def scatter(self, states: list[CodecStreamState], num_new_frames: int) -> None:
         """Give each state its row of the updated tensors and advance its frame count."""

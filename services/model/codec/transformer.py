@@ -86,8 +86,8 @@ class SlidingWindowAttention(nn.Module):
         keys = torch.cat([stream.keys[self.layer_index], k], dim=2)
         values = torch.cat([stream.values[self.layer_index], v], dim=2)
         window = stream.keys[self.layer_index].shape[2]
-        stream.keys[self.layer_index] = stream.keep(keys[:, :, keys.shape[2] - window :])
-        stream.values[self.layer_index] = stream.keep(values[:, :, values.shape[2] - window :])
+        stream.keys[self.layer_index] = stream.tail(keys, window)
+        stream.values[self.layer_index] = stream.tail(values, window)
         groups = self.num_heads // self.num_kv_heads
         if groups > 1:
             keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)

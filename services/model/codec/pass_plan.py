@@ -1,0 +1,90 @@
+"""How one codec call's chunks are grouped into padded forward passes: few passes, little padding.
+
+A pass runs a fixed (rows, frames) shape: rows padded up to a row bucket with rows that touch no stream, and each
+chunk padded at its end up to the pass's frame bucket (every layer of the codec is causal, so a chunk's own samples
+and the state it leaves never see its padding). A pass costs a fixed amount whatever it holds (its ~1,000 kernel
+launches) plus an amount per row and per row-frame. On an H200 (0.6B codec, bf16, graphed steps,
+loadtest/results/codec_slots_h200_2026-12-03_8231cc7.json) that is ~1.9 ms a pass, 0.038 ms a row and 0.021 ms a
+row-frame: a 2-frame chunk in a pass of its own costs as much as ~90 padded frames in a pass that runs anyway. So the
+chunks of one round (each stream's next chunk) share passes where that is cheaper than passes of their own, which at
+load is nearly always: the decode service's chunk ramp (2, 2, 4, then 8 frames) put three lengths, three passes, into
+most calls.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+
+PASS_COST = 90.0
+"""A pass's fixed cost, in row-frames (1.9 ms / 0.021 ms on the H200 above)."""
+ROW_COST = 2.0
+"""A row's cost beyond its frames, in row-frames (0.038 ms / 0.021 ms)."""
+
+
+def row_buckets(max_rows: int) -> tuple[int, ...]:
+    """Row counts a pass is padded up to: 1, 2, 4, 8, then every multiple of 8 below `max_rows`, then `max_rows`
+    (finer than powers of two where a padded row costs most: 17 rows pad to 24, not 32)."""
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    small = [size for size in (1, 2, 4) if size < max_rows]
+    return (*small, *range(8, max_rows, 8), max_rows)
+
+
+def frame_buckets(max_frames: int) -> tuple[int, ...]:
+    """Frame counts a pass is padded up to: powers of two below `max_frames`, then `max_frames` (1, 2, 4, 8)."""
+    if max_frames < 1:
+        raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+    buckets, size = [], 1
+    while size < max_frames:
+        buckets.append(size)
+        size *= 2
+    return (*buckets, max_frames)
+
+
+def bucket_of(buckets: Sequence[int], size: int) -> int:
+    """The smallest bucket that holds `size`."""
+    return next(bucket for bucket in buckets if bucket >= size)
+
+
+def rounds(streams: Sequence[Hashable], lengths: Sequence[int]) -> list[list[int]]:
+    """A call's rows by round: round r holds each stream's r-th non-empty chunk, so a stream listed twice advances
+    in order. `streams[row]` names the stream a row belongs to."""
+    by_round: list[list[int]] = []
+    seen: dict[Hashable, int] = defaultdict(int)
+    for row, length in enumerate(lengths):
+        if length == 0:
+            continue
+        index = seen[streams[row]]
+        seen[streams[row]] += 1
+        if index == len(by_round):
+            by_round.append([])
+        by_round[index].append(row)
+    return by_round
+
+
+def plan_round(lengths: Sequence[int], rows: Sequence[int], frames: Sequence[int]) -> list[list[int]]:
+    """One round's chunks (`lengths[i]` frames each, at most `frames[-1]`) grouped into passes of at most
+    `rows[-1]` chunks, cheapest first found: the chunks sorted by length and cut where the length changes, each
+    group padded to its buckets. Returns the groups in running order, shorter chunks first (a request's first chunk
+    is its shortest, and a caller that hands out a pass's audio as it ends gets first packets out first)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    cuts = [0] + [at for at in range(1, len(order)) if lengths[order[at]] != lengths[order[at - 1]]] + [len(order)]
+    best: list[tuple[float, int]] = [(0.0, 0)]  # for each cut: the least cost of the chunks before it, and its cut
+    for end in range(1, len(cuts)):
+        best.append(min((best[start][0] + _cost(cuts[end] - cuts[start], lengths[order[cuts[end] - 1]], rows,
+                                                frames), start) for start in range(end)))
+    groups, end = [], len(cuts) - 1
+    while end > 0:
+        start = best[end][1]
+        group = order[cuts[start]:cuts[end]]
+        groups[:0] = [group[at:at + rows[-1]] for at in range(0, len(group), rows[-1])]
+        end = start
+    return groups
+
+
+def _cost(count: int, longest: int, rows: Sequence[int], frames: Sequence[int]) -> float:
+    """Row-frames of `count` chunks of at most `longest` frames in passes of at most `rows[-1]` rows."""
+    full, rest = divmod(count, rows[-1])
+    padded = full * rows[-1] + (bucket_of(rows, rest) if rest else 0)
+    return (full + (rest > 0)) * PASS_COST + padded * (ROW_COST + bucket_of(frames, longest))

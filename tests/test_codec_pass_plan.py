@@ -1,0 +1,69 @@
+"""How a codec call's chunks become padded passes: buckets, rounds, and the cheapest grouping of a round."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from services.model.codec.pass_plan import (PASS_COST, ROW_COST, bucket_of, frame_buckets, plan_round, rounds,
+                                            row_buckets)
+
+ROWS, FRAMES = row_buckets(32), frame_buckets(8)
+
+
+def _cost(groups: list[list[int]], lengths: list[int]) -> float:
+    """Row-frames of running `groups` as padded passes (the model `plan_round` minimises)."""
+    return sum(PASS_COST + bucket_of(ROWS, len(g)) * (ROW_COST + bucket_of(FRAMES, max(lengths[i] for i in g)))
+               for g in groups)
+
+
+def test_buckets():
+    assert row_buckets(1) == (1,) and row_buckets(4) == (1, 2, 4) and row_buckets(12) == (1, 2, 4, 8, 12)
+    assert row_buckets(32) == (1, 2, 4, 8, 16, 24, 32)
+    assert row_buckets(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert frame_buckets(1) == (1,) and frame_buckets(8) == (1, 2, 4, 8) and frame_buckets(6) == (1, 2, 4, 6)
+    assert bucket_of(ROWS, 17) == 24 and bucket_of(FRAMES, 3) == 4
+    with pytest.raises(ValueError):
+        row_buckets(0)
+    with pytest.raises(ValueError):
+        frame_buckets(0)
+
+
+def test_rounds_keep_a_streams_chunks_in_order_and_skip_empty_ones():
+    assert rounds(["a", "b", "a", "c", "a"], [2, 8, 4, 0, 8]) == [[0, 1], [2], [4]]
+    assert rounds([], []) == []
+
+
+def test_a_ramp_of_lengths_at_load_shares_one_pass():
+    """A call at 64 streams: first chunks (2), second (2), third (4) and 8-frame chunks: one pass, not three."""
+    lengths = [2] * 4 + [4] * 2 + [8] * 11
+    assert [sorted(lengths[i] for i in g) for g in plan_round(lengths, ROWS, FRAMES)] == [sorted(lengths)]
+
+
+def test_many_short_chunks_keep_a_pass_of_their_own_shorter_first():
+    """Padding 31 one-frame chunks to 8 frames costs more than a pass: they run alone, first."""
+    lengths = [8] + [1] * 31
+    groups = plan_round(lengths, ROWS, FRAMES)
+    assert [[lengths[i] for i in g] for g in groups] == [[1] * 31, [8]]
+
+
+def test_a_round_wider_than_the_largest_bucket_is_cut_into_full_passes():
+    lengths = [8] * 70
+    groups = plan_round(lengths, ROWS, FRAMES)
+    assert [len(g) for g in groups] == [32, 32, 6]
+    assert sorted(i for g in groups for i in g) == list(range(70))
+
+
+def test_the_plan_is_never_costlier_than_a_pass_per_length():
+    generator = random.Random(7)
+    for _ in range(300):
+        lengths = [generator.randint(1, 8) for _ in range(generator.randint(1, 40))]
+        groups = plan_round(lengths, ROWS, FRAMES)
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+        assert all(len(g) <= ROWS[-1] for g in groups)
+        longest = [max(lengths[i] for i in g) for g in groups]
+        assert longest == sorted(longest), "shorter passes first"
+        per_length = [[i for i in range(len(lengths)) if lengths[i] == n][at:at + 32]
+                      for n in sorted(set(lengths)) for at in range(0, 40, 32)]
+        assert _cost(groups, lengths) <= _cost([g for g in per_length if g], lengths)
