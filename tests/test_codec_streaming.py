@@ -147,3 +147,22 @@ def test_long_input_decode_equals_stream(decoder):
     codes = random_codes(310, 16, CODEBOOK_SIZE, seed=9)
     streamed = _stream(decoder, codes, [25] * 13)
     assert float((decoder.decode(codes) - streamed).abs().max()) <= TOLERANCE
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_projections_decode_as_the_separate_ones_and_keep_the_checkpoint_names(checkpoint_dir, codes, device):
+    """The loader fuses q/k/v and gate/up into one weight each: the state dict keeps its names and values, the
+    decode equals the separate projections', and a decoder moved after fusing falls back to its own weights."""
+    fused = load_codec_decoder(checkpoint_dir, device=device)
+    separate = load_codec_decoder(checkpoint_dir, device=device)
+    for layer in separate.pre_transformer.layers:
+        layer.self_attn.qkv, layer.mlp.gate_up = None, None
+    attention = fused.pre_transformer.layers[0].self_attn
+    assert attention.qkv is not None and attention.q_proj.weight.data_ptr() == attention.qkv[0].data_ptr()
+    assert fused.state_dict().keys() == separate.state_dict().keys()
+    for name, tensor in fused.state_dict().items():
+        assert torch.equal(tensor, separate.state_dict()[name]), name
+    expected = separate.decode(codes)
+    assert float((fused.decode(codes) - expected).abs().max()) <= TOLERANCE
+    moved = fused.to(torch.float64)  # the fused weights stay float32: the layers use their own
+    assert float((moved.decode(codes).float() - expected).abs().max()) <= TOLERANCE

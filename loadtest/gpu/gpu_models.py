@@ -91,4 +91,6 @@ def build_codec(preset: str, device: torch.device, dtype: torch.dtype, seed: int
     decoder = CodecDecoder(config).eval()
     init_decoder(decoder, seed)
     decoder.requires_grad_(False)
-    return decoder.to(device=device, dtype=dtype)
+    decoder = decoder.to(device=device, dtype=dtype)
+    decoder.pre_transformer.fuse_projections()  # as the loader does
+    return decoder

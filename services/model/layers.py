@@ -141,7 +141,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
-def _fused(projections: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+def fused_linear_weights(projections: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One weight (and bias) for several projections of the same input; each projection's parameters become views
     of it, so the memory is not doubled and the state dict keeps its names and values."""
     weight = torch.cat([p.weight for p in projections])
@@ -172,7 +172,7 @@ class SelfAttention(nn.Module):
 
     def fuse_projections(self) -> None:
         """Compute q, k and v with one GEMM from now on (two launches fewer a layer)."""
-        self.qkv = _fused((self.q_proj, self.k_proj, self.v_proj))
+        self.qkv = fused_linear_weights((self.q_proj, self.k_proj, self.v_proj))
 
     def forward(self, x: torch.Tensor, rope: RopeInputs, layer: int, attend: Attend) -> torch.Tensor:
         if self.takes_projection(x, rope):
@@ -237,7 +237,7 @@ class MLP(nn.Module):
     def fuse_projections(self) -> None:
         """Compute gate and up with one GEMM from now on (and, for silu on CUDA, the activation and product with one
         kernel): three launches fewer a layer."""
-        self.gate_up = _fused((self.gate_proj, self.up_proj))[0]
+        self.gate_up = fused_linear_weights((self.gate_proj, self.up_proj))[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:

@@ -40,7 +40,9 @@ def load_codec_decoder(
     model = model.to_empty(device="cpu")
     model.load_state_dict(tensors, strict=True)
     model.quantizer.refresh_table()
-    return model.to(device=device, dtype=dtype).eval()
+    model = model.to(device=device, dtype=dtype).eval()
+    model.pre_transformer.fuse_projections()  # after the move: the fused weights live where the model runs
+    return model
 
 
 def weight_locations(directory: Path) -> dict[str, Path]:

@@ -4,6 +4,11 @@ Each frame attends to itself and the `sliding_window - 1` frames before it. A st
 per layer, the rotated keys and the values of those previous frames, so a chunk's attention
 costs O(chunk * window) whatever the stream's length. Names mirror the checkpoint
 (`layers.N.self_attn.q_proj`, `layers.N.mlp_layer_scale.scale`, ...).
+
+A codec pass for a few frames is bound by its launches, not its arithmetic (~1.9 ms for a 1-row pass on an H200,
+loadtest/RESULTS-GPU.md), and these eight layers launched about 60% of them. So, once `fuse_projections` has run (the
+loader runs it), q/k/v and gate/up are one GEMM each, q and k are rotated together, a layer scale and its residual
+add are one `addcmul`, and on CUDA each norm and the silu product are one Triton kernel: ~25 launches fewer a layer.
 """
 
 from __future__ import annotations
@@ -12,8 +17,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from services.model import fused_rms_norm, fused_silu_mul
 from services.model.codec.config import CodecConfig
 from services.model.codec.stream_state import StreamRows
+from services.model.layers import fused_linear_weights
+from services.model.triton_support import compiles_for
 
 
 class RMSNorm(nn.Module):
@@ -23,6 +31,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if compiles_for(x.device) and x.dtype == self.weight.dtype:
+            return fused_rms_norm.rms_norm(x, self.weight, self.eps)  # the same numerics in one launch, not eight
         # Normalise in float32 and scale after casting back, as the reference does.
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -44,9 +54,25 @@ class GatedMlp(nn.Module):
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
+        self.gate_up: torch.Tensor | None = None
+        """gate and up as one weight (`fuse_projections`), or None: two GEMMs."""
+
+    def fuse_projections(self) -> None:
+        self.gate_up = fused_linear_weights((self.gate_proj, self.up_proj))[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if not _serves(self.gate_up, x):
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate_up = F.linear(x, self.gate_up)
+        if compiles_for(x.device):
+            return self.down_proj(fused_silu_mul.silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+def _serves(fused: torch.Tensor | None, x: torch.Tensor) -> bool:
+    """Whether a fused weight exists and is where x is (a module moved after fusing falls back to its own)."""
+    return fused is not None and fused.device == x.device and fused.dtype == x.dtype
 
 
 def rotary_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
@@ -75,14 +101,27 @@ class SlidingWindowAttention(nn.Module):
         self.k_proj = nn.Linear(config.hidden_size, kv_inner, bias=bias)
         self.v_proj = nn.Linear(config.hidden_size, kv_inner, bias=bias)
         self.o_proj = nn.Linear(inner, config.hidden_size, bias=bias)
+        self.qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None
+        """q, k and v as one weight and bias (`fuse_projections`), or None: three GEMMs."""
+
+    def fuse_projections(self) -> None:
+        self.qkv = fused_linear_weights((self.q_proj, self.k_proj, self.v_proj))
 
     def forward(self, x, cos, sin, mask, stream: StreamRows) -> torch.Tensor:
-        """x [B, n, hidden]; mask [B, 1, n, window + n] bool (True = may attend)."""
+        """x [B, n, hidden]; cos, sin [B, 1, n, head_dim]; mask [B, 1, n, window + n] bool (True = may attend)."""
         batch, num_new, _ = x.shape
-        q = self.q_proj(x).view(batch, num_new, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, num_new, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, num_new, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        if self.qkv is not None and _serves(self.qkv[0], x):
+            heads = self.num_heads + 2 * self.num_kv_heads
+            qkv = F.linear(x, *self.qkv).view(batch, num_new, heads, self.head_dim)
+            rotated = _rotate(qkv[:, :, :self.num_heads + self.num_kv_heads], cos.transpose(1, 2), sin.transpose(1, 2))
+            q = rotated[:, :, :self.num_heads].transpose(1, 2)
+            k = rotated[:, :, self.num_heads:].transpose(1, 2)
+            v = qkv[:, :, self.num_heads + self.num_kv_heads:].transpose(1, 2)
+        else:
+            q = self.q_proj(x).view(batch, num_new, self.num_heads, self.head_dim).transpose(1, 2)
+            k = self.k_proj(x).view(batch, num_new, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            v = self.v_proj(x).view(batch, num_new, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         keys = torch.cat([stream.keys[self.layer_index], k], dim=2)
         values = torch.cat([stream.values[self.layer_index], v], dim=2)
         window = stream.keys[self.layer_index].shape[2]
@@ -107,8 +146,9 @@ class TransformerLayer(nn.Module):
         self.mlp_layer_scale = LayerScale(dim, initial)
 
     def forward(self, x, cos, sin, mask, stream: StreamRows) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, stream))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+        attended = self.self_attn(self.input_layernorm(x), cos, sin, mask, stream)
+        x = torch.addcmul(x, self.self_attn_layer_scale.scale, attended)  # x + scale * attended, one launch
+        return torch.addcmul(x, self.mlp_layer_scale.scale, self.mlp(self.post_attention_layernorm(x)))
 
 
 class PreTransformer(nn.Module):
@@ -121,6 +161,13 @@ class PreTransformer(nn.Module):
         self.layers = nn.ModuleList(TransformerLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.output_proj = nn.Linear(config.hidden_size, config.latent_dim)
+
+    def fuse_projections(self) -> None:
+        """Compute each layer's q/k/v and gate/up with one GEMM from now on (after the weights are loaded and moved:
+        the parameters become views of the fused weights, so the state dict keeps its names and values)."""
+        for layer in self.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
 
     def forward(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         num_new = x.shape[1]
