@@ -50,7 +50,7 @@ class StreamingConv(nn.Module):
             full[..., : self.history_len].copy_(stream.conv_histories[self.history_slot])
         write(x, full[..., self.history_len :])
         if self.history_len:
-            stream.conv_histories[self.history_slot] = stream.tail(full, self.history_len)
+            stream.keep_history(self.history_slot, full, self.history_len)
         return full
 
 

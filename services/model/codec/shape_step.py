@@ -39,10 +39,9 @@ class ShapeStep:
     def forward(self) -> torch.Tensor:
         """The step itself: float32 samples `[rows, frames * samples_per_frame]` (row r's own are the first
         `lengths[r]` frames' worth); updates the slots' states."""
-        targets = self.pool.padding_to_sink(self.slots)
         rows = self.pool.gather(self.slots, self.lengths, self.frames)
         audio = self.decoder.forward(self.codes, rows)
-        self.pool.store(targets, rows)
+        self.pool.store(rows)
         return audio.float()
 
     def capture(self, graph_pool) -> None:

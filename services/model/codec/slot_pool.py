@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from services.model.codec.errors import CodecError, CodecInputError
+from services.model.codec.fused_tail_store import store_tails
 from services.model.codec.stream_state import StreamLayout
+from services.model.triton_support import compiles_for
 
 
 class SlotsExhausted(CodecError):
@@ -29,21 +31,46 @@ class SlotRows:
 
     A pass runs `frames` frames a row, and row r's chunk has `lengths[r]` of them (a shorter chunk rides in a longer
     pass, padded at its end: every layer is causal, so the padding never reaches the row's own outputs). Its state
-    tails are taken where its own frames end, and its position advances by its own length.
+    tails are taken where its own frames end, and its position advances by its own length. With the fused kernels
+    (CUDA) each tail goes straight into the pool row `targets[r]` as its layer keeps it, one launch a state; else it
+    is gathered here and `CodecSlotPool.store` copies it in.
     """
 
-    def __init__(self, pool: CodecSlotPool, slots: torch.Tensor, lengths: torch.Tensor, frames: int) -> None:
+    def __init__(self, pool: CodecSlotPool, slots: torch.Tensor, targets: torch.Tensor, lengths: torch.Tensor,
+                 frames: int) -> None:
         self.positions = pool.positions.index_select(0, slots)
         self.conv_histories, self.keys, self.values = pool.views(pool.flat.index_select(0, slots))
-        self.lengths = lengths
-        self.frames = frames
+        self.lengths, self.frames = lengths, frames
+        self.stored: set[tuple[str, int]] = set()
+        """States already written into the pool, as ("history", slot) or ("window", layer)."""
+        self._pool, self.targets = pool, targets
+        self._direct = compiles_for(slots.device)
         self._tail_starts: dict[tuple[int, int], torch.Tensor] = {}
 
-    def tail(self, full: torch.Tensor, history: int) -> torch.Tensor:
-        """Row r's `history` entries of `full` along dim 2 ending after its own frames, gathered (no copy into the
-        pool here: `CodecSlotPool.store` does that)."""
-        per_frame = (full.shape[2] - history) // self.frames  # a layer's entries per frame: its rate
-        starts = self._starts(per_frame, history)  # [B, history]
+    def keep_history(self, slot: int, full: torch.Tensor, history: int) -> None:
+        if self._direct:
+            self._store(full, history, self._pool.conv_histories[slot])
+            self.stored.add(("history", slot))
+        else:
+            self.conv_histories[slot] = self._tail(full, history)
+
+    def keep_window(self, layer: int, keys: torch.Tensor, values: torch.Tensor, window: int) -> None:
+        if self._direct:
+            self._store(keys, window, self._pool.keys[layer])
+            self._store(values, window, self._pool.values[layer])
+            self.stored.add(("window", layer))
+        else:
+            self.keys[layer], self.values[layer] = self._tail(keys, window), self._tail(values, window)
+
+    def _per_frame(self, full: torch.Tensor, history: int) -> int:
+        return (full.shape[2] - history) // self.frames  # a layer's entries per frame: its rate
+
+    def _store(self, full: torch.Tensor, history: int, pool: torch.Tensor) -> None:
+        store_tails(full, history, self._per_frame(full, history), self.lengths, self.targets, pool)
+
+    def _tail(self, full: torch.Tensor, history: int) -> torch.Tensor:
+        """Row r's `history` entries of `full` along dim 2 ending after its own frames, gathered."""
+        starts = self._starts(self._per_frame(full, history), history)  # [B, history]
         index = starts.view(full.shape[0], 1, history, *([1] * (full.dim() - 3)))
         return torch.gather(full, 2, index.expand(*full.shape[:2], history, *full.shape[3:]))
 
@@ -117,18 +144,25 @@ class CodecSlotPool:
 
     def gather(self, slots: torch.Tensor, lengths: torch.Tensor, frames: int) -> SlotRows:
         """The rows of `slots` ([rows] long, on the pool's device), copied out for one forward of `frames` frames
-        in which row r's chunk has `lengths[r]` ([rows] long, on the device)."""
-        return SlotRows(self, slots, lengths, frames)
+        in which row r's chunk has `lengths[r]` ([rows] long, on the device); its states go back to `slots`, a
+        padding row's (`scratch`) to `sink`."""
+        return SlotRows(self, slots, self.padding_to_sink(slots), lengths, frames)
 
     def padding_to_sink(self, slots: torch.Tensor) -> torch.Tensor:
         """Where each row's updated state goes: its own slot, or `sink` for a padding row."""
         return torch.where(slots == self.scratch, self.sink, slots)
 
-    def store(self, targets: torch.Tensor, rows: SlotRows) -> None:
-        """Write a forward's updated rows to the slots `targets` and advance each by its own chunk's length."""
-        for pool, updated in zip(self.conv_histories + self.keys + self.values,
-                                 rows.conv_histories + rows.keys + rows.values):
-            pool.index_copy_(0, targets, updated)
+    def store(self, rows: SlotRows) -> None:
+        """Write a forward's updated rows (those its layers did not store themselves) back to their slots and
+        advance each by its own chunk's length."""
+        targets = rows.targets
+        for slot, (pool, updated) in enumerate(zip(self.conv_histories, rows.conv_histories)):
+            if ("history", slot) not in rows.stored:
+                pool.index_copy_(0, targets, updated)
+        for layer in range(self.layout.num_layers):
+            if ("window", layer) not in rows.stored:
+                self.keys[layer].index_copy_(0, targets, rows.keys[layer])
+                self.values[layer].index_copy_(0, targets, rows.values[layer])
         self.positions.index_copy_(0, targets, rows.positions + rows.lengths)
 
     def snapshot(self, slot: int) -> SlotSnapshot:

@@ -68,7 +68,7 @@ class StreamRows(Protocol):
     """What the decoder's modules read and replace during one forward: B streams' states as batched tensors.
 
     Modules read `conv_histories[slot]` / `keys[layer]` / `values[layer]` (leading dim B) and `positions`
-    ([B] frames decoded so far), and assign the updated tensors back, each one made by `tail`.
+    ([B] frames decoded so far), and hand back what the next chunk needs through `keep_history` and `keep_window`.
     """
 
     positions: torch.Tensor
@@ -76,9 +76,14 @@ class StreamRows(Protocol):
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
 
-    def tail(self, full: torch.Tensor, history: int) -> torch.Tensor:
-        """What a layer keeps for the next chunk: of `full` (its stored past, then this chunk's new entries, along
-        dim 2), the `history` entries that end where each row's frames end, in the form the state is kept."""
+    def keep_history(self, slot: int, full: torch.Tensor, history: int) -> None:
+        """Keep conv history `slot`: of `full` ([B, C, history + n]: the stored history, then this chunk's inputs),
+        the `history` entries that end where each row's own frames end."""
+        ...
+
+    def keep_window(self, layer: int, keys: torch.Tensor, values: torch.Tensor, window: int) -> None:
+        """Keep `layer`'s K/V window: of `keys` and `values` ([B, heads, window + n, head_dim]), the `window` entries
+        that end where each row's own frames end."""
         ...
 
 
@@ -96,11 +101,11 @@ class StreamBatch:
         self.keys = [_stack([s.keys[i] for s in states]) for i in range(len(states[0].keys))]
         self.values = [_stack([s.values[i] for s in states]) for i in range(len(states[0].values))]
 
-    @staticmethod
-    def tail(full: torch.Tensor, history: int) -> torch.Tensor:
-        # Every row of a batch here has the chunk's length, so the tails end where `full` does. A copy: the state
-        # outlives the call, and a view would pin the whole chunk's activations.
-        return full[:, :, full.shape[2] - history:].clone()
+    def keep_history(self, slot: int, full: torch.Tensor, history: int) -> None:
+        self.conv_histories[slot] = _tail(full, history)
+
+    def keep_window(self, layer: int, keys: torch.Tensor, values: torch.Tensor, window: int) -> None:
+        self.keys[layer], self.values[layer] = _tail(keys, window), _tail(values, window)
 
     def scatter(self, states: list[CodecStreamState], num_new_frames: int) -> None:
         """Give each state its row of the updated tensors and advance its frame count."""
@@ -109,6 +114,12 @@ class StreamBatch:
             state.keys = [t[row] for t in self.keys]
             state.values = [t[row] for t in self.values]
             state.num_frames += num_new_frames
+
+
+def _tail(full: torch.Tensor, history: int) -> torch.Tensor:
+    # Every row of a batch here has the chunk's length, so the tails end where `full` does. A copy: the state outlives
+    # the call, and a view would pin the whole chunk's activations.
+    return full[:, :, full.shape[2] - history:].clone()
 
 
 def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -125,8 +125,7 @@ class SlidingWindowAttention(nn.Module):
         keys = torch.cat([stream.keys[self.layer_index], k], dim=2)
         values = torch.cat([stream.values[self.layer_index], v], dim=2)
         window = stream.keys[self.layer_index].shape[2]
-        stream.keys[self.layer_index] = stream.tail(keys, window)
-        stream.values[self.layer_index] = stream.tail(values, window)
+        stream.keep_window(self.layer_index, keys, values, window)
         groups = self.num_heads // self.num_kv_heads
         if groups > 1:
             keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
