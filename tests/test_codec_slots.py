@@ -15,6 +15,7 @@ from services.model.codec import CodecDecoder, CodecInputError, load_codec_decod
 from services.model.codec.slot_decoder import PRIME_PASS_LENGTHS, SlotDecoder, priming_passes
 from services.model.codec.slot_pool import SlotsExhausted
 from tests.fixtures.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
+from tests.fixtures.ragged_streams import decode_ragged, ragged_schedules
 
 TOLERANCE = 1e-5  # test_codec_streaming.py's: streaming vs full decode in float32
 CODEBOOK_SIZE = WINDOWED_DECODER["codebook_size"]
@@ -158,23 +159,17 @@ def test_each_chunks_audio_is_handed_out_as_its_pass_ends(decoder):
 def test_chunks_of_every_length_in_one_padded_pass_equal_their_full_decodes(decoder):
     """Five streams whose chunk lengths differ in every call (1 to 8 frames, shifted per stream), each call one
     padded pass (counted): each stream equals its own full decode, and its position is its own frames."""
-    schedules = [[(step + shift) % 8 + 1 for step in range(6)] for shift in range(5)]
+    schedules = ragged_schedules(5, 6)
     codes = [random_codes(sum(schedule), 16, CODEBOOK_SIZE, seed=900 + n) for n, schedule in enumerate(schedules)]
     slots = SlotDecoder(decoder, max_streams=5, max_rows=8, max_chunk_frames=8, capture=False)
     ids = [slots.acquire() for _ in codes]
     passes = []
     run_pass = slots._run_pass
     slots._run_pass = lambda s, c, h: passes.append(len(c)) or run_pass(s, c, h)
-    outputs: list[list[torch.Tensor]] = [[] for _ in ids]
-    starts = [0] * len(ids)
-    for step in range(6):
-        chunks = [stream[start:start + schedule[step]] for stream, start, schedule in zip(codes, starts, schedules)]
-        for row, samples in enumerate(slots.decode_chunks(ids, chunks)):
-            outputs[row].append(samples)
-            starts[row] += schedules[row][step]
+    audio = decode_ragged(slots, ids, codes, schedules)
     assert passes == [5] * 6
-    for stream_codes, parts in zip(codes, outputs):
-        assert float((torch.cat(parts) - decoder.decode(stream_codes)).abs().max()) <= TOLERANCE
+    for stream_codes, streamed in zip(codes, audio):
+        assert float((streamed - decoder.decode(stream_codes)).abs().max()) <= TOLERANCE
     assert [slots.pool.num_frames(slot) for slot in ids] == [sum(schedule) for schedule in schedules]
 
 

@@ -52,24 +52,18 @@ def ragged_direct_decode_error(device: str) -> float:
     from services.model.codec import load_codec_decoder, slot_pool
     from services.model.codec.slot_decoder import SlotDecoder
     from tests.fixtures.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
+    from tests.fixtures.ragged_streams import decode_ragged, ragged_schedules
 
     torch.set_num_threads(1)
     slot_pool.compiles_for = lambda _device: True  # this process only: the interpreter runs the kernel on the CPU
     with tempfile.TemporaryDirectory() as directory:
         save_reference_tokenizer(Path(directory), WINDOWED_DECODER, seed=0)
         decoder = load_codec_decoder(directory, device=device)
-    schedules = [[(step + shift) % 8 + 1 for step in range(5)] for shift in range(3)]
+    schedules = ragged_schedules(3, 5)
     codes = [random_codes(sum(s), 16, WINDOWED_DECODER["codebook_size"], seed=50 + n) for n, s in enumerate(schedules)]
     slots = SlotDecoder(decoder, max_streams=3, max_rows=4, capture=False)
-    ids = [slots.acquire() for _ in codes]
-    parts: list[list[torch.Tensor]] = [[] for _ in ids]
-    starts = [0] * len(ids)
-    for step in range(5):
-        chunks = [c[start:start + s[step]] for c, start, s in zip(codes, starts, schedules)]
-        for row, audio in enumerate(slots.decode_chunks(ids, chunks)):
-            parts[row].append(audio)
-            starts[row] += schedules[row][step]
-    return max(float((torch.cat(p) - decoder.decode(c)).abs().max()) for p, c in zip(parts, codes))
+    audio = decode_ragged(slots, [slots.acquire() for _ in codes], codes, schedules)
+    return max(float((streamed - decoder.decode(c)).abs().max()) for streamed, c in zip(audio, codes))
 
 
 def test_tail_store_equals_gather_and_copy_under_the_interpreter():

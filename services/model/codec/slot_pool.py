@@ -2,8 +2,9 @@
 
 One flat buffer holds each slot's conv histories and K/V windows side by side (`[slots, state elements]`, a row per
 slot) and a second its frame position. A forward gathers its rows by index (`index_select`), runs on that copy, and
-writes the updated rows back (`index_copy_`): no Python loop over requests and no host sync, so the whole step can
-be captured as a CUDA graph whose only inputs are codes and slot indices.
+writes the updated rows back (on CUDA each layer's tails straight into the pool, `fused_tail_store`; else
+`index_copy_`): no Python loop over requests and no host sync, so the whole step can be captured as a CUDA graph
+whose only inputs are codes, slot indices and each row's chunk length.
 
 Two slots past `max_streams` serve padding rows (a batch padded up to its bucket): padding rows read `scratch`,
 which nothing ever writes, so it stays a fresh stream's zero state, and write to `sink`, which nothing reads. So a
