@@ -80,6 +80,8 @@ async def test_the_gpu_run_reads_decode_and_vocoder_stats_and_tabulates_their_ti
     path.write_text(json.dumps(stats))
     summary = decode_summary(path)
     assert "; vocoder codec call " in summary and ", chunk " in summary, summary
+    assert codec["codec_passes"] >= codec["codec_calls"] and codec["codec_row_frames"] >= FRAMES, codec
+    assert f"; codec passes {codec['codec_passes']} (" in summary, summary
     assert "steps (device, idle stream, host launch) launch " in summary, summary
 
 

@@ -167,7 +167,8 @@ def test_chunks_of_every_length_in_one_padded_pass_equal_their_full_decodes(deco
     run_pass = slots._run_pass
     slots._run_pass = lambda s, c, h: passes.append(len(c)) or run_pass(s, c, h)
     audio = decode_ragged(slots, ids, codes, schedules)
-    assert passes == [5] * 6
+    assert passes == [5] * 6 and slots.num_passes == 6
+    assert slots.num_row_frames == sum(map(sum, schedules)) and slots.num_padded_row_frames == 6 * 8 * 8
     for stream_codes, streamed in zip(codes, audio):
         assert float((streamed - decoder.decode(stream_codes)).abs().max()) <= TOLERANCE
     assert [slots.pool.num_frames(slot) for slot in ids] == [sum(schedule) for schedule in schedules]

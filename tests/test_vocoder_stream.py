@@ -155,6 +155,10 @@ async def test_concurrent_requests_are_decoded_in_shared_codec_batches(bus, code
 
     assert stats["max_codec_batch"] > 1, "chunks of different requests must share codec calls"
     assert stats["codec_calls"] < stats["audio_chunks"]
+    # 4 requests x 18 frames; chunks of different lengths share passes, so a call runs at least one and padding
+    # never makes a pass decode less than it ran
+    assert stats["codec_passes"] >= stats["codec_calls"] and stats["codec_row_frames"] == 4 * 18, stats
+    assert stats["codec_padded_row_frames"] >= stats["codec_row_frames"], stats
     # Every call and every chunk timed. No order between the two is asserted: a chunk is settled as soon as its own
     # pass ends, so a chunk that did not queue can take less than its call, which returns after its last pass.
     timed = stats["codec_seconds"]

@@ -25,8 +25,9 @@ from services.decode.service import SERVICE_NAME as DECODE_SERVICE
 from services.vocoder.service import SERVICE_NAME as VOCODER_SERVICE
 
 
-VOCODER_FIELDS = ("codec_calls", "max_codec_batch", "codec_seconds", "codec_voices_primed", "codec_voices_reused",
-                  "codec_voices_kept", "codec_voices_kept_bytes")
+VOCODER_FIELDS = ("codec_calls", "max_codec_batch", "codec_seconds", "codec_passes", "codec_row_frames",
+                  "codec_padded_row_frames", "codec_voices_primed", "codec_voices_reused", "codec_voices_kept",
+                  "codec_voices_kept_bytes")
 
 
 async def decode_stats(url: str, timeout_s: float = 5.0) -> dict:

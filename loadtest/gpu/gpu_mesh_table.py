@@ -141,6 +141,12 @@ def decode_summary(path: Path) -> str:
             parts = [f"{part} {t['count']}x p50 {t['p50_ms']:.1f} / p95 {t['p95_ms']:.1f} ms"
                      for part, t in timed.items()]
             summary += f"; {title} " + ", ".join(sorted(parts))
+    vocoder = stats.get("vocoder", {})
+    if vocoder.get("codec_passes"):  # how many passes its calls ran, and how full: what the padding cost
+        calls = max(1, vocoder.get("codec_calls", 0))  # a call in progress has run passes before it counts
+        summary += (f"; codec passes {vocoder['codec_passes']} ({vocoder['codec_passes'] / calls:.2f} a "
+                    f"call), frames {vocoder['codec_row_frames']} of {vocoder['codec_padded_row_frames']} row-frames "
+                    "run")
     return summary
 
 

@@ -105,6 +105,12 @@ def vocoder_families(stats: Stats) -> list:
                           len(stats["partitions"])),
         CounterMetricFamily("voxmesh_audio_chunks", "Audio chunks published", stats["audio_chunks"]),
         CounterMetricFamily("voxmesh_codec_calls", "Codec decoder calls", stats["codec_calls"]),
+        CounterMetricFamily("voxmesh_codec_passes", "Codec forward passes (a call runs one or more)",
+                            stats.get("codec_passes", 0)),
+        CounterMetricFamily("voxmesh_codec_row_frames", "Frames the codec's passes decoded for requests",
+                            stats.get("codec_row_frames", 0)),
+        CounterMetricFamily("voxmesh_codec_padded_row_frames", "Rows x frames the codec's passes ran, padding "
+                            "included", stats.get("codec_padded_row_frames", 0)),
         CounterMetricFamily("voxmesh_redecodes", "Re-decode requests served", stats["redecodes"]),
         CounterMetricFamily("voxmesh_decode_owners_lost", "Requests failed because their decode replica died",
                             stats["decode_owners_lost"]),

@@ -290,6 +290,11 @@ class CodecWorker:
         self.timings["prime"].observe(time.perf_counter() - started)
         return state
 
+    def pass_status(self) -> dict[str, int]:
+        """The codec's passes and how full they ran (for STATS): frames decoded against rows x frames run."""
+        return {"codec_passes": self.slots.num_passes, "codec_row_frames": self.slots.num_row_frames,
+                "codec_padded_row_frames": self.slots.num_padded_row_frames}
+
     def primed_status(self) -> dict[str, int]:
         """Primings, states reused, and what the kept ones hold (for STATS)."""
         return {"codec_voices_primed": self.num_voices_primed, "codec_voices_reused": self.num_voices_reused,

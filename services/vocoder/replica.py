@@ -102,6 +102,7 @@ class VocoderReplica:
             "redecodes": self.redecoder.num_served,
             "messages_termed": sum(s.consumer.pull.num_termed for s in self._served.values()),
             **self.codec.graph_status(),
+            **self.codec.pass_status(),
             **self.codec.primed_status(),
         }
 

@@ -84,6 +84,12 @@ class SlotDecoder:
         # The priming passes replay beside the batched steps (another thread and stream): their graphs must not
         # share the batched steps' memory pool.
         self._priming_graph_pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.num_passes = 0
+        """Batched passes run (a call runs one or more; priming passes not counted)."""
+        self.num_row_frames = 0
+        """Frames those passes decoded for streams."""
+        self.num_padded_row_frames = 0
+        """Rows x frames those passes ran, padding included: against `num_row_frames`, what the padding cost."""
         self.capture_failures: dict[tuple[int, int], str] = {}
         """(rows, frames) -> why its capture failed; those shapes run eagerly."""
         self.priming_capture_failures: dict[tuple[int, int], str] = {}
@@ -247,6 +253,9 @@ class SlotDecoder:
                                  pin_memory=pinned)
         host_codes[:real, :longest] = pad_sequence(chunks, batch_first=True)
         audio = self._step(rows, frames).run(host_slots, host_codes, host_lengths)[:real]
+        self.num_passes += 1
+        self.num_row_frames += sum(chunk.shape[0] for chunk in chunks)
+        self.num_padded_row_frames += rows * frames
         if to_host:
             copied = torch.empty(audio.shape, dtype=audio.dtype, pin_memory=pinned)
             copied.copy_(audio, non_blocking=True)
