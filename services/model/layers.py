@@ -141,6 +141,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def serves(fused: torch.Tensor | None, x: torch.Tensor) -> bool:
+    """Whether a fused weight exists and lies where x does (a module moved after fusing uses its own weights)."""
+    return fused is not None and fused.device == x.device and fused.dtype == x.dtype
+
+
 def fused_linear_weights(projections: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One weight (and bias) for several projections of the same input; each projection's parameters become views
     of it, so the memory is not doubled and the state dict keeps its names and values."""
@@ -225,12 +230,14 @@ class SelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: DecoderConfig) -> None:
+    """down(act(gate(x)) * up(x)): the talker's, the code predictor's and the codec transformer's."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-        self.act = _ACTIVATIONS[cfg.hidden_act]
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.act = _ACTIVATIONS[hidden_act]
         self.gate_up: torch.Tensor | None = None
         """The fused gate/up weight (`fuse_projections`), or None: two GEMMs."""
 
@@ -240,7 +247,7 @@ class MLP(nn.Module):
         self.gate_up = fused_linear_weights((self.gate_proj, self.up_proj))[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up is None:
+        if not serves(self.gate_up, x):
             return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
         gate_up = F.linear(x, self.gate_up)
         if self.act is F.silu and compiles_for(x.device):
@@ -260,7 +267,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
         self.self_attn = SelfAttention(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 

@@ -242,19 +242,20 @@ class SlotDecoder:
     def _run_pass(self, slots: list[int], chunks: list[torch.Tensor], to_host: bool) -> list[torch.Tensor]:
         """One padded step over chunks of at most a frame bucket's length, one per slot; returns each chunk's
         samples (copied out)."""
-        real, longest = len(slots), max(chunk.shape[0] for chunk in chunks)
+        real, lengths = len(slots), [chunk.shape[0] for chunk in chunks]
+        longest = max(lengths)
         rows, frames = bucket_of(self.buckets, real), bucket_of(self.frame_buckets, longest)
         pinned = self.decoder.device.type == "cuda"
         host_slots = torch.full((rows,), self.pool.scratch, dtype=torch.long, pin_memory=pinned)
         host_slots[:real] = torch.tensor(slots, dtype=torch.long)
         host_lengths = torch.full((rows,), frames, dtype=torch.long, pin_memory=pinned)
-        host_lengths[:real] = torch.tensor([chunk.shape[0] for chunk in chunks], dtype=torch.long)
+        host_lengths[:real] = torch.tensor(lengths, dtype=torch.long)
         host_codes = torch.zeros((rows, frames, self.decoder.config.num_quantizers), dtype=torch.long,
                                  pin_memory=pinned)
         host_codes[:real, :longest] = pad_sequence(chunks, batch_first=True)
         audio = self._step(rows, frames).run(host_slots, host_codes, host_lengths)[:real]
         self.num_passes += 1
-        self.num_row_frames += sum(chunk.shape[0] for chunk in chunks)
+        self.num_row_frames += sum(lengths)
         self.num_padded_row_frames += rows * frames
         if to_host:
             copied = torch.empty(audio.shape, dtype=audio.dtype, pin_memory=pinned)
@@ -262,7 +263,7 @@ class SlotDecoder:
         else:
             copied = audio.clone()
         per_frame = self.decoder.samples_per_frame
-        return [samples[:chunk.shape[0] * per_frame] for samples, chunk in zip(copied, chunks)]
+        return [samples[:length * per_frame] for samples, length in zip(copied, lengths)]
 
     def _step(self, rows: int, frames: int) -> ShapeStep:
         step = self._steps.get((rows, frames))

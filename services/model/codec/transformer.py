@@ -8,7 +8,8 @@ costs O(chunk * window) whatever the stream's length. Names mirror the checkpoin
 A codec pass for a few frames is bound by its launches, not its arithmetic (~1.9 ms for a 1-row pass on an H200,
 loadtest/RESULTS-GPU.md), and these eight layers launched about 60% of them. So, once `fuse_projections` has run (the
 loader runs it), q/k/v and gate/up are one GEMM each, q and k are rotated together, a layer scale and its residual
-add are one `addcmul`, and on CUDA each norm and the silu product are one Triton kernel: ~25 launches fewer a layer.
+add are one `addcmul`, and on CUDA each norm and the silu product are one Triton kernel (the talker's `RMSNorm` and
+`MLP`, whose numerics are the reference codec's too): ~25 launches fewer a layer.
 """
 
 from __future__ import annotations
@@ -17,26 +18,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from services.model import fused_rms_norm, fused_silu_mul
 from services.model.codec.config import CodecConfig
 from services.model.codec.stream_state import StreamRows
-from services.model.layers import fused_linear_weights
-from services.model.triton_support import compiles_for
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if compiles_for(x.device) and x.dtype == self.weight.dtype:
-            return fused_rms_norm.rms_norm(x, self.weight, self.eps)  # the same numerics in one launch, not eight
-        # Normalise in float32 and scale after casting back, as the reference does.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+from services.model.layers import MLP, RMSNorm, apply_rope, fused_linear_weights, serves
 
 
 class LayerScale(nn.Module):
@@ -48,33 +32,6 @@ class LayerScale(nn.Module):
         return self.scale * x
 
 
-class GatedMlp(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-        self.gate_up: torch.Tensor | None = None
-        """gate and up as one weight (`fuse_projections`), or None: two GEMMs."""
-
-    def fuse_projections(self) -> None:
-        self.gate_up = fused_linear_weights((self.gate_proj, self.up_proj))[0]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not _serves(self.gate_up, x):
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate_up = F.linear(x, self.gate_up)
-        if compiles_for(x.device):
-            return self.down_proj(fused_silu_mul.silu_mul(gate_up))
-        gate, up = gate_up.chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
-
-
-def _serves(fused: torch.Tensor | None, x: torch.Tensor) -> bool:
-    """Whether a fused weight exists and is where x is (a module moved after fusing falls back to its own)."""
-    return fused is not None and fused.device == x.device and fused.dtype == x.dtype
-
-
 def rotary_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
     """cos, sin of shape [B, 1, n, head_dim] for absolute positions [B, n] (computed in float32)."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim
@@ -82,12 +39,6 @@ def rotary_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: t
     angles = positions.float()[..., None] * inv_freq  # [B, n, head_dim / 2]
     angles = torch.cat([angles, angles], dim=-1)[:, None]
     return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
 
 
 class SlidingWindowAttention(nn.Module):
@@ -110,10 +61,10 @@ class SlidingWindowAttention(nn.Module):
     def forward(self, x, cos, sin, mask, stream: StreamRows) -> torch.Tensor:
         """x [B, n, hidden]; cos, sin [B, 1, n, head_dim]; mask [B, 1, n, window + n] bool (True = may attend)."""
         batch, num_new, _ = x.shape
-        if self.qkv is not None and _serves(self.qkv[0], x):
+        if self.qkv is not None and serves(self.qkv[0], x):
             heads = self.num_heads + 2 * self.num_kv_heads
             qkv = F.linear(x, *self.qkv).view(batch, num_new, heads, self.head_dim)
-            rotated = _rotate(qkv[:, :, :self.num_heads + self.num_kv_heads], cos.transpose(1, 2), sin.transpose(1, 2))
+            rotated = apply_rope(qkv[:, :, :self.num_heads + self.num_kv_heads], cos.transpose(1, 2), sin.transpose(1, 2))
             q = rotated[:, :, :self.num_heads].transpose(1, 2)
             k = rotated[:, :, self.num_heads:].transpose(1, 2)
             v = qkv[:, :, self.num_heads + self.num_kv_heads:].transpose(1, 2)
@@ -121,7 +72,7 @@ class SlidingWindowAttention(nn.Module):
             q = self.q_proj(x).view(batch, num_new, self.num_heads, self.head_dim).transpose(1, 2)
             k = self.k_proj(x).view(batch, num_new, self.num_kv_heads, self.head_dim).transpose(1, 2)
             v = self.v_proj(x).view(batch, num_new, self.num_kv_heads, self.head_dim).transpose(1, 2)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         keys = torch.cat([stream.keys[self.layer_index], k], dim=2)
         values = torch.cat([stream.values[self.layer_index], v], dim=2)
         window = stream.keys[self.layer_index].shape[2]
@@ -141,7 +92,7 @@ class TransformerLayer(nn.Module):
         self.self_attn = SlidingWindowAttention(config, layer_index)
         self.self_attn_layer_scale = LayerScale(dim, initial)
         self.post_attention_layernorm = RMSNorm(dim, eps)
-        self.mlp = GatedMlp(dim, config.intermediate_size)
+        self.mlp = MLP(dim, config.intermediate_size, "silu")
         self.mlp_layer_scale = LayerScale(dim, initial)
 
     def forward(self, x, cos, sin, mask, stream: StreamRows) -> torch.Tensor:
