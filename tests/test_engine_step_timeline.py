@@ -52,6 +52,16 @@ def test_a_pause_with_nothing_in_flight_is_not_counted_as_idle():
     assert snapshots(times.timings)["idle"]["count"] == 0
 
 
+def test_a_slow_step_is_logged_with_what_it_held_and_a_normal_one_is_not(caplog):
+    timeline, _ = _timeline()
+    with caplog.at_level("WARNING", logger="services.engine.step_timeline"):
+        timeline.applied(_Mark(0.0), _Mark(8.0), mixed=False, rows=64, tokens=64)
+        assert caplog.records == []
+        timeline.applied(_Mark(8.0), _Mark(402.0), mixed=True, rows=64, tokens=1730)
+    [record] = caplog.records
+    assert record.getMessage() == "a mixed step of 64 sequences and 1730 tokens took 394 ms on the device"
+
+
 def test_steps_without_events_count_only_their_launch():
     timeline, times = _timeline()
     timeline.launched(0.002)

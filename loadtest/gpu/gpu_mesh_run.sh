@@ -164,9 +164,11 @@ profile() {  # after PROFILE_DELAY_S: py-spy of every mesh process for PROFILE_S
 for c in $CLOSED; do  # closed loop: at least 8 requests, --closed-per-stream (2) per stream
   requests=$((PER_STREAM * c > 8 ? PER_STREAM * c : 8))
   if [ "$c" = "${CLOSED##* }" ] && { [ "$PROFILE_S" -gt 0 ] || [ "$TRACE_S" != 0 ]; }; then profile & fi
+  out="$WORK/bench_c$c.json" n=2
+  while [ -e "$out" ]; do out="$WORK/bench_c${c}_$n.json" n=$((n + 1)); done  # a level repeated keeps each run
   say "bench: closed loop x$c, $requests requests"
   timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency "$c" \
-    --requests "$requests" --no-plot --out "$WORK/bench_c$c.json" 2>&1 | tail -n 3 | tee -a "$WORK/bench.log"
+    --requests "$requests" --no-plot --out "$out" 2>&1 | tail -n 3 | tee -a "$WORK/bench.log"
 done
 for rate in $RATES; do  # open loop: OPEN_S seconds of Poisson arrivals a rate, so a rate is sustained, not survived
   requests=$("$PY" -c "print(max(8, round($rate * $OPEN_S)))")

@@ -247,7 +247,8 @@ class Engine:
         scheduled, step = launched
         frames, outcomes = self.scheduler.update_from_output(scheduled, step.result())
         self.timeline.applied(step.begun, step.arrived,
-                              mixed=scheduled.num_batched_tokens > len(scheduled.scheduled))
+                              mixed=scheduled.num_batched_tokens > len(scheduled.scheduled),
+                              rows=len(scheduled.scheduled), tokens=scheduled.num_batched_tokens)
         outcomes = [self._exported(outcome) for outcome in outcomes]
         self._forget(outcomes, [])
         return StepOutput(output.frames + frames, output.outcomes + outcomes, output.preempted_ids,

@@ -17,6 +17,7 @@ card's other tenant, or by the host (decode's STATS `step_seconds`; loadtest/RES
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import torch
@@ -26,6 +27,12 @@ PARTS = ("device_decode", "device_mixed", "idle", "launch")
 
 Record = Callable[[str, float], None]
 """Takes one observation: (part, seconds)."""
+
+SLOW_STEP_S = 0.1
+"""A step this long on the device (over ten times a batch-64 step's) is logged with what it held: such a step stalls
+every stream in it, and the histogram alone cannot say which step it was or what it carried."""
+
+_log = logging.getLogger(__name__)
 
 
 def _ignored(part: str, seconds: float) -> None:
@@ -44,11 +51,17 @@ class StepTimeline:
         """The host took `seconds` to build and queue a step."""
         self.record("launch", seconds)
 
-    def applied(self, begun: torch.cuda.Event | None, arrived: torch.cuda.Event | None, *, mixed: bool) -> None:
-        """A step's codes are on the host (both events complete): its device time and the idle time before it."""
+    def applied(self, begun: torch.cuda.Event | None, arrived: torch.cuda.Event | None, *, mixed: bool,
+                rows: int = 0, tokens: int = 0) -> None:
+        """A step's codes are on the host (both events complete): its device time and the idle time before it.
+        `rows` and `tokens` (the step's sequences and tokens) only name a slow step in the log."""
         if begun is None or arrived is None:
             return
-        self.record("device_mixed" if mixed else "device_decode", begun.elapsed_time(arrived) / 1000)
+        device_s = begun.elapsed_time(arrived) / 1000
+        self.record("device_mixed" if mixed else "device_decode", device_s)
+        if device_s >= SLOW_STEP_S:
+            _log.warning("a %s step of %d sequences and %d tokens took %.0f ms on the device",
+                         "mixed" if mixed else "decode", rows, tokens, device_s * 1000)
         if self._last_arrived is not None:
             # Steps are applied in launch order on one stream, so the previous step's event has completed too.
             self.record("idle", max(0.0, self._last_arrived.elapsed_time(begun)) / 1000)
