@@ -14,9 +14,11 @@ fails leaves the other's pool state inconsistent, so every later capture fails t
 
 
 def capture(forward: Callable[[], torch.Tensor], device: torch.device, pool) -> Callable[[], torch.Tensor]:
-    """Warm `forward` up on a side stream, capture it into a graph drawing on `pool`, return a replay function.
+    """Warm `forward` up on a side stream, capture it into a graph drawing on `pool`, replay it once, return a
+    replay function.
 
-    The warm-up keeps lazy set-up (library handles, device tables) out of the capture. `thread_local` capture lets
+    The warm-up keeps lazy set-up (library handles, device tables) out of the capture, the first replay keeps the
+    graph's own first-launch cost out of serving. `thread_local` capture lets
     CUDA work of other threads in the process (another model, say) go on meanwhile; captures themselves run one at a time. The replay returns the same
     output tensor every time: copy out of it before the next replay.
     """
@@ -29,6 +31,11 @@ def capture(forward: Callable[[], torch.Tensor], device: torch.device, pool) -> 
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             output = forward()
+        # The first launch of a graph costs what no later one does (in the mesh on the H200, a small step's first
+        # replay took ~400 ms on the device, stalling every stream at the first burst of traffic after start-up):
+        # pay it here. Same inputs as the warm-up run above, so nothing is written that it did not write.
+        graph.replay()
+        torch.cuda.current_stream(device).synchronize()
 
     def replay() -> torch.Tensor:
         graph.replay()
