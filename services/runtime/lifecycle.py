@@ -37,6 +37,7 @@ from messages import subjects
 from services.bus.leases import LeaseKeeper
 from services.bus.micro import register_service
 from services.bus.provision import open_bucket
+from services.runtime import heap
 from services.runtime.common_settings import CommonSettings
 from services.runtime.nats_connect import connect_service
 from services.runtime.health_record import health_record
@@ -141,6 +142,7 @@ async def run_service(settings: CommonSettings, service: str, build: ServiceBuil
         js = nc.jetstream()
         context = ServiceContext(nc, js, await open_bucket(js), service, replica, stop)
         parts = await build(context, stack)
+        heap.freeze_long_lived()  # after the model and its graphs are built, before the first request
         micro = await _register(context, parts)
         stack.push_async_callback(micro.stop)  # idempotent: covers a failure before the orderly stop
         await nc.flush()  # the server has every subscription (discovery included) before we report started

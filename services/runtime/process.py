@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from services.runtime import settings_schema as settings_lib
-from services.runtime import device_trace
+from services.runtime import device_trace, heap
 from services.runtime.lifecycle import ServiceFailed
 
 SERVICES = ("gateway", "decode", "vocoder", "prefill", "mtp")
@@ -74,6 +74,7 @@ def main(service: str, argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(settings.torch_threads)
+    heap.enable_freezing()
     sys.setswitchinterval(settings.switch_interval_ms / 1000)
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
