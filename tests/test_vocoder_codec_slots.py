@@ -270,3 +270,76 @@ def test_the_stream_table_releases_a_stream_s_codec_slot():
     table.release("a", ended=False)
     table.release("b", ended=True)
     assert released == [slot]
+
+
+@pytest.fixture
+async def patient_worker(codec_model_dir, monkeypatch):
+    """A worker whose chunks with audio in hand may wait a minute: only company, never the clock, ends a wait here.
+    Its `calls` lists each call's chunk count, taken as the call reaches the codec thread."""
+    codec = await CodecWorker.load(load_codec_decoder, codec_model_dir / CODEC_SUBDIR, "cpu", torch.float32,
+                                   max_streams=4, max_batch=3, max_hold_s=60.0)
+    codec.calls = []
+    decode_on_thread = codec._decode_on_thread
+
+    def counted(slots, *args):
+        codec.calls.append(len(slots))
+        return decode_on_thread(slots, *args)
+
+    monkeypatch.setattr(codec, "_decode_on_thread", counted)
+    try:
+        yield codec
+    finally:
+        await codec.close()
+
+
+async def test_chunks_with_audio_in_hand_wait_for_a_first_chunk_and_go_in_its_call(patient_worker, codec_decoder):
+    size = codec_decoder.config.codebook_size
+    codes = [random_codes(4, size, seed=60 + n) for n in range(3)]
+    streams = [await patient_worker.new_stream() for _ in range(3)]
+    waiting = [asyncio.ensure_future(patient_worker.decode(stream, c, audio_in_hand_s=2.0))
+               for stream, c in zip(streams[:2], codes[:2])]
+    first = await asyncio.wait_for(patient_worker.decode(streams[2], codes[2]), 30)  # in hand: none
+    voiced = await asyncio.wait_for(asyncio.gather(*waiting), 30)
+    assert patient_worker.calls == [3], "the waiting chunks went in the first chunk's call"
+    for samples, stream_codes in zip([*voiced, first], codes):
+        assert np.abs(samples - codec_decoder.decode(torch.from_numpy(stream_codes)).numpy()).max() <= 1e-5
+
+
+async def test_a_full_call_ends_the_wait(patient_worker, codec_decoder):
+    size = codec_decoder.config.codebook_size
+    streams = [await patient_worker.new_stream() for _ in range(3)]
+    voiced = await asyncio.wait_for(asyncio.gather(*[
+        patient_worker.decode(stream, random_codes(2, size, seed=70 + n), audio_in_hand_s=2.0)
+        for n, stream in enumerate(streams)]), 30)  # max_batch 3: the third fills the call
+    assert patient_worker.calls == [3] and all(v.shape == (2 * patient_worker.samples_per_frame,) for v in voiced)
+
+
+async def test_a_chunk_without_enough_audio_in_hand_does_not_wait(patient_worker, codec_decoder):
+    stream = await patient_worker.new_stream()
+    codes = random_codes(2, codec_decoder.config.codebook_size, seed=80)
+    from services.vocoder.codec_worker import HOLD_MARGIN_S
+
+    await asyncio.wait_for(patient_worker.decode(stream, codes, audio_in_hand_s=HOLD_MARGIN_S), 30)
+    assert patient_worker.calls == [1]
+
+
+def test_a_worker_that_decodes_each_chunk_alone_holds_none(codec_decoder):
+    slots = slot_decoder.SlotDecoder(codec_decoder, max_streams=1, max_rows=1)
+    assert CodecWorker(slots, batch_across_requests=False, max_hold_s=1.0).max_hold_s == 0.0
+    with pytest.raises(ValueError, match="max_hold_s"):
+        CodecWorker(slots, max_hold_s=-1.0)
+
+
+async def test_the_audio_in_hand_is_what_was_voiced_less_what_has_played_since_the_first_audio():
+    from services.vocoder.handler import CodesHandler
+
+    class Codec:  # only what the handler reads: 80-ms frames
+        sample_rate, samples_per_frame = 24000, 1920
+
+    handler = CodesHandler(None, StreamTable(4), Codec(), None, None)
+    stream = RequestStream("req", 0, codec_state=None)
+    stream.frames = 25  # two seconds voiced
+    assert handler._audio_in_hand_s(stream) == 0.0, "before its first audio went out, a stream has none in hand"
+    now = asyncio.get_running_loop().time()
+    stream.audio_started_at = now - 0.5
+    assert 1.4 <= handler._audio_in_hand_s(stream) <= 1.5  # two seconds voiced, half a second played

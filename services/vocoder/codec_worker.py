@@ -2,7 +2,9 @@
 
 The event loop never runs torch: callers `await decode(stream, codes)`, the job joins a queue, and one batcher task
 hands everything queued so far to the worker thread as one `SlotDecoder.decode_chunks` call. While the thread is
-busy, new jobs pile up and go together in the next call, so batching grows with load without any waiting on purpose.
+busy, new jobs pile up and go together in the next call, so batching grows with load; and when it is free, a chunk
+whose listener still has audio in hand waits a few milliseconds for others (`max_hold_s`), where a first chunk never
+waits.
 A call runs its shortest chunks' passes first and hands each chunk's audio back as its pass ends: a request's first
 packet (its first chunk is its shortest) does not wait for the call's 8-frame passes.
 
@@ -42,6 +44,14 @@ log = logging.getLogger(__name__)
 DEFAULT_PRIMED_VOICES = 32
 """Primed reference states a vocoder keeps (a few MB of device memory each for the released codec)."""
 
+DEFAULT_MAX_HOLD_S = 0.010
+"""The longest a chunk with audio in hand waits for others to share its codec call: about one decode step at 64
+streams on the H200, so that the chunks two steps finish go in one pass."""
+
+HOLD_MARGIN_S = 0.100
+"""Audio a chunk's listener must still have in hand for the chunk to wait at all: its own call, the relay and the
+network come out of it."""
+
 
 class CodecStream:
     """One request's hold on a codec state slot, from `CodecWorker.new_stream()` until `release()`."""
@@ -69,6 +79,8 @@ class _Job:
     primed: SlotSnapshot | None
     """A state to put in the stream's slot before its frames (an in-context clone's reference decoded), or None."""
     done: asyncio.Future = field(repr=False)
+    hold_until: float = 0.0
+    """The event loop's time until which the job may wait for others to share its call (0: none, it goes at once)."""
 
 
 class CodecWorker:
@@ -79,9 +91,13 @@ class CodecWorker:
     """
 
     def __init__(self, slots: SlotDecoder, *, max_batch: int = 32, executor: ThreadPoolExecutor | None = None,
-                 batch_across_requests: bool = True, primed_voices: int = DEFAULT_PRIMED_VOICES) -> None:
+                 batch_across_requests: bool = True, primed_voices: int = DEFAULT_PRIMED_VOICES,
+                 max_hold_s: float = DEFAULT_MAX_HOLD_S) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if not max_hold_s >= 0:
+            raise ValueError(f"max_hold_s must be >= 0, got {max_hold_s}")
+        self.max_hold_s = max_hold_s if batch_across_requests else 0.0  # alone, a chunk gains nothing by waiting
         self.primed = PrimedVoices(primed_voices)
         """Codec states primed with a reference's frames, by the frames' content (used on the priming thread only)."""
         self._primer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocoder-prime")
@@ -110,7 +126,8 @@ class CodecWorker:
     @classmethod
     async def load(cls, load_decoder: Callable[..., Any], *args: Any, max_streams: int, max_batch: int = 32,
                    batch_across_requests: bool = True, capture: bool | None = None,
-                   primed_voices: int = DEFAULT_PRIMED_VOICES, primes_voices: bool = True) -> CodecWorker:
+                   primed_voices: int = DEFAULT_PRIMED_VOICES, primes_voices: bool = True,
+                   max_hold_s: float = DEFAULT_MAX_HOLD_S) -> CodecWorker:
         """Build the decoder with `load_decoder(*args)` and its slot decoder on the worker's own thread (torch stays
         off the event loop, and a GPU context is made on the thread that will use it), and build (on CUDA: capture)
         every step shape before returning, so the first requests are as fast as the rest; with `primes_voices`,
@@ -134,7 +151,7 @@ class CodecWorker:
             executor.shutdown(wait=False)
             raise
         worker = cls(slots, max_batch=max_batch, executor=executor, batch_across_requests=batch_across_requests,
-                     primed_voices=primed_voices)
+                     primed_voices=primed_voices, max_hold_s=max_hold_s)
         worker._owns_executor = True
         return worker
 
@@ -175,8 +192,13 @@ class CodecWorker:
         if not self._closed:
             self._executor.submit(self.slots.release, stream.slot).add_done_callback(_log_release_error)
 
-    async def decode(self, stream: CodecStream, codes: np.ndarray, context: np.ndarray | None = None) -> np.ndarray:
+    async def decode(self, stream: CodecStream, codes: np.ndarray, context: np.ndarray | None = None, *,
+                     audio_in_hand_s: float = 0.0) -> np.ndarray:
         """Decode the next frames of one stream: int array [n, 16] -> float32 samples [n * samples_per_frame].
+
+        `audio_in_hand_s`: how much of the stream's audio its listener has yet to play. A chunk with more than
+        `HOLD_MARGIN_S` in hand may wait, when the codec thread is free, up to `max_hold_s` for other chunks to share
+        its call; one without (a first chunk) goes in the next call whatever it holds.
 
         `context` ([m, 16], or None) is decoded into the stream's state first and not voiced: the codec's history
         then holds it, as a decode of context + codes would (an in-context clone's reference frames). That priming
@@ -197,7 +219,9 @@ class CodecWorker:
             if stream.is_released:
                 raise CodecFailure(f"{stream} was released: its request ended")
         self._ensure_batcher()
-        job = _Job(stream, codes, primed, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        may_wait_s = min(self.max_hold_s, audio_in_hand_s - HOLD_MARGIN_S)
+        job = _Job(stream, codes, primed, loop.create_future(), loop.time() + may_wait_s if may_wait_s > 0 else 0.0)
         started = time.perf_counter()
         self._queue.put_nowait(job)
         audio = await job.done
@@ -222,9 +246,31 @@ class CodecWorker:
     async def _run_batches(self) -> None:
         while True:
             jobs = [await self._queue.get()]
-            while len(jobs) < self.max_batch and not self._queue.empty():
-                jobs.append(self._queue.get_nowait())
+            self._take_queued(jobs)
+            await self._wait_for_company(jobs)
             await self._run_batch(jobs)
+
+    def _take_queued(self, jobs: list[_Job]) -> None:
+        while len(jobs) < self.max_batch and not self._queue.empty():
+            jobs.append(self._queue.get_nowait())
+
+    async def _wait_for_company(self, jobs: list[_Job]) -> None:
+        """While every job taken may still wait and the call is not full, take the jobs that come meanwhile.
+
+        A pass costs ~1.5 ms on the H200 whatever it holds, then a little per row: a free codec thread that runs
+        each chunk as it comes runs many small passes (and each is a switch of the card to this process), where
+        chunks that still have audio in hand can wait a few milliseconds and go in one. A job that may not wait (a
+        first chunk) ends the wait as soon as it is taken, and goes with everything taken so far."""
+        loop = asyncio.get_running_loop()
+        while len(jobs) < self.max_batch:
+            left = min(job.hold_until for job in jobs) - loop.time()
+            if left <= 0:
+                return
+            try:
+                jobs.append(await asyncio.wait_for(self._queue.get(), left))
+            except TimeoutError:
+                return
+            self._take_queued(jobs)
 
     async def _run_batch(self, jobs: list[_Job]) -> None:
         # No await between here and the hand-off: a stream released later is released after this call on the thread.

@@ -12,6 +12,7 @@ codec work is batched by the CodecWorker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -127,14 +128,24 @@ class CodesHandler:
 
     async def _voice(self, stream: RequestStream, chunk: CodesChunk, *, publish: bool) -> None:
         """Decode one chunk into the stream's codec state; publish its audio when `publish`."""
-        samples = await self._codec.decode(stream.codec_state, chunk.frames(), chunk.context_frames())
+        samples = await self._codec.decode(stream.codec_state, chunk.frames(), chunk.context_frames(),
+                                           audio_in_hand_s=self._audio_in_hand_s(stream) if publish else 0.0)
         if publish:
             handed_at = time.time()
             await self._audio.publish(chunk, samples)
             if chunk.seq == 0 and not stream.first_audio_sent:
                 stream.first_audio_sent = True
+                stream.audio_started_at = asyncio.get_running_loop().time()
                 await self._audio.first_audio(stream.request_id, handed_at)
         stream.advance(chunk)
+
+    def _audio_in_hand_s(self, stream: RequestStream) -> float:
+        """The stream's audio its listener has yet to play, if playback began when its first audio went out (0
+        before that: a first chunk has none in hand)."""
+        if stream.audio_started_at is None:
+            return 0.0
+        voiced_s = stream.frames * self._codec.samples_per_frame / self._codec.sample_rate
+        return stream.audio_started_at + voiced_s - asyncio.get_running_loop().time()
 
     async def _catch_up(self, stream: RequestStream, delivery: Delivery) -> None:
         """Voice the chunks stored in CODES before this message that the stream has not voiced yet.

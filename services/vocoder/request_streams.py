@@ -29,6 +29,8 @@ class RequestStream:
         next_seq: the seq of the next CodesChunk to voice (= audio chunks published so far).
         frames: frames voiced so far.
         first_audio_sent: whether FirstAudio went out.
+        audio_started_at: the event loop's time the first audio went out (None before): the listener's playback
+            is taken to start then, so the audio it has in hand is what was voiced since less what has played.
         owner_dead_since: monotonic time the owner watch first saw `owner_dead_owner` dead (None: owner alive).
         owner_dead_owner: the dead owner that clock is for (a takeover by a replica that dies too starts it again).
         lock: held while a message of the request is handled, so that the owner watch never ends it mid-chunk.
@@ -42,6 +44,7 @@ class RequestStream:
     next_seq: int = 0
     frames: int = 0
     first_audio_sent: bool = False
+    audio_started_at: float | None = None
     owner_dead_since: float | None = None
     owner_dead_owner: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)

@@ -28,7 +28,7 @@ from services.runtime.common_settings import CommonSettings
 from services.runtime.lifecycle import Endpoint, ServiceContext, ServiceParts, ServiceTask, micro_name, run_service
 from services.runtime.replica_name import default_replica
 from services.runtime.settings_schema import SettingsError, setting
-from services.vocoder.codec_worker import DEFAULT_PRIMED_VOICES, CodecWorker
+from services.vocoder.codec_worker import DEFAULT_MAX_HOLD_S, DEFAULT_PRIMED_VOICES, CodecWorker
 from services.vocoder.partitions import parse_partitions
 from services.vocoder.replica import ReplicaConfig, VocoderReplica
 
@@ -60,6 +60,9 @@ class VocoderSettings(CommonSettings):
     codec_batching: bool = setting(True, "decode chunks of several requests in one codec call (faster on a GPU); "
                                          "off: each chunk alone, so re-decoded bytes match the first time's exactly "
                                          "even under load (a conv's result can differ by batch size in the last bit)")
+    codec_hold_ms: float = setting(DEFAULT_MAX_HOLD_S * 1000, "the longest a chunk whose listener has audio in "
+                                   "hand waits, when the codec is free, for other chunks to share its call (fewer, "
+                                   "fuller passes under load; a first chunk never waits; 0: none waits)")
     metrics_port: int = setting(0, "port of the Prometheus /metrics listener (0: off)",
                                 env="VOXMESH_VOCODER_METRICS_PORT")
     metrics_host: str = setting("127.0.0.1", "address the /metrics listener binds (loopback by default; 0.0.0.0 "
@@ -71,6 +74,8 @@ class VocoderSettings(CommonSettings):
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
         if not 0 < self.tick_s < self.lease_ttl_s:
             raise SettingsError(f"--tick-s ({self.tick_s}) must be > 0 and below --lease-ttl-s ({self.lease_ttl_s})")
+        if not 0 <= self.codec_hold_ms <= 1000:
+            raise SettingsError(f"--codec-hold-ms: must be between 0 and 1000, got {self.codec_hold_ms}")
         if self.primed_voices < 0:
             raise SettingsError(f"--primed-voices: must be >= 0, got {self.primed_voices}")
         if not self.decode_migration_grace_s >= 0:
@@ -109,7 +114,8 @@ async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
     return await CodecWorker.load(load_codec_decoder, codec_dir(settings), settings.device, _DTYPES[settings.dtype],
                                   max_streams=settings.max_streams + settings.max_redecodes, max_batch=max_batch,
                                   batch_across_requests=settings.codec_batching,
-                                  primed_voices=settings.primed_voices, primes_voices=clones_voices(settings))
+                                  primed_voices=settings.primed_voices, primes_voices=clones_voices(settings),
+                                  max_hold_s=settings.codec_hold_ms / 1000)
 
 
 def clones_voices(settings: VocoderSettings) -> bool:
