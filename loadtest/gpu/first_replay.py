@@ -7,7 +7,11 @@ sampling graph (one per rows bucket and sampling mode) once, timed with CUDA eve
 pay: in the mesh, a step that stalls every stream in it. The talker's per-bucket times also say what a prompt's
 prefill chunk adds to a step (a decode step of 64 rows takes the 64-token bucket; with a 40-token chunk, the 128).
 
-    python3 -m loadtest.gpu.first_replay --out first_replay.json [--preset 0.6b] [--max-num-seqs 64]
+    python3 -m loadtest.gpu.first_replay --out first_replay.json [--preset 0.6b] [--max-num-seqs 64] \
+        [--without-warm-replay]
+
+`--without-warm-replay` leaves out the replay `services.model.cuda_graph.capture` makes of every graph it captures
+(what capture did before 979a2b5), so the first replays timed here are the graphs' very first.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import json
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -25,6 +30,30 @@ from loadtest.gpu.gpu_micro import DTYPES, environment
 from loadtest.gpu.gpu_models import build_model, write_config_files
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
+from services.model import cuda_graph
+
+
+@contextmanager
+def without_warm_replays():
+    """Inside: `cuda_graph.capture` captures as usual but skips its one replay (the graph is launched first later)."""
+    real_replay, real_capture, capturing = torch.cuda.CUDAGraph.replay, cuda_graph.capture, [False]
+
+    def replay(graph):
+        if not capturing[0]:
+            real_replay(graph)
+
+    def capture(*args, **kwargs):
+        capturing[0] = True
+        try:
+            return real_capture(*args, **kwargs)
+        finally:
+            capturing[0] = False
+
+    torch.cuda.CUDAGraph.replay, cuda_graph.capture = replay, capture
+    try:
+        yield
+    finally:
+        torch.cuda.CUDAGraph.replay, cuda_graph.capture = real_replay, real_capture
 
 
 def first_ms(fn, device: torch.device) -> float:
@@ -57,16 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--kv-cache-blocks", type=int, default=4096)
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--without-warm-replay", action="store_true")
     parser.add_argument("--commit")
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     with tempfile.TemporaryDirectory() as scratch:
         model = build_model(write_config_files(Path(scratch) / args.preset, args.preset), device, DTYPES[args.dtype])
     started = time.perf_counter()
-    engine = Engine(model, EngineConfig(kv_cache_blocks=args.kv_cache_blocks, max_num_seqs=args.max_num_seqs))
+    with without_warm_replays() if args.without_warm_replay else nullcontext():
+        engine = Engine(model, EngineConfig(kv_cache_blocks=args.kv_cache_blocks, max_num_seqs=args.max_num_seqs))
     capture_s = time.perf_counter() - started
     rows = measure(engine, args.reps)
     args.out.write_text(json.dumps({"benchmark": "first_replay", "preset": args.preset, "dtype": args.dtype,
+                                    "warm_replay_at_capture": not args.without_warm_replay,
                                     "environment": environment(device, args.commit), "engine_build_s": capture_s,
                                     "results": rows}, indent=2) + "\n")
     print(f"engine built (graphs captured) in {capture_s:.1f} s")
