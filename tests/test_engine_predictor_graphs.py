@@ -270,3 +270,24 @@ def test_engine_config_keeps_graphs_off_on_cpu(tiny):
     model, _ = tiny
     engine = Engine(model, EngineConfig(kv_cache_blocks=8, block_size=4, max_num_seqs=4))
     assert engine.runner.frame_sampler is None and engine.runner.talker_step is None
+
+
+@torch.inference_mode()
+def test_the_eager_part_of_slot_sampling_runs_at_start_up_once_for_each_row_count_class(tiny, monkeypatch):
+    """Triton compiles `fused_row_keys` at its first launch with one row, with a multiple of 16 and with any other
+    count: preparing the graphs runs the sampling's eager part once with each, so no request's step pays for it."""
+    model, _ = tiny
+    engine = _padded(new_engine(model, blocks=60, max_num_seqs=16))
+    runner, sampler = engine.runner, engine.runner.frame_sampler
+    counts = []
+    run_from_slots = sampler.run_from_slots
+
+    def counted(hidden, index, *args):
+        counts.append((hidden.shape[0], index.shape[0], index.stride()))
+        return run_from_slots(hidden, index, *args)
+
+    monkeypatch.setattr(sampler, "run_from_slots", counted)
+    runner.prepare_graphs()
+    assert [count for count, _, _ in counts] == [1, 2, 16]
+    assert all(rows == count and stride == (3, 1) for count, rows, stride in counts), "laid out as launch's index"
+    assert not runner.seen._slots, "no penalty row was taken"

@@ -67,7 +67,8 @@ finish() {  # stop what this script started (by pid), pack the logs, print the t
     wait "$UP_PID" 2>/dev/null
   fi
   local docs=() doc
-  for doc in "$WORK"/bench_*.json; do [ -f "$doc" ] && docs+=("$doc"); done
+  # In the order the levels ran (a repeated level's bench_c64_2.json sorts before bench_c64.json in some locales)
+  for doc in $(ls -tr "$WORK"/bench_*.json 2>/dev/null); do [ -f "$doc" ] && docs+=("$doc"); done
   if [ ${#docs[@]} -gt 0 ]; then
     "$PY" -m loadtest.gpu.gpu_mesh_table "${docs[@]}" --gpu-samples "$WORK/gpu_samples.csv" \
       --cpu-before "$WORK/ps_before.txt" --cpu-after "$WORK/ps_after.txt" --bench-wall-s "${BENCH_WALL:-0}" \

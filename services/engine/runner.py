@@ -40,6 +40,9 @@ from services.model.uploads import upload
 SLOT, FRAME, TOKEN = 0, 1, 2
 """Columns of a step's row index table: each sampling row's `SeenTable` slot, frame index, and last token."""
 
+ROW_COUNT_CLASSES = (1, 2, 16)
+"""One row count of each class Triton compiles an integer argument for: 1, a multiple of 16, any other."""
+
 
 class RemotePredictorLike(Protocol):
     """Codebooks 1..15 from elsewhere (services.mtp.client.RemotePredictor): blocking, called on the engine thread."""
@@ -97,6 +100,28 @@ class ModelRunner:
             self.talker_step.prepare_all()
         if self.frame_sampler is not None:
             self.frame_sampler.prepare_all()
+            self._compile_slot_sampling()
+
+    def _compile_slot_sampling(self) -> None:
+        """Run the graphed sampling's eager part (`PaddedFrameSampler.run_from_slots`) once for each class of row
+        count its Triton kernel (`fused_row_keys`) is compiled for: one row, a multiple of 16 and any other count.
+        Triton compiles a kernel at its first launch with each: in the mesh on an H200 whose Triton cache was empty,
+        the first step with one row, the first with a few and the first with 16k each waited 100-430 ms for it, on
+        the host, with every stream in the step (loadtest/RESULTS-GPU.md, 2026-12-03)."""
+        talker, device = self.model.config.talker, self.model.device
+        defaults = SamplingParams()
+        modes = (params_mode([defaults], talker.vocab_size, device),
+                 params_mode([defaults], talker.code_predictor.vocab_size, device))
+        for count in ROW_COUNT_CLASSES:
+            if self.frame_sampler.bucket(count) is None:
+                continue
+            hidden = torch.zeros((count, self.model.talker.hidden_size), dtype=self.model.dtype, device=device)
+            # Laid out as `launch` uploads it (slot, frame, token columns); slot 0 and frame 0 are only read.
+            index = torch.zeros((count, 3), dtype=torch.int64, device=device)
+            self.frame_sampler.run_from_slots(hidden, index[:, SLOT : FRAME + 1], self.seen.table, self.slot_params,
+                                              modes)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     @property
     def num_capture_failures(self) -> int:

@@ -31,9 +31,9 @@ def capture(forward: Callable[[], torch.Tensor], device: torch.device, pool) -> 
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             output = forward()
-        # The first launch of a graph costs what no later one does (in the mesh on the H200, a small step's first
-        # replay took ~400 ms on the device, stalling every stream at the first burst of traffic after start-up):
-        # pay it here. Same inputs as the warm-up run above, so nothing is written that it did not write.
+        # A graph's first launch costs more than the later ones (on the H200, 0.3-1.5 ms more for the engine's
+        # graphs: loadtest/gpu/first_replay.py): pay it here, not in the first request's step. Same inputs as the
+        # warm-up run above, so nothing is written that it did not write.
         graph.replay()
         torch.cuda.current_stream(device).synchronize()
 
