@@ -57,9 +57,10 @@ def test_a_slow_step_is_logged_with_what_it_held_and_a_normal_one_is_not(caplog)
     with caplog.at_level("WARNING", logger="services.engine.step_timeline"):
         timeline.applied(_Mark(0.0), _Mark(8.0), mixed=False, rows=64, tokens=64)
         assert caplog.records == []
-        timeline.applied(_Mark(8.0), _Mark(402.0), mixed=True, rows=64, tokens=1730)
+        timeline.applied(_Mark(8.0), _Mark(402.0), mixed=True, rows=64, tokens=1730, launch_s=0.3891)
     [record] = caplog.records
-    assert record.getMessage() == "a mixed step of 64 sequences and 1730 tokens took 394 ms on the device"
+    assert record.getMessage() == ("a mixed step of 64 sequences and 1730 tokens took 394 ms on the device, 389 ms "
+                                   "of it launching on the host")
 
 
 def test_steps_without_events_count_only_their_launch():

@@ -227,7 +227,8 @@ class Engine:
             if isinstance(error, RemoteStageFailed):
                 return _merged(output, self._fail_step(SchedulerOutput(still_running), error))
             return _merged(output, self._isolate(SchedulerOutput(still_running), error))
-        self.timeline.launched(time.perf_counter() - started)
+        launched.launch_s = time.perf_counter() - started
+        self.timeline.launched(launched.launch_s)
         self.scheduler.launched(scheduled.scheduled)
         previous, self._in_flight = self._in_flight, (scheduled, launched)
         output = self._apply(previous, output)
@@ -248,7 +249,8 @@ class Engine:
         frames, outcomes = self.scheduler.update_from_output(scheduled, step.result())
         self.timeline.applied(step.begun, step.arrived,
                               mixed=scheduled.num_batched_tokens > len(scheduled.scheduled),
-                              rows=len(scheduled.scheduled), tokens=scheduled.num_batched_tokens)
+                              rows=len(scheduled.scheduled), tokens=scheduled.num_batched_tokens,
+                              launch_s=step.launch_s)
         outcomes = [self._exported(outcome) for outcome in outcomes]
         self._forget(outcomes, [])
         return StepOutput(output.frames + frames, output.outcomes + outcomes, output.preempted_ids,

@@ -16,7 +16,7 @@ from services.engine.sequence import NUM_CODEBOOKS
 class LaunchedStep:
     """The codes (and, when asked, hidden states) of one launched step; `result()` waits for them."""
 
-    __slots__ = ("_request_ids", "_codes", "_hidden", "_eos_id", "begun", "arrived")
+    __slots__ = ("_request_ids", "_codes", "_hidden", "_eos_id", "begun", "arrived", "launch_s")
 
     def __init__(self, request_ids: list[str], codes: torch.Tensor, hidden: torch.Tensor | None, eos_id: int,
                  arrived: torch.cuda.Event | None, begun: torch.cuda.Event | None = None) -> None:
@@ -25,6 +25,8 @@ class LaunchedStep:
         """Recorded after the codes' copy (timed: `StepTimeline` reads it once `result()` has returned)."""
         self.begun = begun
         """Recorded before the step's first operation (`begin_on_device`), or None."""
+        self.launch_s = 0.0
+        """The host's time to build and queue the step (set by the engine once it is queued)."""
 
     @staticmethod
     def begin_on_device(device: torch.device) -> torch.cuda.Event | None:

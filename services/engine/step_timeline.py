@@ -52,16 +52,18 @@ class StepTimeline:
         self.record("launch", seconds)
 
     def applied(self, begun: torch.cuda.Event | None, arrived: torch.cuda.Event | None, *, mixed: bool,
-                rows: int = 0, tokens: int = 0) -> None:
+                rows: int = 0, tokens: int = 0, launch_s: float = 0.0) -> None:
         """A step's codes are on the host (both events complete): its device time and the idle time before it.
-        `rows` and `tokens` (the step's sequences and tokens) only name a slow step in the log."""
+        `rows`, `tokens` (the step's sequences and tokens) and `launch_s` (the host's time to queue it) only describe
+        a slow step in the log: a long launch is the host's (a compile, a lock), the rest the card's."""
         if begun is None or arrived is None:
             return
         device_s = begun.elapsed_time(arrived) / 1000
         self.record("device_mixed" if mixed else "device_decode", device_s)
         if device_s >= SLOW_STEP_S:
-            _log.warning("a %s step of %d sequences and %d tokens took %.0f ms on the device",
-                         "mixed" if mixed else "decode", rows, tokens, device_s * 1000)
+            _log.warning("a %s step of %d sequences and %d tokens took %.0f ms on the device, %.0f ms of it "
+                         "launching on the host", "mixed" if mixed else "decode", rows, tokens, device_s * 1000,
+                         launch_s * 1000)
         if self._last_arrived is not None:
             # Steps are applied in launch order on one stream, so the previous step's event has completed too.
             self.record("idle", max(0.0, self._last_arrived.elapsed_time(begun)) / 1000)
