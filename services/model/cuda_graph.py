@@ -18,8 +18,8 @@ def capture(forward: Callable[[], torch.Tensor], device: torch.device, pool) -> 
     replay function.
 
     The warm-up keeps lazy set-up (library handles, device tables) out of the capture, the first replay keeps the
-    graph's own first-launch cost out of serving. `thread_local` capture lets
-    CUDA work of other threads in the process (another model, say) go on meanwhile; captures themselves run one at a time. The replay returns the same
+    graph's own first-launch cost out of serving. `thread_local` capture lets CUDA work of other threads in the
+    process (another model, say) go on meanwhile; captures themselves run one at a time. The replay returns the same
     output tensor every time: copy out of it before the next replay.
     """
     with _CAPTURE_LOCK:
@@ -31,7 +31,7 @@ def capture(forward: Callable[[], torch.Tensor], device: torch.device, pool) -> 
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             output = forward()
-        # A graph's first launch costs more than the later ones (on the H200, 0.3-1.5 ms more for the engine's
+        # A graph's first launch costs more than the later ones (on the H200, up to 1.5 ms more for the engine's
         # graphs: loadtest/gpu/first_replay.py): pay it here, not in the first request's step. Same inputs as the
         # warm-up run above, so nothing is written that it did not write.
         graph.replay()

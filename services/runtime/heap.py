@@ -5,9 +5,8 @@ model's parameters and buffers, the captured graphs' bookkeeping, the settings a
 collector walks every object it tracks in its oldest generation at each full collection, so with these in it a full
 collection under load stalls the thread that triggers it, and every thread waiting for the interpreter lock (with
 only the services' modules imported, ~240,000 objects: ~90 ms on a 2-core CI machine; frozen, ~0.01 ms). On decode's
-engine thread that is a step every stream waits for. `gc.freeze()`
-moves every object tracked now into a generation the collector never walks; what is allocated later is collected as
-before.
+engine thread that is a step every stream waits for. `gc.freeze()` moves every object tracked now into a generation
+the collector never walks; what is allocated later is collected as before.
 
 Only the service processes do it (`services.runtime.process` turns it on): a test that runs services in its own
 process keeps its collector as it was.
