@@ -109,6 +109,10 @@ def test_settings_from_environment_are_validated():
         resolve(VocoderSettings, environ={"VOXMESH_TICK_S": "5", "VOXMESH_LEASE_TTL_S": "3"})
     with pytest.raises(SettingsError, match="outside"):
         resolve(VocoderSettings, environ={"VOXMESH_PARTITIONS": "7"})
+    assert resolve(VocoderSettings, environ={"VOXMESH_CODEC_HOLD_MS": "0"}).codec_hold_ms == 0.0
+    for held in ("-1", "nan", "5000"):
+        with pytest.raises(SettingsError, match="--codec-hold-ms: must be between 0 and 1000"):
+            resolve(VocoderSettings, environ={"VOXMESH_CODEC_HOLD_MS": held})
 
 
 def test_stream_table_bounds_and_remembers_ended_requests():
