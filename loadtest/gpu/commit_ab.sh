@@ -5,6 +5,9 @@
 # loadtest/results, to keep the carry small); through the `device` tool from the repository root, with `.whl/`
 # (bash loadtest/gpu/fetch_wheels.sh), `.devrun/prompts_en.tsv` and both trees carried:
 #   bash loadtest/gpu/commit_ab.sh .devtree_a .devtree_b [rounds] [level]
+# A tree before d1b661f compiles a Triton kernel in its first steps when the machine's Triton cache lacks it (the
+# first mesh of a lease), 100-430 ms a stall at the level's start (loadtest/RESULTS-GPU.md, 2026-12-03 fifth
+# session): with such a tree, run two rounds and compare the second, or put it second.
 # A tree's commit is read from its VOXMESH_COMMIT file. MESH_ARGS: more gpu_mesh_run.sh flags (a CPU rehearsal:
 # MESH_ARGS="--preset tiny --device cpu --dtype float32" ... 1 2). Writes $OUT/<commit>_r<round>/ (table.md, bench_docs.tgz,
 # logs.tgz) and prints each run's table rows.
