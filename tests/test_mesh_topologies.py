@@ -38,17 +38,29 @@ def oracle(tiny_checkpoint, tmp_path_factory) -> list[np.ndarray]:
                         frames=FRAMES) for body in BODIES]
 
 
+ROUNDS = 3
+"""Rounds of the three requests a topology gets for its remote stage to serve one. The gateway routes a prompt to
+the prefill queue only after a look at it; a look that times out (1 s, a loaded CI machine) sends that moment's
+requests to decode, which prefills them itself, as it should: so the remote stage is asked to serve within a few
+rounds, each round's codes checked."""
+
+
 @pytest.mark.parametrize("topology", sorted(REMOTE_WORK))
 async def test_the_topology_gives_the_codes_of_single(topology, oracle, tiny_checkpoint, tmp_path):
     remote = REMOTE_WORK[topology]
     with run_mesh(tiny_checkpoint, tmp_path / "state", "--topology", topology) as mesh:
         if remote is not None:  # serving before the requests come: they are routed to it
             await replicas_serving(mesh.nats_url, remote[0], remote[1])
-        results = await asyncio.gather(*[stream_speech(mesh.gateway_url, body) for body in BODIES])
-        codes = [(await codes_on_bus(mesh.nats_url, result.request_id))[0] for result in results]
-        work = {} if remote is None else await replica_stats(mesh.nats_url, micro_name(remote[0]), remote[1])
-    for body, result, got, want in zip(BODIES, results, codes, oracle):
-        assert result.end["type"] == "audio.done", result.end
-        np.testing.assert_array_equal(got, want, err_msg=f"{topology}: {body['input']}")
+        for _ in range(ROUNDS):
+            results = await asyncio.gather(*[stream_speech(mesh.gateway_url, body) for body in BODIES])
+            codes = [(await codes_on_bus(mesh.nats_url, result.request_id))[0] for result in results]
+            for body, result, got, want in zip(BODIES, results, codes, oracle):
+                assert result.end["type"] == "audio.done", result.end
+                np.testing.assert_array_equal(got, want, err_msg=f"{topology}: {body['input']}")
+            if remote is None:
+                break
+            work = await replica_stats(mesh.nats_url, micro_name(remote[0]), remote[1])
+            if sum(stats[remote[2]] for stats in work.values()) >= 1:
+                break
     if remote is not None:
         assert sum(stats[remote[2]] for stats in work.values()) >= 1, work
