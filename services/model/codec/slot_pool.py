@@ -42,24 +42,22 @@ class SlotRows:
         self.positions = pool.positions.index_select(0, slots)
         self.conv_histories, self.keys, self.values = pool.views(pool.flat.index_select(0, slots))
         self.lengths, self.frames = lengths, frames
-        self.stored: set[tuple[str, int]] = set()
-        """States already written into the pool, as ("history", slot) or ("window", layer)."""
         self._pool, self.targets = pool, targets
-        self._direct = compiles_for(slots.device)
+        self.stores_directly = compiles_for(slots.device)
+        """Each layer writes its tails into the pool as it keeps them (CUDA); else `CodecSlotPool.store` copies the
+        gathered rows back."""
         self._tail_starts: dict[tuple[int, int], torch.Tensor] = {}
 
     def keep_history(self, slot: int, full: torch.Tensor, history: int) -> None:
-        if self._direct:
+        if self.stores_directly:
             self._store(full, history, self._pool.conv_histories[slot])
-            self.stored.add(("history", slot))
         else:
             self.conv_histories[slot] = self._tail(full, history)
 
     def keep_window(self, layer: int, keys: torch.Tensor, values: torch.Tensor, window: int) -> None:
-        if self._direct:
+        if self.stores_directly:
             self._store(keys, window, self._pool.keys[layer])
             self._store(values, window, self._pool.values[layer])
-            self.stored.add(("window", layer))
         else:
             self.keys[layer], self.values[layer] = self._tail(keys, window), self._tail(values, window)
 
@@ -154,16 +152,13 @@ class CodecSlotPool:
         return torch.where(slots == self.scratch, self.sink, slots)
 
     def store(self, rows: SlotRows) -> None:
-        """Write a forward's updated rows (those its layers did not store themselves) back to their slots and
-        advance each by its own chunk's length."""
+        """Write a forward's updated rows back to their slots (unless its layers stored them already) and advance
+        each by its own chunk's length."""
         targets = rows.targets
-        for slot, (pool, updated) in enumerate(zip(self.conv_histories, rows.conv_histories)):
-            if ("history", slot) not in rows.stored:
+        if not rows.stores_directly:  # a state no layer kept is copied back unchanged: the same as not copying it
+            for pool, updated in zip(self.conv_histories + self.keys + self.values,
+                                     rows.conv_histories + rows.keys + rows.values):
                 pool.index_copy_(0, targets, updated)
-        for layer in range(self.layout.num_layers):
-            if ("window", layer) not in rows.stored:
-                self.keys[layer].index_copy_(0, targets, rows.keys[layer])
-                self.values[layer].index_copy_(0, targets, rows.values[layer])
         self.positions.index_copy_(0, targets, rows.positions + rows.lengths)
 
     def snapshot(self, slot: int) -> SlotSnapshot:
