@@ -6,16 +6,16 @@ import random
 
 import pytest
 
-from services.model.codec.pass_plan import (PASS_COST, ROW_COST, bucket_of, frame_buckets, plan_round, rounds,
-                                            row_buckets)
+from services.model.codec.pass_plan import (PASS_COST, ROW_COST, bucket_of, frame_buckets, max_rows, plan_round,
+                                            rounds, row_buckets, shape_buckets)
 
-ROWS, FRAMES = row_buckets(32), frame_buckets(8)
+ROWS, FRAMES = shape_buckets(32, 8), frame_buckets(8)
 
 
 def _cost(groups: list[list[int]], lengths: list[int]) -> float:
     """Row-frames of running `groups` as padded passes (the model `plan_round` minimises)."""
-    return sum(PASS_COST + bucket_of(ROWS, len(g)) * (ROW_COST + bucket_of(FRAMES, max(lengths[i] for i in g)))
-               for g in groups)
+    frames = [bucket_of(FRAMES, max(lengths[i] for i in g)) for g in groups]
+    return sum(PASS_COST + bucket_of(ROWS[n], len(g)) * (ROW_COST + n) for g, n in zip(groups, frames))
 
 
 def test_buckets():
@@ -23,9 +23,14 @@ def test_buckets():
     assert row_buckets(32) == (1, 2, 4, 8, 16, 24, 32)
     assert row_buckets(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
     assert frame_buckets(1) == (1,) and frame_buckets(8) == (1, 2, 4, 8) and frame_buckets(6) == (1, 2, 4, 6)
-    assert bucket_of(ROWS, 17) == 24 and bucket_of(FRAMES, 3) == 4
+    assert row_buckets(32, step=4) == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+    assert ROWS == {1: row_buckets(32), 2: row_buckets(32), 4: row_buckets(32, 4), 8: row_buckets(32, 4)}
+    assert max_rows(ROWS) == 32 and shape_buckets(6, 2) == {1: (1, 2, 4, 6), 2: (1, 2, 4, 6)}
+    assert bucket_of(ROWS[2], 17) == 24 and bucket_of(ROWS[8], 17) == 20 and bucket_of(FRAMES, 3) == 4
     with pytest.raises(ValueError):
         row_buckets(0)
+    with pytest.raises(ValueError):
+        row_buckets(8, step=0)
     with pytest.raises(ValueError):
         frame_buckets(0)
 
@@ -61,7 +66,7 @@ def test_the_plan_is_never_costlier_than_a_pass_per_length():
         lengths = [generator.randint(1, 8) for _ in range(generator.randint(1, 40))]
         groups = plan_round(lengths, ROWS, FRAMES)
         assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
-        assert all(len(g) <= ROWS[-1] for g in groups)
+        assert all(len(g) <= 32 for g in groups)
         longest = [max(lengths[i] for i in g) for g in groups]
         assert longest == sorted(longest), "shorter passes first"
         per_length = [[i for i in range(len(lengths)) if lengths[i] == n][at:at + 32]

@@ -80,7 +80,10 @@ def test_warm_up_builds_every_shape_up_front(decoder):
     slots.warm_up()
     assert slots.shapes == [(rows, n) for rows in (1, 2, 4) for n in (1, 2, 3)]
     wide = SlotDecoder(decoder, max_streams=2, max_rows=20, max_chunk_frames=8, capture=False)
-    assert wide.buckets == (1, 2, 4, 8, 16, 20) and wide.frame_buckets == (1, 2, 4, 8)
+    assert wide.buckets == (1, 2, 4, 8, 12, 16, 20) and wide.frame_buckets == (1, 2, 4, 8)
+    # Rows by 8 for the short passes, by 4 for passes of 4 frames and more (a padded row costs them most).
+    assert wide.rows_by_frames == {1: (1, 2, 4, 8, 16, 20), 2: (1, 2, 4, 8, 16, 20), 4: (1, 2, 4, 8, 12, 16, 20),
+                                   8: (1, 2, 4, 8, 12, 16, 20)}
     assert slots.num_graphs == 0 and slots.capture_failures == {}
 
 
@@ -172,6 +175,20 @@ def test_chunks_of_every_length_in_one_padded_pass_equal_their_full_decodes(deco
     for stream_codes, streamed in zip(codes, audio):
         assert float((streamed - decoder.decode(stream_codes)).abs().max()) <= TOLERANCE
     assert [slots.pool.num_frames(slot) for slot in ids] == [sum(schedule) for schedule in schedules]
+
+
+def test_long_passes_pad_to_finer_row_buckets_than_short_ones(decoder):
+    """Ten 8-frame chunks run as 12 padded rows (a padded row of a long pass costs most), then ten 2-frame
+    chunks of the same streams as 16; every stream still equals its own full decode."""
+    slots = SlotDecoder(decoder, max_streams=10, max_rows=16, max_chunk_frames=8, capture=False)
+    ids = [slots.acquire() for _ in range(10)]
+    codes = _codes(10, 10, seed=1000)
+    first = slots.decode_chunks(ids, [c[:8] for c in codes])
+    assert (slots.num_passes, slots.num_padded_row_frames) == (1, 12 * 8)
+    second = slots.decode_chunks(ids, [c[8:] for c in codes])
+    assert (slots.num_passes, slots.num_padded_row_frames) == (2, 12 * 8 + 16 * 2)
+    for stream_codes, head, tail in zip(codes, first, second):
+        assert float((torch.cat((head, tail)) - decoder.decode(stream_codes)).abs().max()) <= TOLERANCE
 
 
 def test_misuse_is_refused_before_any_state_changes(decoder):

@@ -75,12 +75,12 @@ def test_steps_without_events_count_only_their_launch():
 def test_the_step_timings_render_as_a_histogram_by_part():
     timeline, times = _timeline()
     timeline.applied(_Mark(0.0), _Mark(7.0), mixed=False)
-    timeline.applied(_Mark(7.0), _Mark(16.0), mixed=True)
+    timeline.applied(_Mark(7.0), _Mark(16.0), mixed=True, launch_s=0.003)
     stats = _decode_stats({}) | {"step_seconds": snapshots(times.timings)}
     text = generate_latest(stats_registry(lambda: stats, decode_families)).decode()
     family = next(f for f in text_string_to_metric_families(text) if f.name == names.STEP)
     counts = {s.labels["part"]: s.value for s in family.samples if s.name == names.STEP + "_count"}
-    assert counts == {"device_decode": 1, "device_mixed": 1, "idle": 1, "launch": 0}
+    assert counts == {"device_decode": 1, "device_mixed": 1, "idle": 1, "launch": 0, "launch_mixed": 1}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA events need a GPU")

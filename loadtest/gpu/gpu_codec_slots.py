@@ -103,7 +103,7 @@ def build_paths(decoder: CodecDecoder, args: argparse.Namespace, report: Report)
         begin = time.perf_counter()
         graphed.warm_up()
         report.data["warm_up"] = {"seconds": time.perf_counter() - begin, "graphs": graphed.num_graphs,
-                                  "shapes": len(graphed.buckets) * len(graphed.frame_buckets),
+                                  "shapes": sum(map(len, graphed.rows_by_frames.values())),
                                   "capture_failures": {f"{r}x{n}": why for (r, n), why in
                                                        graphed.capture_failures.items()},
                                   "gpu_memory_reserved_gib": torch.cuda.memory_reserved(decoder.device) / 2**30}

@@ -11,8 +11,9 @@ codes are on the host both have completed, and the events give, at no cost to th
   ended, as the overlapped loop means it to be.
 
 Split by kind (steps that sample only decode rows, and mixed ones that also carry a prompt's prefill chunk), with the
-host's time to build and launch a step beside them, these say whether a mesh's step rate is bound by the card, by the
-card's other tenant, or by the host (decode's STATS `step_seconds`; loadtest/RESULTS-GPU.md reads them).
+host's time to build and launch a step beside them (every step's, and the mixed ones' alone: `launch_mixed`), these
+say whether a mesh's step rate is bound by the card, by the card's other tenant, or by the host (decode's STATS
+`step_seconds`; loadtest/RESULTS-GPU.md reads them).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Callable
 
 import torch
 
-PARTS = ("device_decode", "device_mixed", "idle", "launch")
+PARTS = ("device_decode", "device_mixed", "idle", "launch", "launch_mixed")
 """The times a timeline reports, by name."""
 
 Record = Callable[[str, float], None]
@@ -55,7 +56,11 @@ class StepTimeline:
                 rows: int = 0, tokens: int = 0, launch_s: float = 0.0) -> None:
         """A step's codes are on the host (both events complete): its device time and the idle time before it.
         `rows`, `tokens` (the step's sequences and tokens) and `launch_s` (the host's time to queue it) only describe
-        a slow step in the log: a long launch is the host's (a compile, a lock), the rest the card's."""
+        a slow step in the log: a long launch is the host's (a compile, a lock), the rest the card's; a mixed step's
+        `launch_s` is also kept apart (`launch_mixed`), as a mixed step on the device may be one the host was slow to
+        queue."""
+        if mixed:
+            self.record("launch_mixed", launch_s)
         if begun is None or arrived is None:
             return
         device_s = begun.elapsed_time(arrived) / 1000

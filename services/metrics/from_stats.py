@@ -76,7 +76,9 @@ def decode_families(stats: Stats) -> list:
                           stats["graph_capture_failures"]),
         *timings_families(names.STEP, "Seconds of the engine's steps, by part (device_decode, device_mixed: a step "
                           "on the card without and with a prefill chunk; idle: the card waiting for the host's next "
-                          "step; launch: the host building and queueing one)", stats.get("step_seconds", {})),
+                          "step; launch: the host building and queueing one; launch_mixed: that for mixed steps "
+                          "alone)",
+                          stats.get("step_seconds", {})),
         *timings_families(names.VOICE_PROMPT, "Seconds a cloned voice's prompt took here, by part (audio_read: the "
                           "reference from its object store; compute: the audio work, its queue included)",
                           stats.get("voice_prompt_seconds", {})),

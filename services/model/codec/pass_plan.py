@@ -9,26 +9,45 @@ row-frame: a 2-frame chunk in a pass of its own costs as much as ~90 padded fram
 chunks of one round (each stream's next chunk) share passes where that is cheaper than passes of their own, which at
 load is nearly always: the decode service's chunk ramp (2, 2, 4, then 8 frames) put three lengths, three passes, into
 most calls.
+
+Row buckets are finer for the long passes: a padded row of an 8-frame pass costs ten row-frames, of a 2-frame pass
+four, so the passes of 4 frames and more step by 4 rows past 8 (a call of 11 chunks pads to 12, not 16) and the short
+ones by 8, which keeps the captured shapes few (34 at 32 rows, 8 frames).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 PASS_COST = 90.0
 """A pass's fixed cost, in row-frames (1.9 ms / 0.021 ms on the H200 above)."""
 ROW_COST = 2.0
 """A row's cost beyond its frames, in row-frames (0.038 ms / 0.021 ms)."""
 
+FINE_ROWS_FROM_FRAMES = 4
+"""Passes of this many frames or more get the finer row buckets (`shape_buckets`)."""
 
-def row_buckets(max_rows: int) -> tuple[int, ...]:
-    """Row counts a pass is padded up to: 1, 2, 4, 8, then every multiple of 8 below `max_rows`, then `max_rows`
-    (finer than powers of two where a padded row costs most: 17 rows pad to 24, not 32)."""
+RowBuckets = Mapping[int, Sequence[int]]
+"""Each frame bucket's row buckets: the (rows, frames) shapes a pass may take."""
+
+
+def row_buckets(max_rows: int, step: int = 8) -> tuple[int, ...]:
+    """Row counts a pass is padded up to: 1, 2, 4, 8, then every multiple of `step` below `max_rows`, then
+    `max_rows` (finer than powers of two where a padded row costs most: 17 rows pad to 24, not 32)."""
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    if step < 1:
+        raise ValueError(f"step must be >= 1, got {step}")
     small = [size for size in (1, 2, 4) if size < max_rows]
-    return (*small, *range(8, max_rows, 8), max_rows)
+    return (*small, *range(8, max_rows, step), max_rows)
+
+
+def shape_buckets(max_rows: int, max_frames: int) -> dict[int, tuple[int, ...]]:
+    """Every frame bucket's row buckets: by 4 rows past 8 for passes of `FINE_ROWS_FROM_FRAMES` frames or more,
+    by 8 for shorter ones."""
+    return {frames: row_buckets(max_rows, 4 if frames >= FINE_ROWS_FROM_FRAMES else 8)
+            for frames in frame_buckets(max_frames)}
 
 
 def frame_buckets(max_frames: int) -> tuple[int, ...]:
@@ -63,10 +82,10 @@ def rounds(streams: Sequence[Hashable], lengths: Sequence[int]) -> list[list[int
     return by_round
 
 
-def plan_round(lengths: Sequence[int], rows: Sequence[int], frames: Sequence[int]) -> list[list[int]]:
+def plan_round(lengths: Sequence[int], rows: RowBuckets, frames: Sequence[int]) -> list[list[int]]:
     """One round's chunks (`lengths[i]` frames each, at most `frames[-1]`) grouped into passes of at most
-    `rows[-1]` chunks, cheapest first found: the chunks sorted by length and cut where the length changes, each
-    group padded to its buckets. Returns the groups in running order, shorter chunks first (a request's first chunk
+    `max_rows(rows)` chunks (`rows`: each frame bucket's row buckets), cheapest first found: the chunks sorted by
+    length and cut where the length changes, each group padded to its buckets. Returns the groups in running order, shorter chunks first (a request's first chunk
     is its shortest, and a caller that hands out a pass's audio as it ends gets first packets out first)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     cuts = [0] + [at for at in range(1, len(order)) if lengths[order[at]] != lengths[order[at - 1]]] + [len(order)]
@@ -74,17 +93,24 @@ def plan_round(lengths: Sequence[int], rows: Sequence[int], frames: Sequence[int
     for end in range(1, len(cuts)):
         best.append(min((best[start][0] + _cost(cuts[end] - cuts[start], lengths[order[cuts[end] - 1]], rows,
                                                 frames), start) for start in range(end)))
-    groups, end = [], len(cuts) - 1
+    groups, end, widest = [], len(cuts) - 1, max_rows(rows)
     while end > 0:
         start = best[end][1]
         group = order[cuts[start]:cuts[end]]
-        groups[:0] = [group[at:at + rows[-1]] for at in range(0, len(group), rows[-1])]
+        groups[:0] = [group[at:at + widest] for at in range(0, len(group), widest)]
         end = start
     return groups
 
 
-def _cost(count: int, longest: int, rows: Sequence[int], frames: Sequence[int]) -> float:
-    """Row-frames of `count` chunks of at most `longest` frames in passes of at most `rows[-1]` rows."""
-    full, rest = divmod(count, rows[-1])
-    padded = full * rows[-1] + (bucket_of(rows, rest) if rest else 0)
-    return (full + (rest > 0)) * PASS_COST + padded * (ROW_COST + bucket_of(frames, longest))
+def max_rows(rows: RowBuckets) -> int:
+    """The most chunks one pass holds (the same for every frame bucket)."""
+    return max(buckets[-1] for buckets in rows.values())
+
+
+def _cost(count: int, longest: int, rows: RowBuckets, frames: Sequence[int]) -> float:
+    """Row-frames of `count` chunks of at most `longest` frames in passes of at most `max_rows(rows)` rows."""
+    pass_frames = bucket_of(frames, longest)
+    buckets = rows[pass_frames]
+    full, rest = divmod(count, buckets[-1])
+    padded = full * buckets[-1] + (bucket_of(buckets, rest) if rest else 0)
+    return (full + (rest > 0)) * PASS_COST + padded * (ROW_COST + pass_frames)

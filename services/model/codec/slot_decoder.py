@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from services.model.codec.decoder import CodecDecoder
 from services.model.codec.errors import CodecInputError
-from services.model.codec.pass_plan import bucket_of, frame_buckets, plan_round, rounds, row_buckets
+from services.model.codec.pass_plan import bucket_of, frame_buckets, plan_round, rounds, shape_buckets
 from services.model.codec.shape_step import ShapeStep
 from services.model.codec.slot_pool import CodecSlotPool, SlotSnapshot
 
@@ -62,8 +62,11 @@ class SlotDecoder:
         if max_chunk_frames < 1:
             raise ValueError(f"max_chunk_frames must be >= 1, got {max_chunk_frames}")
         self.decoder = decoder
-        self.buckets = row_buckets(max_rows)
         self.frame_buckets = frame_buckets(max_chunk_frames)
+        self.rows_by_frames = shape_buckets(max_rows, max_chunk_frames)
+        """Each frame bucket's row buckets: the (rows, frames) step shapes."""
+        self.buckets = tuple(sorted({rows for buckets in self.rows_by_frames.values() for rows in buckets}))
+        """Every row count some pass may take."""
         self.max_chunk_frames = max_chunk_frames
         self.capture = decoder.device.type == "cuda" if capture is None else capture
         if self.capture and decoder.device.type != "cuda":
@@ -116,8 +119,8 @@ class SlotDecoder:
     def warm_up(self, priming: bool = False) -> None:
         """Build (and on CUDA capture) the step of every shape now, so the first requests run as fast as the rest;
         with `priming`, also every priming pass (`PRIME_PASS_LENGTHS`), for in-context clones' references."""
-        for rows in self.buckets:
-            for frames in self.frame_buckets:
+        for frames, buckets in self.rows_by_frames.items():
+            for rows in buckets:
                 self._step(rows, frames)
         if priming:
             for frames in PRIME_PASS_LENGTHS:
@@ -156,7 +159,7 @@ class SlotDecoder:
         pieces_left = [len(of) for of in pieces_of]
         lengths = [piece.shape[0] for piece in pieces]
         for round_rows in rounds([slots[owner] for owner in owners], lengths):
-            for members in plan_round([lengths[r] for r in round_rows], self.buckets, self.frame_buckets):
+            for members in plan_round([lengths[r] for r in round_rows], self.rows_by_frames, self.frame_buckets):
                 group = [round_rows[member] for member in members]
                 audio = self._run_pass([slots[owners[r]] for r in group], [pieces[r] for r in group], to_host)
                 for row, samples in zip(group, audio):
@@ -244,7 +247,8 @@ class SlotDecoder:
         samples (copied out)."""
         real, lengths = len(slots), [chunk.shape[0] for chunk in chunks]
         longest = max(lengths)
-        rows, frames = bucket_of(self.buckets, real), bucket_of(self.frame_buckets, longest)
+        frames = bucket_of(self.frame_buckets, longest)
+        rows = bucket_of(self.rows_by_frames[frames], real)
         pinned = self.decoder.device.type == "cuda"
         host_slots = torch.full((rows,), self.pool.scratch, dtype=torch.long, pin_memory=pinned)
         host_slots[:real] = torch.tensor(slots, dtype=torch.long)
