@@ -7,6 +7,7 @@ decode-only attention variant equal to `Talker.forward`, the hand-off's checks a
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -142,3 +143,24 @@ def test_voice_prompt_probe_counts_the_host_ops_on_cpu(tmp_path):
     # The codec encoder's work comes on top of the speaker encoder's; no kernels are counted off CUDA.
     assert results["in_context"]["host_ops"] > results["x_vector_only"]["host_ops"] > 50, results
     assert results["x_vector_only"]["top_host_ops"]["aten::conv1d"] > 10 and "launches" not in results["in_context"]
+
+
+def test_launch_split_times_both_kinds_of_step_and_puts_everything_back(tmp_path):
+    from loadtest.gpu import launch_split
+    from services.engine import runner
+
+    build, start = runner.build_attention_batch, runner.LaunchedStep.__dict__["start"]
+    interval = sys.getswitchinterval()
+    out = tmp_path / "launch.json"
+    rc = launch_split.main(["--out", str(out), "--preset", "tiny", "--dtype", "float32", "--device", "cpu",
+                            "--steps", "3", "--switch-interval-ms", "0.1"])
+    report = json.loads(out.read_text())
+    assert rc == 0 and [run["busy_thread"] for run in report["results"]] == [False, True]
+    for run in report["results"]:
+        for kind in ("decode", "mixed"):
+            assert run[kind]["launch"] > 0 and run[kind]["_talker"] > 0, (kind, run)
+    alone = report["results"][0]
+    # A mixed step seats a new request (its penalty row, its parameters): more aten calls than a decode-only one.
+    assert alone["mixed"]["aten_ops"] > alone["decode"]["aten_ops"] > 0
+    assert runner.build_attention_batch is build and runner.LaunchedStep.__dict__["start"] is start
+    assert sys.getswitchinterval() == interval

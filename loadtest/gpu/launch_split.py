@@ -15,6 +15,7 @@ alternates a decode-only step with a mixed one (the oldest request aborted and a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -62,11 +63,19 @@ class PartClock:
 CLOCK = PartClock()
 
 
-def _instrument_module() -> None:
-    """The module-level parts, wrapped once for every engine the probe builds."""
-    runner_module.build_attention_batch = CLOCK.wrap("build_attention_batch", runner_module.build_attention_batch)
-    start = runner_module.LaunchedStep.start  # bound to the class: the wrapper stays a plain call
-    runner_module.LaunchedStep.start = CLOCK.wrap("LaunchedStep.start", start)
+@contextlib.contextmanager
+def _module_parts_timed():
+    """The module-level parts wrapped for every engine the probe builds, and put back after (the probe may run
+    inside another program, a test)."""
+    build, start = runner_module.build_attention_batch, runner_module.LaunchedStep.__dict__["start"]
+    runner_module.build_attention_batch = CLOCK.wrap("build_attention_batch", build)
+    # Bound to the class here, so the wrapper stays a plain call.
+    runner_module.LaunchedStep.start = CLOCK.wrap("LaunchedStep.start", runner_module.LaunchedStep.start)
+    try:
+        yield
+    finally:
+        runner_module.build_attention_batch = build
+        runner_module.LaunchedStep.start = start
 
 
 def _instrument(engine: Engine) -> None:
@@ -169,14 +178,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="the interpreter's switch interval (decode's default: 5, Python's)")
     parser.add_argument("--commit")
     args = parser.parse_args(argv)
-    sys.setswitchinterval(args.switch_interval_ms / 1000)
     device = torch.device(args.device)
-    _instrument_module()
     with tempfile.TemporaryDirectory() as scratch:
         directory = write_config_files(Path(scratch) / args.preset, args.preset)
         model, tokenizer = build_model(directory, device, DTYPES[args.dtype]), build_tokenizer(directory)
-    counter = [0]
-    runs = [run(model, tokenizer, args.steps, busy, counter) for busy in (False, True)]
+    counter, interval = [0], sys.getswitchinterval()
+    sys.setswitchinterval(args.switch_interval_ms / 1000)
+    try:
+        with _module_parts_timed():
+            runs = [run(model, tokenizer, args.steps, busy, counter) for busy in (False, True)]
+    finally:
+        sys.setswitchinterval(interval)
     args.out.write_text(json.dumps({"benchmark": "launch_split", "preset": args.preset, "dtype": args.dtype,
                                     "switch_interval_ms": args.switch_interval_ms,
                                     "environment": environment(device, args.commit), "results": runs}, indent=2))
