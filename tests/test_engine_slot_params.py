@@ -10,6 +10,7 @@ from services.engine import model_ops
 from services.engine.predictor_graphs import (CAPPED, FRAME, KEYS, MIN_FRAMES, NUM_FRAMES, PREDICTOR_TOP_K,
                                               TALKER_TOP_K, WHOLE, PaddedFrameSampler, params_mode, sampling_mode)
 from services.engine.sequence import Sequence
+from services.engine import slot_params
 from services.engine.slot_params import SlotParams
 from services.model.sampling import RowSampling, SamplingParams, as_int64, row_keys
 from tests.engine_helpers import load_tiny
@@ -89,10 +90,13 @@ def test_a_slot_is_written_once_per_request_seated_there(tiny, monkeypatch):
     monkeypatch.setattr(torch.Tensor, "index_copy_",
                         lambda self, dim, index, source: writes.append(index.tolist()) or original(self, dim, index,
                                                                                                   source))
+    uploads = []
+    monkeypatch.setattr(slot_params, "upload", lambda tensor, device: uploads.append(tensor.shape) or tensor)
     first, second = _seqs("x", MIXED[:2]), _seqs("y", MIXED[2:])
     params.hold([0, 2], first)
     params.hold([0, 2], first)  # seated already: nothing to write
     assert writes == [[0, 2], [0, 2]]  # ints, then floats
+    assert len(uploads) == 1, "slots, ints and floats go up together"
     params.vacate(2)
     params.hold([2], second)
     assert writes[2:] == [[2], [2]]

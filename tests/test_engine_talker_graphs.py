@@ -84,6 +84,29 @@ def test_padded_talker_step_leaves_engine_outputs_unchanged(tiny, monkeypatch):
     assert eager_forwards == []
 
 
+def test_padded_steps_build_their_inputs_in_the_graphs_buffer(tiny, monkeypatch):
+    """Every padded step's input rows, decode-only and mixed, are built where the graph reads them: none is copied in
+    (a copy is one more torch call on the engine thread, each a hand-over of the interpreter lock)."""
+    model, tokenizer = tiny
+    engine = _padded(new_engine(model, blocks=40))
+    step, in_place, copied = engine.runner.talker_step, [], []
+    original_run, original_copy = step.run, torch.Tensor.copy_
+
+    def run(rows, batch):
+        in_place.append(rows.data_ptr() == step.rows.data_ptr() and rows.shape[0] == batch.num_tokens)
+        return original_run(rows, batch)
+
+    def copy(self, source, non_blocking=False):
+        if self.data_ptr() == step.rows.data_ptr():
+            copied.append(tuple(source.shape))
+        return original_copy(self, source, non_blocking)
+
+    monkeypatch.setattr(step, "run", run)
+    monkeypatch.setattr(torch.Tensor, "copy_", copy)
+    _staggered(engine, tokenizer)
+    assert len(in_place) > 10 and all(in_place) and copied == []
+
+
 def _counting(runner: ModelRunner, eager_forwards: list[int]):
     """The runner's `_talker`, recording every step that would not run on the padded (graphed) path."""
     original = runner._talker

@@ -47,9 +47,11 @@ def prompt_rows(prompt: Prompt) -> torch.Tensor:
 
 
 def frame_input_rows(
-    model: TTSModel, prompts: Sequence[Prompt], codes: torch.Tensor, text_positions: Sequence[int]
+    model: TTSModel, prompts: Sequence[Prompt], codes: torch.Tensor, text_positions: Sequence[int],
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Input rows [B, H] after each row's frame: E0(c0) + sum_j Ej(cj) + the request's trailing text row.
+    """Input rows [B, H] after each row's frame: E0(c0) + sum_j Ej(cj) + the request's trailing text row (into
+    `out`, cast to its dtype, when given).
 
     Text row k is `trailing[k]`, or tts_pad past the end (as `Prompt.trailing_rows`); picking views and
     stacking them costs one kernel for the whole batch.
@@ -57,7 +59,9 @@ def frame_input_rows(
     text = torch.stack(
         [p.trailing[k] if k < p.trailing.shape[0] else p.tts_pad for p, k in zip(prompts, text_positions)]
     )
-    return model.talker.embed_codes(codes) + text
+    if out is None:
+        return model.talker.embed_codes(codes) + text
+    return torch.add(model.talker.embed_codes(codes), text, out=out)
 
 
 def replay_rows(model: TTSModel, prompt: Prompt, frames: torch.Tensor) -> torch.Tensor:

@@ -160,7 +160,9 @@ class ModelRunner:
         index[:, TOKEN] = [query_start[row + 1] - 1 for row in rows]
         index = upload(torch.from_numpy(index), device)
         self._write_handed_kv(scheduled)
-        hidden = self._talker(self._input_rows(scheduled, query_start, seqs, index), batch)
+        # Where the graphed talker reads its rows: the inputs are built there, not copied in after.
+        staging = None if self.talker_step is None else self.talker_step.input_rows(batch)
+        hidden = self._talker(self._input_rows(scheduled, query_start, seqs, index, staging), batch)
         if not rows:
             return LaunchedStep.empty()
         if rows[-1] == len(rows) - 1 and query_start[-1] == len(rows):  # one token a row: the rows are the tokens
@@ -195,15 +197,18 @@ class ModelRunner:
         return self.model.talker(embeds, on_device(batch, self.model.device), self.kv_pool)
 
     def _input_rows(self, scheduled: list[ScheduledSequence], query_start: list[int], seqs: list[Sequence],
-                    index: torch.Tensor) -> torch.Tensor:
+                    index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The flattened input rows [T, H]: decode rows built in one batch from each request's last frame on the
         device, prefill slices copied in place (`seqs`: the sequences that sample a frame this step, every decoding
-        one among them; `index`: their row indices on the device, as `launch` uploads them)."""
+        one among them; `index`: their row indices on the device, as `launch` uploads them). Written into `out`
+        ([T, H], the graphed talker's input buffer) when given; fewer torch calls on the engine thread, each of
+        which hands the interpreter lock to decode's other threads and must win it back."""
         model = self.model
         is_decode = [_is_decode(item) for item in scheduled]
         if all(is_decode):  # decode rows only, each sampling, in order: the built rows are the step's rows
-            return self._decode_rows(seqs, index[:, SLOT])
-        rows = torch.empty((query_start[-1], model.talker.hidden_size), dtype=model.dtype, device=model.device)
+            return self._decode_rows(seqs, index[:, SLOT], out)
+        rows = out if out is not None else torch.empty((query_start[-1], model.talker.hidden_size),
+                                                       dtype=model.dtype, device=model.device)
         if any(is_decode):
             # Built for every sampling row and put at its last token: a row that ends a prefill chunk gets an
             # unused one there, overwritten by its chunk below (no per-step list of the decode rows to upload).
@@ -215,13 +220,14 @@ class ModelRunner:
                     source[item.start : item.start + item.num_new_tokens]
         return rows
 
-    def _decode_rows(self, seqs: list[Sequence], slots: torch.Tensor) -> torch.Tensor:
+    def _decode_rows(self, seqs: list[Sequence], slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The input rows [len(seqs), H] after each sequence's last frame, built on the device from its `SeenTable`
-        row (`slots`, on the device)."""
+        row (`slots`, on the device); written into `out` when given."""
         model = self.model
         codes = self.seen.last_frames.index_select(0, slots)
-        built = model_ops.frame_input_rows(model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs])
-        return built.to(model.dtype)
+        built = model_ops.frame_input_rows(model, [s.prompt for s in seqs], codes, [s.text_position for s in seqs],
+                                           out)
+        return built if out is not None else built.to(model.dtype)
 
     def _prefill_source(self, seq: Sequence) -> torch.Tensor:
         """The rows a prefill reads, built once per prefill (a chunked one reuses them)."""

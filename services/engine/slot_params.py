@@ -21,6 +21,10 @@ from services.model.uploads import upload
 
 _INT_WIDTH = PER_REQUEST_INTS.stop - PER_REQUEST_INTS.start
 _FLOAT_WIDTH = PREDICTOR_TOP_P + 1
+_PACKED_INTS = slice(1, 1 + _INT_WIDTH)
+"""Columns of a `hold` upload: the slot, then the ints, then the floats' bits (two float32 to an int64 column)."""
+_PACKED_FLOATS = slice(_PACKED_INTS.stop, _PACKED_INTS.stop + (_FLOAT_WIDTH + 1) // 2)
+_PACKED_WIDTH = _PACKED_FLOATS.stop
 
 
 class SlotParams:
@@ -37,23 +41,30 @@ class SlotParams:
 
     def hold(self, slots: list[int], seqs: list[Sequence]) -> None:
         """Make each slot's row hold its request's parameters; only slots taken since the last call are written
-        (one upload for all of them), so a step of requests already seated costs a comparison per row."""
+        (one upload for all of them: slots, ints and floats packed in one int64 block), so a step of requests
+        already seated costs a comparison per row.
+
+        One upload, not one per field: each torch call on the engine thread hands the interpreter lock over and
+        must win it back from decode's event loop, and a step that seats a request (a mixed one) spent most of its
+        extra launch time here (`loadtest/gpu/launch_split.py`, 2026-12-03)."""
         fresh = [(slot, seq) for slot, seq in zip(slots, seqs) if self._holder[slot] != seq.request_id]
         if not fresh:
             return
-        ints = np.zeros((len(fresh), _INT_WIDTH), dtype=np.int64)
-        floats = np.zeros((len(fresh), _FLOAT_WIDTH), dtype=np.float32)
+        packed = np.zeros((len(fresh), _PACKED_WIDTH), dtype=np.int64)
+        ints = packed[:, _PACKED_INTS]
+        floats = packed[:, _PACKED_FLOATS].view(np.float32)  # the float columns' bits, two to an int64
         start = PER_REQUEST_INTS.start
         for row, (slot, seq) in enumerate(fresh):
             talker, predictor = seq.params, seq.predictor_params
+            packed[row, 0] = slot
             ints[row, [MIN_FRAMES - start, TALKER_TOP_K - start, PREDICTOR_TOP_K - start, SEED - start]] = \
                 seq.min_new_frames, talker.top_k, predictor.top_k, as_int64(seq.seed)
             floats[row, [PENALTY, TALKER_TEMPERATURE, TALKER_TOP_P, PREDICTOR_TEMPERATURE, PREDICTOR_TOP_P]] = \
                 talker.repetition_penalty, talker.temperature, talker.top_p, predictor.temperature, predictor.top_p
             self._holder[slot] = seq.request_id
-        index = upload(torch.tensor([slot for slot, _ in fresh], dtype=torch.int64), self.ints.device)
-        self.ints.index_copy_(0, index, upload(torch.from_numpy(ints), self.ints.device))
-        self.floats.index_copy_(0, index, upload(torch.from_numpy(floats), self.floats.device))
+        block = upload(torch.from_numpy(packed), self.ints.device)
+        self.ints.index_copy_(0, block[:, 0], block[:, _PACKED_INTS])
+        self.floats.index_copy_(0, block[:, 0], block[:, _PACKED_FLOATS].view(torch.float32)[:, :_FLOAT_WIDTH])
 
     def vacate(self, slot: int) -> None:
         """The slot's request left: the next request seated there is written, whatever its id."""

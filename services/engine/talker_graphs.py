@@ -120,8 +120,14 @@ class PaddedTalkerStep:
             return None
         return self.bucket_of(batch.num_tokens)
 
+    def input_rows(self, batch: AttentionBatch) -> torch.Tensor | None:
+        """Where `run` reads a step's input rows ([T, H], a view of the static buffer; None when no bucket holds
+        the step): rows built there need no copy."""
+        return None if self.bucket(batch) is None else self.rows[: batch.num_tokens]
+
     def run(self, rows: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
-        """Hidden states [T, H] of a step: input rows [T, H] on the device, `batch` with host tensors.
+        """Hidden states [T, H] of a step: input rows [T, H] on the device (`input_rows(batch)` itself, or any
+        tensor, copied in), `batch` with host tensors.
 
         The result is a view of a static buffer, valid until the next call.
         """
@@ -133,7 +139,8 @@ class PaddedTalkerStep:
         metadata, tables = self._staged(batch, tokens)
         bucket.metadata.copy_(metadata, non_blocking=True)
         self.tables[: tables.shape[0], : tables.shape[1]].copy_(tables, non_blocking=True)
-        self.rows[: batch.num_tokens].copy_(rows)
+        if not (rows.data_ptr() == self.rows.data_ptr() and rows.shape[0] == batch.num_tokens):
+            self.rows[: batch.num_tokens].copy_(rows)
         return bucket.step()[: batch.num_tokens]
 
     def _staged(self, batch: AttentionBatch | None, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,7 +163,9 @@ class PaddedTalkerStep:
         filled[:count, POSITION], filled[:count, SLOT] = positions, batch.slot_mapping.numpy()
         filled[:count, ROW] = np.repeat(np.arange(batch.num_seqs), np.diff(query_start))
         filled[:count, LIMIT] = positions + 1  # causal: a token sees the cache up to itself
-        tables = batch.block_tables.to(torch.int64)
+        tables = batch.block_tables
+        if tables.dtype != torch.int64:  # built from int64 arrays already: a no-op call costs a lock hand-over
+            tables = tables.to(torch.int64)
         return host, (tables.pin_memory() if pin else tables)
 
     def _prepare(self, tokens: int) -> _Bucket:
