@@ -85,8 +85,9 @@ def rounds(streams: Sequence[Hashable], lengths: Sequence[int]) -> list[list[int
 def plan_round(lengths: Sequence[int], rows: RowBuckets, frames: Sequence[int]) -> list[list[int]]:
     """One round's chunks (`lengths[i]` frames each, at most `frames[-1]`) grouped into passes of at most
     `max_rows(rows)` chunks (`rows`: each frame bucket's row buckets), cheapest first found: the chunks sorted by
-    length and cut where the length changes, each group padded to its buckets. Returns the groups in running order, shorter chunks first (a request's first chunk
-    is its shortest, and a caller that hands out a pass's audio as it ends gets first packets out first)."""
+    length and cut where the length changes, each group padded to its buckets. Returns the groups in running order,
+    shorter chunks first (a request's first chunk is its shortest, and a caller that hands out a pass's audio as it
+    ends gets first packets out first)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     cuts = [0] + [at for at in range(1, len(order)) if lengths[order[at]] != lengths[order[at - 1]]] + [len(order)]
     best: list[tuple[float, int]] = [(0.0, 0)]  # for each cut: the least cost of the chunks before it, and its cut
