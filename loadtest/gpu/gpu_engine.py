@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 import torch
 
 from loadtest.gpu.engine_step_bench import bench_batch, instrumented
 from loadtest.gpu.gpu_micro import DTYPES, environment
-from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
+from loadtest.gpu.gpu_models import build_in_memory
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,9 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    with tempfile.TemporaryDirectory() as scratch:
-        directory = write_config_files(Path(scratch) / args.preset, args.preset)
-        model, tokenizer = build_model(directory, device, DTYPES[args.dtype]), build_tokenizer(directory)
+    model, tokenizer = build_in_memory(args.preset, device, DTYPES[args.dtype])
     with instrumented(model) as timers:
         results = [bench_batch(model, tokenizer, timers, batch, args.steps, args.warmup) for batch in args.batch_sizes]
     report = {"benchmark": "gpu_engine (engine_step_bench.bench_batch)", "preset": args.preset, "dtype": args.dtype,

@@ -10,6 +10,7 @@ initialisation (on the CPU in float32, then moved).
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import torch
@@ -83,6 +84,14 @@ def build_model(directory: Path, device: torch.device, dtype: torch.dtype, seed:
 
 def build_tokenizer(directory: Path) -> TextTokenizer:
     return TextTokenizer.from_dir(directory)
+
+
+def build_in_memory(preset: str, device: torch.device, dtype: torch.dtype) -> tuple[TTSModel, TextTokenizer]:
+    """`preset`'s model (random weights) and its tokenizer, from config files written to a directory removed
+    after: what a probe needs without a checkpoint on disk."""
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = write_config_files(Path(scratch) / preset, preset)
+        return build_model(directory, device, dtype), build_tokenizer(directory)
 
 
 def build_codec(preset: str, device: torch.device, dtype: torch.dtype, seed: int = 0) -> CodecDecoder:

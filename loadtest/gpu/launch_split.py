@@ -19,7 +19,6 @@ import contextlib
 import json
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -30,7 +29,7 @@ import torch
 from loadtest.gpu.engine_step_bench import TEXT
 from loadtest.gpu.gpu_common import dispatched_ops
 from loadtest.gpu.gpu_micro import DTYPES, environment
-from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
+from loadtest.gpu.gpu_models import build_in_memory
 from services.engine import runner as runner_module
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
@@ -179,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    with tempfile.TemporaryDirectory() as scratch:
-        directory = write_config_files(Path(scratch) / args.preset, args.preset)
-        model, tokenizer = build_model(directory, device, DTYPES[args.dtype]), build_tokenizer(directory)
+    model, tokenizer = build_in_memory(args.preset, device, DTYPES[args.dtype])
     counter, interval = [0], sys.getswitchinterval()
     sys.setswitchinterval(args.switch_interval_ms / 1000)
     try:
