@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Two commits' whole meshes side by side in one lease (issue 19): the same closed-loop level under `voxmesh bench`,
-# each round a fresh mesh from each tree, alternating (A B A B ...) so drift in the machine falls on both alike, and
+# each round a fresh mesh from each tree, in alternating order (A B, B A, A B ...): drift in the machine, and which of
+# a lease's meshes runs faster (the first on some machines, later ones on others: loadtest/RESULTS-GPU.md,
+# 2026-12-03 sixth session), fall on both alike; and
 # a py-spy profile of every service in each of the last round's runs. The trees are `git archive` copies (without
 # loadtest/results, to keep the carry small); through the `device` tool from the repository root, with `.whl/`
 # (bash loadtest/gpu/fetch_wheels.sh), `.devrun/prompts_en.tsv` and both trees carried:
@@ -25,7 +27,9 @@ export PYTHONUNBUFFERED=1
 prompts=$PWD/.devrun/prompts_en.tsv
 runs=$((2 * ROUNDS))
 for round in $(seq 1 "$ROUNDS"); do
-  for tree in "$TREE_A" "$TREE_B"; do
+  order=("$TREE_A" "$TREE_B")
+  [ $((round % 2)) = 0 ] && order=("$TREE_B" "$TREE_A")  # A B, then B A: a mesh's place in the lease falls on both
+  for tree in "${order[@]}"; do
     commit=$(cat "$tree/VOXMESH_COMMIT")
     share=$(((BUDGET_S - SECONDS) / runs)); runs=$((runs - 1))  # what is left of the call, shared by the runs left
     profile=""
