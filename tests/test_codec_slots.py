@@ -80,7 +80,7 @@ def test_warm_up_builds_every_shape_up_front(decoder):
     slots.warm_up()
     assert slots.shapes == [(rows, n) for rows in (1, 2, 4) for n in (1, 2, 3)]
     wide = SlotDecoder(decoder, max_streams=2, max_rows=20, max_chunk_frames=8, capture=False)
-    assert wide.buckets == (1, 2, 4, 8, 12, 16, 20) and wide.frame_buckets == (1, 2, 4, 8)
+    assert wide.max_rows == 20 and wide.frame_buckets == (1, 2, 4, 8)
     # Rows by 8 for the short passes, by 4 for passes of 4 frames and more (a padded row costs them most).
     assert wide.rows_by_frames == {1: (1, 2, 4, 8, 16, 20), 2: (1, 2, 4, 8, 16, 20), 4: (1, 2, 4, 8, 12, 16, 20),
                                    8: (1, 2, 4, 8, 12, 16, 20)}

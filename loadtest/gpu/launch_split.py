@@ -44,7 +44,8 @@ PARTS = ("build_attention_batch", "slots_of", "hold", "_input_rows", "_talker", 
 
 
 class PartClock:
-    """Host seconds spent in each wrapped callable during the current step."""
+    """Host seconds spent in each wrapped callable during the current step, nested calls included (`launch` holds
+    its parts; `engine_step_bench.ExclusiveTimers` would subtract them)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
@@ -132,7 +133,7 @@ def run(model, tokenizer, steps: int, busy: bool, counter: list[int]) -> dict:
     _instrument(engine)
     samples: dict[str, list[dict[str, float]]] = {"decode": [], "mixed": []}
     ops: dict[str, dict[str, int]] = {}
-    with BusyInterpreter() if busy else _Nothing():
+    with BusyInterpreter() if busy else contextlib.nullcontext():
         for index in range(2 * steps):
             kind = "mixed" if index % 2 else "decode"
             if kind == "mixed":
@@ -156,14 +157,6 @@ def run(model, tokenizer, steps: int, busy: bool, counter: list[int]) -> dict:
             result[kind]["aten_ops"] = sum(ops[kind].values())
             result[kind]["aten_ops_by_name"] = dict(sorted(ops[kind].items(), key=lambda item: -item[1]))
     return result
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from services.model.codec.decoder import CodecDecoder
 from services.model.codec.errors import CodecInputError
+from services.model.codec import pass_plan
 from services.model.codec.pass_plan import bucket_of, frame_buckets, plan_round, rounds, shape_buckets
 from services.model.codec.shape_step import ShapeStep
 from services.model.codec.slot_pool import CodecSlotPool, SlotSnapshot
@@ -65,8 +66,6 @@ class SlotDecoder:
         self.frame_buckets = frame_buckets(max_chunk_frames)
         self.rows_by_frames = shape_buckets(max_rows, max_chunk_frames)
         """Each frame bucket's row buckets: the (rows, frames) step shapes."""
-        self.buckets = tuple(sorted({rows for buckets in self.rows_by_frames.values() for rows in buckets}))
-        """Every row count some pass may take."""
         self.max_chunk_frames = max_chunk_frames
         self.capture = decoder.device.type == "cuda" if capture is None else capture
         if self.capture and decoder.device.type != "cuda":
@@ -100,7 +99,7 @@ class SlotDecoder:
 
     @property
     def max_rows(self) -> int:
-        return self.buckets[-1]
+        return pass_plan.max_rows(self.rows_by_frames)
 
     @property
     def max_streams(self) -> int:
