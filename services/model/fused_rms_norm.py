@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from services.model.skinny_linear import SplitSum
 from services.model.triton_support import tl, triton
 
 
@@ -62,11 +63,39 @@ if triton is not None:
         tl.store(out_ptr + row * stride_out + cols, (weight * normed).to(dtype), mask=inside)
 
 
-def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+if triton is not None:
+
+    @triton.jit
+    def _add_split_rms_norm_kernel(x_ptr, partial_ptr, weight_ptr, sum_ptr, out_ptr, stride_x, stride_partial,
+                                   stride_split, stride_sum, stride_out, num_cols, eps, SPLITS: tl.constexpr,
+                                   BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        inside = cols < num_cols
+        dtype = out_ptr.dtype.element_ty
+        delta = tl.zeros((BLOCK,), dtype=tl.float32)
+        for split in tl.static_range(SPLITS):
+            delta += tl.load(partial_ptr + split * stride_split + row * stride_partial + cols, mask=inside, other=0.0)
+        delta = delta.to(dtype).to(tl.float32)  # the projection's output, rounded as a GEMM rounds it
+        x = tl.load(x_ptr + row * stride_x + cols, mask=inside, other=0.0).to(tl.float32)
+        total = (x + delta).to(dtype)
+        tl.store(sum_ptr + row * stride_sum + cols, total, mask=inside)
+        total = total.to(tl.float32)
+        mean_square = tl.sum(total * total, axis=0) / num_cols
+        normed = (total * tl.rsqrt(mean_square + eps)).to(dtype).to(tl.float32)
+        weight = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * stride_out + cols, (weight * normed).to(dtype), mask=inside)
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | SplitSum, weight: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """`total = x + delta` (the residual add) and `rms_norm(total, weight, eps)` in one launch, each value as the two
     torch operations give it: a layer's residual add and the next norm read the row once instead of twice, two
-    launches fewer a layer (150 a frame in the code predictor). Returns (total, normed)."""
+    launches fewer a layer (150 a frame in the code predictor). Returns (total, normed).
+
+    `delta` may be a projection's partial sums (`skinny_linear.SplitSum`): they are added and rounded here first."""
+    if isinstance(delta, SplitSum):
+        return _add_split_rms_norm(x, delta, weight, eps)
     if weight.dtype != x.dtype or delta.dtype != x.dtype or delta.shape != x.shape:
         raise ValueError(f"add_rms_norm needs x, delta and the weight in one dtype and x and delta of one shape, got "
                          f"{x.dtype} {tuple(x.shape)}, {delta.dtype} {tuple(delta.shape)} and {weight.dtype}")
@@ -80,4 +109,22 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
     _add_rms_norm_kernel[(rows.shape[0],)](rows, deltas, weight, total, out, rows.stride(0), deltas.stride(0),
                                            total.stride(0), out.stride(0), num_cols, eps,
                                            BLOCK=triton.next_power_of_2(num_cols))
+    return total.view(x.shape), out.view(x.shape)
+
+
+def _add_split_rms_norm(x: torch.Tensor, delta: SplitSum, weight: torch.Tensor,
+                        eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    if weight.dtype != x.dtype or delta.dtype != x.dtype or delta.shape != x.shape:
+        raise ValueError(f"add_rms_norm needs x, the partial sums' result and the weight in one dtype and x and the "
+                         f"sums of one shape, got {x.dtype} {tuple(x.shape)}, {delta.dtype} {tuple(delta.shape)} and "
+                         f"{weight.dtype}")
+    num_cols = x.shape[-1]
+    rows = x.reshape(-1, num_cols)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    partials = delta.partials
+    total, out = torch.empty_like(rows), torch.empty_like(rows)
+    _add_split_rms_norm_kernel[(rows.shape[0],)](rows, partials, weight, total, out, rows.stride(0), partials.stride(1),
+                                                 partials.stride(0), total.stride(0), out.stride(0), num_cols, eps,
+                                                 SPLITS=partials.shape[0], BLOCK=triton.next_power_of_2(num_cols))
     return total.view(x.shape), out.view(x.shape)

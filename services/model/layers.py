@@ -16,10 +16,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from services.model import fused_norm_linear, fused_norm_rope, fused_qk_norm_rope, fused_rms_norm, fused_silu_mul
+from services.model import (fused_norm_linear, fused_norm_rope, fused_qk_norm_rope, fused_rms_norm, fused_silu_mul,
+                            skinny_linear)
 from services.model.config import DecoderConfig
 from services.model.fused_qk_norm_rope import KvDestination
 from services.model.fused_small_attention import HeadNorms
+from services.model.skinny_linear import SplitSum
 from services.model.triton_support import compiles_for
 
 _ACTIVATIONS = {
@@ -179,20 +181,29 @@ class SelfAttention(nn.Module):
         """Compute q, k and v with one GEMM from now on (two launches fewer a layer)."""
         self.qkv = fused_linear_weights((self.q_proj, self.k_proj, self.v_proj))
 
-    def forward(self, x: torch.Tensor, rope: RopeInputs, layer: int, attend: Attend) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeInputs, layer: int, attend: Attend,
+                deferred: bool = False) -> torch.Tensor | SplitSum:
+        """The attention's output; with `deferred`, o_proj's partial sums where the split kernel serves it (see
+        `skinny_linear.deferred_linear`: only a norm that adds them may read them)."""
         if self.takes_projection(x, rope):
-            return self.from_projection(F.linear(x, *self.qkv), rope, layer, attend)
+            return self.from_projection(F.linear(x, *self.qkv), rope, layer, attend, deferred)
         out = self._attend_unfused(x, rope, layer, attend)
-        return self.o_proj(out.reshape(*x.shape[:-1], -1))
+        return self._output(out.reshape(*x.shape[:-1], -1), deferred)
 
     def takes_projection(self, x: torch.Tensor, rope: RopeInputs) -> bool:
         """Whether `from_projection` serves rows like `x`: fused weights, the fused RoPE, norms in x's dtype."""
         return self.qkv is not None and isinstance(rope, FusedRope) and self._norm_weights_in(x.dtype)
 
-    def from_projection(self, qkv: torch.Tensor, rope: FusedRope, layer: int, attend: Attend) -> torch.Tensor:
+    def from_projection(self, qkv: torch.Tensor, rope: FusedRope, layer: int, attend: Attend,
+                        deferred: bool = False) -> torch.Tensor | SplitSum:
         """The attention's output (o_proj applied) from the fused q/k/v projection's output qkv [..., width]."""
         out = self._attend_fused(qkv, rope, layer, attend)
-        return self.o_proj(out.reshape(*qkv.shape[:-1], -1))
+        return self._output(out.reshape(*qkv.shape[:-1], -1), deferred)
+
+    def _output(self, heads: torch.Tensor, deferred: bool) -> torch.Tensor | SplitSum:
+        if deferred:
+            return skinny_linear.deferred_linear(heads, self.o_proj.weight, self.o_proj.bias)
+        return self.o_proj(heads)
 
     def _norm_weights_in(self, dtype: torch.dtype) -> bool:
         return self.q_norm.weight.dtype == dtype and self.k_norm.weight.dtype == dtype
@@ -246,14 +257,20 @@ class MLP(nn.Module):
         kernel): three launches fewer a layer."""
         self.gate_up = fused_linear_weights((self.gate_proj, self.up_proj))[0]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, deferred: bool = False) -> torch.Tensor | SplitSum:
+        """With `deferred`, down_proj's partial sums where the split kernel serves it (as `SelfAttention.forward`)."""
         if not serves(self.gate_up, x):
-            return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
-        gate_up = F.linear(x, self.gate_up)
-        if self.act is F.silu and compiles_for(x.device):
-            return self.down_proj(fused_silu_mul.silu_mul(gate_up))
-        gate, up = gate_up.chunk(2, dim=-1)
-        return self.down_proj(self.act(gate) * up)
+            activated = self.act(self.gate_proj(x)) * self.up_proj(x)
+        else:
+            gate_up = F.linear(x, self.gate_up)
+            if self.act is F.silu and compiles_for(x.device):
+                activated = fused_silu_mul.silu_mul(gate_up)
+            else:
+                gate, up = gate_up.chunk(2, dim=-1)
+                activated = self.act(gate) * up
+        if deferred:
+            return skinny_linear.deferred_linear(activated, self.down_proj.weight, self.down_proj.bias)
+        return self.down_proj(activated)
 
 
 def fuse_projections(module: nn.Module) -> None:
@@ -283,25 +300,28 @@ class DecoderLayer(nn.Module):
         attention, mlp = self.self_attn, self.mlp
         first, second = self.input_layernorm, self.post_attention_layernorm
         # `serves` first: off by default, it ends the check at once
+        fused_mlp = (mlp.gate_up is not None and fused_norm_linear.serves(x, mlp.gate_up) and mlp.act is F.silu
+                     and second.weight.dtype == x.dtype)
         if (attention.qkv is not None and fused_norm_linear.serves(x, attention.qkv[0]) and attention.qkv[1] is None
-                and attention.takes_projection(x, rope) and first.weight.dtype == x.dtype):
+                and attention.takes_projection(x, rope) and first.weight.dtype == x.dtype
+                and not isinstance(pending, SplitSum)):
             # add, norm and q/k/v projection in one launch (`fused_norm_linear.py`)
             x, qkv = fused_norm_linear.add_norm_linear(x, pending, first.weight, first.eps, attention.qkv[0])
-            attended = attention.from_projection(qkv, rope, layer, attend)
+            attended = attention.from_projection(qkv, rope, layer, attend, deferred=not fused_mlp)
         else:
             if pending is None:
                 normed = first(x)
             else:
                 x, normed = fused_rms_norm.add_rms_norm(x, pending, first.weight, first.eps)
-            attended = attention(normed, rope, layer, attend)
-        if (mlp.gate_up is not None and fused_norm_linear.serves(x, mlp.gate_up) and mlp.act is F.silu
-                and second.weight.dtype == x.dtype):
+            attended = attention(normed, rope, layer, attend, deferred=not fused_mlp)
+        if fused_mlp:
             # add, norm, gate/up projection and silu(gate) * up in one launch
             x, activated = fused_norm_linear.add_norm_linear(x, attended, second.weight, second.eps, mlp.gate_up,
                                                              gated=True)
             return x, mlp.down_proj(activated)
+        # o_proj's and down_proj's outputs go only to the norm after them: their partial sums do (`skinny_linear`)
         x, normed = fused_rms_norm.add_rms_norm(x, attended, second.weight, second.eps)
-        return x, mlp(normed)
+        return x, mlp(normed, deferred=True)
 
 
 class DecoderStack(nn.Module):
