@@ -164,3 +164,39 @@ def test_launch_split_times_both_kinds_of_step_and_puts_everything_back(tmp_path
     assert alone["mixed"]["aten_ops"] > alone["decode"]["aten_ops"] > 0
     assert runner.build_attention_batch is build and runner.LaunchedStep.__dict__["start"] is start
     assert sys.getswitchinterval() == interval
+
+
+def test_gemm_choice_names_each_projection_shape_the_engine_runs_once(tmp_path):
+    from loadtest.gpu.gemm_choice import weight_shapes
+    from loadtest.gpu.gpu_models import build_model, write_config_files
+    from services.model.layers import fuse_projections
+
+    model = build_model(write_config_files(tmp_path / "tiny", "tiny"), torch.device("cpu"), torch.float32)
+    for module in (model.talker, model.code_predictor):
+        fuse_projections(module)  # as the loader does on CUDA
+    shapes = weight_shapes(model)
+    talker = model.config.talker
+    expected: dict[tuple[int, int], int] = {}
+    for decoder in (talker.decoder, talker.code_predictor.decoder):
+        q_width, kv_width = decoder.num_heads * decoder.head_dim, decoder.num_kv_heads * decoder.head_dim
+        for shape in ((q_width + 2 * kv_width, decoder.hidden_size), (decoder.hidden_size, q_width),
+                      (2 * decoder.intermediate_size, decoder.hidden_size),
+                      (decoder.hidden_size, decoder.intermediate_size)):
+            expected[shape] = expected.get(shape, 0) + decoder.num_layers
+    # the fused q/k/v and gate/up weights, never their parts; each layer's projections named once
+    assert all(len(shapes.get(shape, [])) >= count for shape, count in expected.items()), (expected, shapes)
+    assert not any(name.rsplit(".", 1)[-1] in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+                   for names in shapes.values() for name in names), shapes
+
+
+def test_skinny_linear_sweep_offers_only_launch_shapes_that_fit_its_weights():
+    from loadtest.gpu.skinny_linear_sweep import SHAPES, candidate_configs
+    from services.model.skinny_linear import fits
+
+    for out_features, in_features in SHAPES:
+        configs = candidate_configs(out_features, in_features)
+        x = torch.zeros((64, in_features), dtype=torch.bfloat16)
+        weight = torch.zeros((out_features, in_features), dtype=torch.bfloat16)
+        assert configs and all(fits(x, weight, config) for config in configs), (out_features, in_features)
+        # a reduction split in up to 8 where the outputs are too few to fill the card unsplit, else in up to 2
+        assert max(config.split_k for config in configs) == (8 if out_features <= 2048 else 2)
