@@ -70,14 +70,15 @@ def compare_split_norm(device: str, dtype_name: str) -> dict[str, object]:
 @torch.no_grad()
 def compare_layers(device: str, dtype_name: str) -> dict[str, object]:
     """Three decoder layers and the final norm run deferred (the CUDA path) with the split kernel made to serve o_proj
-    and down_proj, against the same with it off: the partial sums handed on, and the largest difference of the
-    final hidden states relative to their largest value."""
+    and down_proj, then also the gated kernel the MLP's gate/up, against the same with both off: the partial sums
+    handed on, the gated launches, and the largest differences of the final hidden states relative to their largest
+    value."""
     from services.model import skinny_linear
     from services.model.config import DecoderConfig
     from services.model.layers import DecoderStack, fuse_projections
 
     dtype = getattr(torch, dtype_name)
-    cfg = DecoderConfig(hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=128,
+    cfg = DecoderConfig(hidden_size=128, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=128,
                         intermediate_size=512, rms_norm_eps=1e-6, rope_theta=10000.0, hidden_act="silu",
                         attention_bias=False)
     torch.manual_seed(12)
@@ -86,7 +87,7 @@ def compare_layers(device: str, dtype_name: str) -> dict[str, object]:
         parameter.normal_(0.0, 0.2)  # norms' weights included: not all ones
     stack = stack.to(device, dtype)
     fuse_projections(stack)  # after the move: the fused weights are plain tensors, which `to` leaves where they are
-    x = torch.randn(6, 2, 64, device=device).to(dtype)
+    x = torch.randn(6, 2, 128, device=device).to(dtype)
     positions = torch.arange(2, device=device)
 
     def attend(layer, q, k, v):
@@ -96,8 +97,8 @@ def compare_layers(device: str, dtype_name: str) -> dict[str, object]:
                                              v.transpose(1, 2).float(), is_causal=True)
         return out.transpose(1, 2).to(q.dtype)
 
-    served = skinny_linear.serves
-    made = []
+    served, served_gated = skinny_linear.serves, skinny_linear.serves_gated
+    made, gated = [], []
 
     def counted(x, weight, bias):
         serving = bias is None and skinny_linear.fits(x, weight, skinny_linear.DEFERRED, skinny_linear.MAX_ROWS)
@@ -108,15 +109,48 @@ def compare_layers(device: str, dtype_name: str) -> dict[str, object]:
     import services.model.layers as layers
     compiles = layers.compiles_for
     layers.compiles_for = lambda device: True  # the deferred (fused-norm) path of the CUDA build
+    def gated_counted(x, gate_up):
+        serving = skinny_linear.fits(x, gate_up, skinny_linear.GATED, skinny_linear.MAX_ROWS)
+        gated.append(serving)
+        return serving
+
     try:
         skinny_linear.serves = lambda x, weight, bias: False
+        skinny_linear.serves_gated = lambda x, gate_up: False
         plain = stack(x, positions, attend)
         skinny_linear.serves = counted
         deferred = stack(x, positions, attend)
+        skinny_linear.serves_gated = gated_counted
+        with_gated = stack(x, positions, attend)
     finally:
-        skinny_linear.serves, layers.compiles_for = served, compiles
-    error = float((deferred.float() - plain.float()).abs().max() / plain.float().abs().max())
-    return {"error": error, "deferred": sorted(list(shape) for shape in set(made)), "count": len(made)}
+        skinny_linear.serves, skinny_linear.serves_gated, layers.compiles_for = served, served_gated, compiles
+    scale = plain.float().abs().max()
+    return {"error": float((deferred.float() - plain.float()).abs().max() / scale),
+            "gated_error": float((with_gated.float() - plain.float()).abs().max() / scale),
+            "gated": sum(gated), "deferred": sorted(list(shape) for shape in set(made)), "count": len(made)}
+
+
+@torch.no_grad()
+def compare_gated(device: str, dtype_name: str) -> dict[str, object]:
+    """The gated kernel against the two launches it replaces (the gate/up GEMM, then `silu(gate) * up`): the largest
+    difference relative to the largest value, over row counts of one, a few and a decode batch."""
+    from services.model.skinny_linear import GATED, fits, gated_silu
+
+    dtype = getattr(torch, dtype_name)
+    generator = torch.Generator().manual_seed(6)
+    worst, launched = 0.0, 0
+    for rows, width, in_features in ((1, 64, 256), (9, 96, 512), (32, 128, 256)):  # x holds 2 x rows
+        x = torch.randn((2, rows, in_features), generator=generator).to(device, dtype)
+        gate_up = (torch.randn((2 * width, in_features), generator=generator) * in_features**-0.5).to(device, dtype)
+        if not fits(x, gate_up, GATED):
+            continue
+        launched += 1
+        projected = F.linear(x.float(), gate_up.float()).to(dtype).float()
+        gate, up = projected.chunk(2, dim=-1)
+        expected = (F.silu(gate).to(dtype).float() * up).to(dtype).float()
+        got = gated_silu(x, gate_up).float()
+        worst = max(worst, float((got - expected).abs().max() / expected.abs().max()))
+    return {"worst": worst, "launched": launched}
 
 
 def test_the_kernel_equals_torchs_gemm_under_the_interpreter():
@@ -135,10 +169,17 @@ def test_the_norm_adds_partial_sums_as_it_adds_their_rounded_sum_under_the_inter
 
 def test_deferred_projections_leave_the_layers_outputs_unchanged_under_the_interpreter():
     report = interpreted("tests.test_skinny_linear.compare_layers('cpu', 'float32')")
-    # o_proj and down_proj (both 64 x 512) of each of the three layers went to the norms as partial sums
-    assert report["deferred"] == [[64, 512]], report
-    assert report["count"] == 6, report
-    assert report["error"] < 1e-5, report
+    # o_proj and down_proj (both 128 x 512) of each of the three layers went to the norms as partial sums
+    assert report["deferred"] == [[128, 512]], report
+    assert report["count"] == 12, report  # six with the plain MLP, six with the gated one
+    assert report["error"] < 1e-5 and report["gated_error"] < 1e-5, report
+    assert report["gated"] == 3, report
+
+
+def test_the_gated_kernel_equals_the_projection_then_the_activation_under_the_interpreter():
+    for dtype, tolerance in (("float32", 1e-5), ("float16", 4e-3)):
+        report = interpreted(f"tests.test_skinny_linear.compare_gated('cpu', '{dtype}')")
+        assert report["launched"] == 3 and report["worst"] < tolerance, (dtype, report)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels need CUDA")
@@ -148,4 +189,7 @@ def test_the_compiled_kernels_equal_the_torch_forms_on_cuda():
     split_norm = compare_split_norm("cuda", "bfloat16")
     assert split_norm == {"equal": True}, split_norm
     layers = compare_layers("cuda", "bfloat16")
-    assert layers["count"] == 6 and layers["error"] < 0.03, layers
+    assert layers["count"] == 12 and layers["gated"] == 3, layers
+    assert layers["error"] < 0.03 and layers["gated_error"] < 0.03, layers
+    gated = compare_gated("cuda", "bfloat16")
+    assert gated["launched"] == 3 and gated["worst"] < 0.02, gated

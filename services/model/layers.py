@@ -261,6 +261,8 @@ class MLP(nn.Module):
         """With `deferred`, down_proj's partial sums where the split kernel serves it (as `SelfAttention.forward`)."""
         if not serves(self.gate_up, x):
             activated = self.act(self.gate_proj(x)) * self.up_proj(x)
+        elif deferred and self.act is F.silu and skinny_linear.serves_gated(x, self.gate_up):
+            activated = skinny_linear.gated_silu(x, self.gate_up)  # the projection and the activation in one launch
         else:
             gate_up = F.linear(x, self.gate_up)
             if self.act is F.silu and compiles_for(x.device):

@@ -1,20 +1,23 @@
-"""`x @ w.T` for a few rows (a decode step's, <= 64) as one Triton kernel that streams the weight at the card's rate.
+"""`x @ w.T` for a few rows (a decode step's, <= 64) in Triton: fewer launches for the projections of a step.
 
-At 64 rows a projection reads its weight once and does little arithmetic with it: it is bound by how fast its
-kernel streams the weight. cuBLAS's kernels for these shapes on an H200 run at a third to a fifth of the card's
-bandwidth in the engine's graphs, worst for the narrow outputs (o_proj and down_proj: 1024 columns, too few tiles
-to occupy the card without splitting the reduction) (loadtest/RESULTS-GPU.md, 2026-12-03, seventh session).
+At 64 rows a projection reads its weight once and does little arithmetic with it. On an H200 each takes a fixed
+~3.4 us (its launch, ramp and tail) plus its weight's bytes at the card's rate, whichever library runs it (cuBLAS,
+cuBLASLt or TunableOp's pick); cuBLAS runs the narrow outputs (o_proj and down_proj: 1024 columns, too few tiles to
+occupy the card) split, with a reduce launch of its own (loadtest/RESULTS-GPU.md, 2026-12-03, seventh session). What
+a step can save is launches.
 
 Here a program owns `BLOCK_N` output columns of all rows and a slice of the reduction; with `split_k` > 1 the
 slices' float32 partial sums go to a workspace [split_k, rows, N] and a second launch adds them and rounds to the
 output dtype. A layer's o_proj and down_proj skip that launch: their output is only ever added to the residual stream
 by the norm that follows (`DecoderLayer.forward_deferred`), so `deferred_linear` hands that norm the partial sums
-(`SplitSum`) and it adds them itself (`fused_rms_norm.add_rms_norm`). Off CUDA the torch form serves; the CPU tests
-check the kernels under Triton's interpreter.
+(`SplitSum`) and it adds them itself (`fused_rms_norm.add_rms_norm`). `gated_silu` is the MLP's gate/up projection
+with `silu(gate) * up` in its epilogue (switched on with VOXMESH_GATED_GEMM=1 until the card has timed it). Off CUDA
+the torch form serves; the CPU tests check the kernels under Triton's interpreter.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +59,30 @@ if triton is not None:
             tl.store(target, acc, mask=row_inside[:, None])
         else:
             tl.store(target, acc.to(out_ptr.dtype.element_ty), mask=row_inside[:, None])
+
+    @triton.jit
+    def _gated_silu_kernel(x_ptr, w_ptr, out_ptr, rows, width, stride_x, stride_w, stride_out,
+                           K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        row = tl.arange(0, BLOCK_M)
+        row_inside = row < rows
+        gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in tl.range(0, K, BLOCK_K):
+            depth = k + tl.arange(0, BLOCK_K)
+            x = tl.load(x_ptr + row[:, None] * stride_x + depth[None, :], mask=row_inside[:, None], other=0.0)
+            gate_w = tl.load(w_ptr + cols[:, None] * stride_w + depth[None, :])
+            up_w = tl.load(w_ptr + (width + cols)[:, None] * stride_w + depth[None, :])
+            gate = tl.dot(x, tl.trans(gate_w), gate)
+            up = tl.dot(x, tl.trans(up_w), up)
+        dtype = out_ptr.dtype.element_ty
+        # As `fused_silu_mul` on the GEMM's rounded output: gate and up rounded, the activation in float32 rounded,
+        # the product in float32 rounded.
+        gate = gate.to(dtype).to(tl.float32)
+        up = up.to(dtype).to(tl.float32)
+        activated = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+        tl.store(out_ptr + row[:, None] * stride_out + cols[None, :], (activated * up).to(dtype),
+                 mask=row_inside[:, None])
 
     @triton.jit
     def _sum_splits_kernel(partial_ptr, out_ptr, count, stride_split, SPLITS: tl.constexpr, BLOCK: tl.constexpr):
@@ -136,6 +163,35 @@ def partial_sums(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig) ->
         K_PER_SPLIT=in_features // config.split_k, BLOCK_M=block_rows(rows), BLOCK_N=config.block_n,
         BLOCK_K=config.block_k, PARTIAL=True, num_warps=config.num_warps, num_stages=config.num_stages)
     return SplitSum(partial, torch.Size((*x.shape[:-1], out_features)), x.dtype)
+
+
+GATED = SkinnyConfig(block_n=32, block_k=128, split_k=1, num_warps=4, num_stages=4)
+"""The gated launch: 32 columns of gate and of up a program (the 64 a program of the fastest gate/up shape)."""
+GATED_ON = os.environ.get("VOXMESH_GATED_GEMM", "0") == "1"
+"""`VOXMESH_GATED_GEMM=1` takes the gated kernel where it serves (off by default: not yet timed on the card)."""
+
+
+def serves_gated(x: torch.Tensor, gate_up: torch.Tensor) -> bool:
+    """Whether `gated_silu` serves `silu(x @ gate.T) * (x @ up.T)` for the fused gate/up weight [2I, K]: switched on,
+    on CUDA, at most `MAX_ROWS` rows, whole tiles."""
+    half = gate_up.shape[0] // 2
+    return (GATED_ON and compiles_for(x.device) and half % GATED.block_n == 0
+            and fits(x, gate_up, GATED, MAX_ROWS))
+
+
+def gated_silu(x: torch.Tensor, gate_up: torch.Tensor, config: SkinnyConfig = GATED) -> torch.Tensor:
+    """`silu(gate) * up` of the fused gate/up projection [..., K] x [2I, K] -> [..., I] in one launch: the
+    projection's output never leaves the kernel, and `fused_silu_mul`'s launch is gone (the caller checked
+    `serves_gated`; on the CPU only under Triton's interpreter)."""
+    width, in_features = gate_up.shape[0] // 2, gate_up.shape[1]
+    flat = x.reshape(-1, in_features)
+    rows = flat.shape[0]
+    out = torch.empty((rows, width), dtype=x.dtype, device=x.device)
+    _gated_silu_kernel[(width // config.block_n,)](
+        flat, gate_up, out, rows, width, flat.stride(0), gate_up.stride(0), out.stride(0), K=in_features,
+        BLOCK_M=block_rows(rows), BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
+        num_stages=config.num_stages)
+    return out.view(*x.shape[:-1], width)
 
 
 def launch(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig) -> torch.Tensor:
