@@ -46,14 +46,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 if triton is not None:
 
     @triton.jit
-    def _add_rms_norm_kernel(x_ptr, delta_ptr, weight_ptr, sum_ptr, out_ptr, stride_x, stride_delta, stride_sum,
-                             stride_out, num_cols, eps, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        inside = cols < num_cols
+    def _store_sum_and_norm(x, delta, row, cols, inside, weight_ptr, sum_ptr, out_ptr, stride_sum, stride_out,
+                            num_cols, eps):
+        """x + delta (float32 rows, delta already in the model dtype's values) stored as the residual stream, then
+        its RMSNorm: each rounded as the torch operations round them."""
         dtype = out_ptr.dtype.element_ty
-        x = tl.load(x_ptr + row * stride_x + cols, mask=inside, other=0.0).to(tl.float32)
-        delta = tl.load(delta_ptr + row * stride_delta + cols, mask=inside, other=0.0).to(tl.float32)
         total = (x + delta).to(dtype)  # the residual stream, rounded as torch's add rounds it
         tl.store(sum_ptr + row * stride_sum + cols, total, mask=inside)
         total = total.to(tl.float32)
@@ -62,8 +59,16 @@ if triton is not None:
         weight = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
         tl.store(out_ptr + row * stride_out + cols, (weight * normed).to(dtype), mask=inside)
 
-
-if triton is not None:
+    @triton.jit
+    def _add_rms_norm_kernel(x_ptr, delta_ptr, weight_ptr, sum_ptr, out_ptr, stride_x, stride_delta, stride_sum,
+                             stride_out, num_cols, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        inside = cols < num_cols
+        x = tl.load(x_ptr + row * stride_x + cols, mask=inside, other=0.0).to(tl.float32)
+        delta = tl.load(delta_ptr + row * stride_delta + cols, mask=inside, other=0.0).to(tl.float32)
+        _store_sum_and_norm(x, delta, row, cols, inside, weight_ptr, sum_ptr, out_ptr, stride_sum, stride_out,
+                            num_cols, eps)
 
     @triton.jit
     def _add_split_rms_norm_kernel(x_ptr, partial_ptr, weight_ptr, sum_ptr, out_ptr, stride_x, stride_partial,
@@ -72,19 +77,13 @@ if triton is not None:
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         inside = cols < num_cols
-        dtype = out_ptr.dtype.element_ty
         delta = tl.zeros((BLOCK,), dtype=tl.float32)
         for split in tl.static_range(SPLITS):
             delta += tl.load(partial_ptr + split * stride_split + row * stride_partial + cols, mask=inside, other=0.0)
-        delta = delta.to(dtype).to(tl.float32)  # the projection's output, rounded as a GEMM rounds it
+        delta = delta.to(out_ptr.dtype.element_ty).to(tl.float32)  # the projection's output, rounded as a GEMM's
         x = tl.load(x_ptr + row * stride_x + cols, mask=inside, other=0.0).to(tl.float32)
-        total = (x + delta).to(dtype)
-        tl.store(sum_ptr + row * stride_sum + cols, total, mask=inside)
-        total = total.to(tl.float32)
-        mean_square = tl.sum(total * total, axis=0) / num_cols
-        normed = (total * tl.rsqrt(mean_square + eps)).to(dtype).to(tl.float32)
-        weight = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-        tl.store(out_ptr + row * stride_out + cols, (weight * normed).to(dtype), mask=inside)
+        _store_sum_and_norm(x, delta, row, cols, inside, weight_ptr, sum_ptr, out_ptr, stride_sum, stride_out,
+                            num_cols, eps)
 
 
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | SplitSum, weight: torch.Tensor,
