@@ -7,11 +7,13 @@
 # loadtest/results, to keep the carry small); through the `device` tool from the repository root, with `.whl/`
 # (bash loadtest/gpu/fetch_wheels.sh), `.devrun/prompts_en.tsv` and both trees carried:
 #   bash loadtest/gpu/commit_ab.sh .devtree_a .devtree_b [rounds] [level]
+# A side may be a tree with settings, each run with them in its environment: `.devtree_a+VOXMESH_GATED_GEMM=1`
+# against `.devtree_a` puts one switch side by side (settings joined by `+`; the run's label gets them appended).
 # A tree before d1b661f compiles a Triton kernel in its first steps when the machine's Triton cache lacks it (the
 # first mesh of a lease), 100-430 ms a stall at the level's start (loadtest/RESULTS-GPU.md, 2026-12-03 fifth
 # session): with such a tree, run two rounds and compare the second, or put it second.
 # A tree's commit is read from its VOXMESH_COMMIT file. MESH_ARGS: more gpu_mesh_run.sh flags (a CPU rehearsal:
-# MESH_ARGS="--preset tiny --device cpu --dtype float32" ... 1 2). Writes $OUT/<commit>_r<round>/ (table.md, bench_docs.tgz,
+# MESH_ARGS="--preset tiny --device cpu --dtype float32" ... 1 2). Writes $OUT/<label>_r<round>/ (table.md, bench_docs.tgz,
 # logs.tgz) and prints each run's table rows.
 set -uo pipefail
 TREE_A=${1:?tree A} TREE_B=${2:?tree B} ROUNDS=${3:-2} LEVEL=${4:-64}
@@ -29,13 +31,16 @@ runs=$((2 * ROUNDS))
 for round in $(seq 1 "$ROUNDS"); do
   order=("$TREE_A" "$TREE_B")
   [ $((round % 2)) = 0 ] && order=("$TREE_B" "$TREE_A")  # A B, then B A: a mesh's place in the lease falls on both
-  for tree in "${order[@]}"; do
+  for side in "${order[@]}"; do
+    tree=${side%%+*} settings=()  # "tree+NAME=VALUE+...": the same tree under other settings is a side too
+    [ "$side" != "$tree" ] && IFS=+ read -r -a settings <<<"${side#*+}"
     commit=$(cat "$tree/VOXMESH_COMMIT")
+    label=$commit; for setting in "${settings[@]}"; do label+="_$setting"; done
     share=$(((BUDGET_S - SECONDS) / runs)); runs=$((runs - 1))  # what is left of the call, shared by the runs left
     profile=""
     [ "$round" = "$ROUNDS" ] && profile="--profile-s 5 --profile-delay-s 4"
-    echo "== round $round, $commit (deadline ${share} s)"
-    (cd "$tree" && PYTHONPATH=/tmp/site:$PWD VOXMESH_COMMIT=$commit OUT="$OUT/${commit}_r$round" \
+    echo "== round $round, $label (deadline ${share} s)"
+    (cd "$tree" && env "${settings[@]}" PYTHONPATH=/tmp/site:$PWD VOXMESH_COMMIT=$commit OUT="$OUT/${label}_r$round" \
       bash loadtest/gpu/gpu_mesh_run.sh --wheels none --prompts "$prompts" \
       --up-args "--max-num-seqs 64 --kv-cache-blocks 4096" --closed "$LEVEL" --closed-per-stream 12 --rates "" \
       --deadline "$share" $profile ${MESH_ARGS:-} 2>&1 | grep -E "^\| closed|ERROR|Error|serving after|decode engine")
