@@ -93,37 +93,25 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | SplitSum, weight: torch.
     launches fewer a layer (150 a frame in the code predictor). Returns (total, normed).
 
     `delta` may be a projection's partial sums (`skinny_linear.SplitSum`): they are added and rounded here first."""
-    if isinstance(delta, SplitSum):
-        return _add_split_rms_norm(x, delta, weight, eps)
     if weight.dtype != x.dtype or delta.dtype != x.dtype or delta.shape != x.shape:
         raise ValueError(f"add_rms_norm needs x, delta and the weight in one dtype and x and delta of one shape, got "
                          f"{x.dtype} {tuple(x.shape)}, {delta.dtype} {tuple(delta.shape)} and {weight.dtype}")
     num_cols = x.shape[-1]
-    rows, deltas = x.reshape(-1, num_cols), delta.reshape(-1, num_cols)
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()
-    if deltas.stride(-1) != 1:
-        deltas = deltas.contiguous()
-    total, out = torch.empty_like(rows), torch.empty_like(rows)
-    _add_rms_norm_kernel[(rows.shape[0],)](rows, deltas, weight, total, out, rows.stride(0), deltas.stride(0),
-                                           total.stride(0), out.stride(0), num_cols, eps,
-                                           BLOCK=triton.next_power_of_2(num_cols))
-    return total.view(x.shape), out.view(x.shape)
-
-
-def _add_split_rms_norm(x: torch.Tensor, delta: SplitSum, weight: torch.Tensor,
-                        eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    if weight.dtype != x.dtype or delta.dtype != x.dtype or delta.shape != x.shape:
-        raise ValueError(f"add_rms_norm needs x, the partial sums' result and the weight in one dtype and x and the "
-                         f"sums of one shape, got {x.dtype} {tuple(x.shape)}, {delta.dtype} {tuple(delta.shape)} and "
-                         f"{weight.dtype}")
-    num_cols = x.shape[-1]
     rows = x.reshape(-1, num_cols)
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
-    partials = delta.partials
     total, out = torch.empty_like(rows), torch.empty_like(rows)
-    _add_split_rms_norm_kernel[(rows.shape[0],)](rows, partials, weight, total, out, rows.stride(0), partials.stride(1),
-                                                 partials.stride(0), total.stride(0), out.stride(0), num_cols, eps,
-                                                 SPLITS=partials.shape[0], BLOCK=triton.next_power_of_2(num_cols))
+    common = (total.stride(0), out.stride(0), num_cols, eps)
+    block = triton.next_power_of_2(num_cols)
+    if isinstance(delta, SplitSum):
+        partials = delta.partials
+        _add_split_rms_norm_kernel[(rows.shape[0],)](rows, partials, weight, total, out, rows.stride(0),
+                                                     partials.stride(1), partials.stride(0), *common,
+                                                     SPLITS=partials.shape[0], BLOCK=block)
+    else:
+        deltas = delta.reshape(-1, num_cols)
+        if deltas.stride(-1) != 1:
+            deltas = deltas.contiguous()
+        _add_rms_norm_kernel[(rows.shape[0],)](rows, deltas, weight, total, out, rows.stride(0), deltas.stride(0),
+                                               *common, BLOCK=block)
     return total.view(x.shape), out.view(x.shape)

@@ -95,13 +95,14 @@ if triton is not None:
 
 
 SUM_BLOCK = 1024
+MAX_ROWS = 64
+"""The most rows the kernels serve: a decode step's at the engine's usual 64 streams."""
 
 DEFERRED = SkinnyConfig(block_n=32, block_k=128, split_k=4, num_warps=4, num_stages=4)
 """The launch of a deferred projection: the fastest for o_proj (1024 x 2048) and down_proj (1024 x 3072) at 16 and 64
 rows on the H200 (`loadtest/gpu/skinny_linear_sweep.py`)."""
 DEFERRED_MAX_OUT = 2048
 """Wider outputs have tiles enough to fill the card unsplit: cuBLAS serves them as fast (the same sweep)."""
-MAX_ROWS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ class SplitSum:
     """The dtype the sum is rounded to."""
 
 
-def fits(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig, max_rows: int = 64) -> bool:
+def fits(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig, max_rows: int = MAX_ROWS) -> bool:
     """Whether the kernel serves `x @ weight.T` with `config`: rows <= max_rows, whole tiles, rows contiguous."""
     out_features, in_features = weight.shape
     rows = x.numel() // max(in_features, 1)
@@ -130,18 +131,11 @@ def block_rows(rows: int) -> int:
     return max(16, triton.next_power_of_2(rows))
 
 
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig = SkinnyConfig()) -> torch.Tensor:
-    """`x @ weight.T` ([..., K] x [N, K] -> [..., N]); the kernel where it compiles and `fits`, else torch's GEMM."""
-    if not compiles_for(x.device) or not fits(x, weight, config):
-        return F.linear(x, weight)
-    return launch(x, weight, config)
-
-
 def serves(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether `deferred_linear` splits this projection: on CUDA, no bias, at most `MAX_ROWS` rows and an output of
     at most `DEFERRED_MAX_OUT` columns (a test under the interpreter replaces this to take the kernel on the CPU)."""
     return (bias is None and compiles_for(x.device) and weight.shape[0] <= DEFERRED_MAX_OUT
-            and fits(x, weight, DEFERRED, MAX_ROWS))
+            and fits(x, weight, DEFERRED))
 
 
 def deferred_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | SplitSum:
@@ -176,7 +170,7 @@ def serves_gated(x: torch.Tensor, gate_up: torch.Tensor) -> bool:
     on CUDA, at most `MAX_ROWS` rows, whole tiles."""
     half = gate_up.shape[0] // 2
     return (GATED_ON and compiles_for(x.device) and half % GATED.block_n == 0
-            and fits(x, gate_up, GATED, MAX_ROWS))
+            and fits(x, gate_up, GATED))
 
 
 def gated_silu(x: torch.Tensor, gate_up: torch.Tensor, config: SkinnyConfig = GATED) -> torch.Tensor:
