@@ -132,7 +132,8 @@ def decode_summary(path: Path) -> str:
     summary = (f"decode engine over the whole run (warm-ups included): {stats.get('steps')} steps, "
                f"{stats.get('frames')} frames, mean batch {'-' if mean is None else f'{mean:.2f}'}, "
                f"max batch {stats.get('max_batch_size')}, preemptions {stats.get('preemptions')}, "
-               f"step errors {stats.get('step_errors')}")
+               f"step errors {stats.get('step_errors')}"
+               + (f", loop work held for a launch {stats['launch_waits']}x" if "launch_waits" in stats else ""))
     for title, timings in (("steps (device, idle stream, host launch)", stats.get("step_seconds", {})),
                            ("voice prompts", stats.get("voice_prompt_seconds", {})),
                            ("vocoder codec", stats.get("vocoder", {}).get("codec_seconds", {}))):

@@ -22,6 +22,7 @@ from services.bus.logs import request_context
 from services.bus.terminal_guard import publish_terminal
 from services.decode.active import ActiveRequest, ActiveRequests
 from services.decode.capacity import EngineCapacity
+from services.decode.launch_turns import LaunchTurns
 from services.decode.request_check import ServedModel
 from services.decode.settings import DecodeSettings
 from services.decode.stats import DecodeStats
@@ -80,6 +81,9 @@ class DecodeCore:
         self.step_times = StepTimes()
         """The engine's step times (STATS `step_seconds`)."""
         engine.timeline.record = self.step_times.record
+        self.turns = LaunchTurns(asyncio.get_running_loop())
+        """The engine thread's launches, which the loop's heavy work waits out (built inside the running loop)."""
+        engine.launch_phase = self.turns
         self.work = asyncio.Event()
         """Set when the engine may have work (a request was queued, a drain ended); the frame loop waits on it."""
 

@@ -93,6 +93,7 @@ class Intake:
         handoff = message if isinstance(message, PrefillHandoff) else None
         request = message.request if handoff is not None else message
         core = self.core
+        await core.turns.launched()  # decoding and checking a request is Python: not beside a step's launch
         await self._while_paused(delivery)
         # The request's span continues the gateway's (its context came in the message's headers); it lives until
         # the request leaves this replica (DecodeCore._release), and every codes message of the request carries it.

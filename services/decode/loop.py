@@ -2,11 +2,11 @@
 
 Step N+1 runs while step N's codes are being published (the engine thread and the event loop overlap); each
 request's messages still go out in order, because a step's publishing finishes before the next step's starts and
-every request publishes under its own lock. With `--steps-queued 2` the next step call is already in the engine
-thread's queue when a step returns, so that thread goes from one step to the next without waiting for the event
-loop to hand it the call; a step's outputs are still published in order, all of them, also when the loop stops.
-(At 64 streams on an H200 the engine thread was idle 18% of the time, yet 2 served no faster than 1 in one lease:
-loadtest/RESULTS-GPU.md, 2026-12-03. The default stays 1.)
+every request publishes under its own lock. With `--steps-queued 2` (the default) the next step call is already in
+the engine thread's queue when a step returns, so that thread goes from one step to the next without waiting for the
+event loop to hand it the call; a step's outputs are still published in order, all of them, also when the loop stops.
+The publishing itself waits out the engine thread's launch of the next step (`LaunchTurns`), so the two do not
+share the interpreter lock while the step's critical path runs on the host (loadtest/RESULTS-GPU.md, 2026-12-04).
 
 A model run that raises is isolated by the engine (only the request that makes it raise ends, `step_failed` ->
 `model_error`); should `step()` itself raise, the requests it was running fail (`model_error`) and the loop serves
@@ -112,6 +112,7 @@ class FrameLoop:
         requests with something to send (a full chunk, an end, an event) get a coroutine of their own; at 64
         requests a step, one task each cost the event loop more than the publishing did."""
         core = self.core
+        await core.turns.launched()  # the next step's launch first: it is on the critical path, this is not
         core.stats.record_step(len(output.frames))
         core.stats.preemptions += len(output.preempted_ids)
         frames: dict[str, list[FrameOutput]] = defaultdict(list)

@@ -59,6 +59,7 @@ class DecodeParts:
     def stats(self) -> dict[str, Any]:
         report = self.core.stats.report(self.core.engine, len(self.core.active), self.intake.consumer.num_termed)
         report["drains"] = self.drainer.num_drains
+        report["launch_waits"] = self.core.turns.num_waits
         report["handoffs_fetched"] = self.intake.handoffs.num_fetched
         report["handoffs_fetch_failed"] = self.intake.handoffs.num_failed
         voices = self.core.voices

@@ -21,6 +21,7 @@ from services.engine.config import EngineConfig, StageConfig, StageKind
 from services.engine.engine_stats import EngineStats
 from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.errors import ConfigError, EngineError, RemoteStageFailed
+from services.engine.launch_phase import LaunchPhase
 from services.engine.launched_step import LaunchedStep
 from services.engine.outputs import SchedulerOutput, StepOutput
 from services.engine.request_inbox import RequestInbox
@@ -94,6 +95,8 @@ class Engine:
         """Admitted requests on their way to the scheduler (filled from any thread, emptied by the step thread)."""
         self.timeline = StepTimeline()
         """Each step's device, idle and launch times (read by the service's STATS)."""
+        self.launch_phase = LaunchPhase()
+        """Told when each step's launch begins and ends (decode's event loop holds its publishing meanwhile)."""
         self._prompt_stream = torch.cuda.Stream(model.device) if model.device.type == "cuda" else None
         """Prompts are built on a side stream (CUDA), so admission does not wait behind the queued steps."""
         self._overlap = config.overlap_steps if config.overlap_steps is not None else model.device.type == "cuda"
@@ -212,27 +215,41 @@ class Engine:
         (`step_isolation`) and ends with code `step_failed` (blocks freed); the others' frames are those of the
         re-run, and the engine keeps serving.
         """
-        self.inbox.hand_over(self.scheduler)
-        scheduled = self.scheduler.schedule()
-        self._forget(scheduled.outcomes, scheduled.preempted_ids)
+        self.launch_phase.begins()
+        try:
+            scheduled, launched, error = self._schedule_and_launch()
+        finally:
+            self.launch_phase.ends()  # before any wait for the device: the other threads' turn
         output = StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
         if scheduled.is_empty:
             return self._collect(output)
-        started = time.perf_counter()
-        try:
-            launched = self.runner.launch(scheduled.scheduled)
-        except Exception as error:  # noqa: BLE001 - a failed step ends the request that failed it, not the replica
+        if error is not None:
             output = self._collect(output)  # the step before it first: its frames are the inputs of this one
             still_running = [item for item in scheduled.scheduled if item.seq.status is SequenceStatus.RUNNING]
             if isinstance(error, RemoteStageFailed):
                 return _merged(output, self._fail_step(SchedulerOutput(still_running), error))
             return _merged(output, self._isolate(SchedulerOutput(still_running), error))
-        launched.launch_s = time.perf_counter() - started
         self.timeline.launched(launched.launch_s)
         self.scheduler.launched(scheduled.scheduled)
         previous, self._in_flight = self._in_flight, (scheduled, launched)
         output = self._apply(previous, output)
         return output if self._overlap else self._collect(output)
+
+    def _schedule_and_launch(self) -> tuple[SchedulerOutput, LaunchedStep | None, Exception | None]:
+        """The host's part of a step: admitted requests joined, the batch scheduled and queued on the device. Returns
+        the schedule and the launched step (None when nothing was scheduled), or the error the launch raised."""
+        self.inbox.hand_over(self.scheduler)
+        scheduled = self.scheduler.schedule()
+        self._forget(scheduled.outcomes, scheduled.preempted_ids)
+        if scheduled.is_empty:
+            return scheduled, None, None
+        started = time.perf_counter()
+        try:
+            launched = self.runner.launch(scheduled.scheduled)
+        except Exception as error:  # noqa: BLE001 - a failed step ends the request that failed it, not the replica
+            return scheduled, None, error
+        launched.launch_s = time.perf_counter() - started
+        return scheduled, launched, None
 
     def _collect(self, output: StepOutput) -> StepOutput:
         """Apply the step in flight (if any) into `output`; nothing is in flight after this."""

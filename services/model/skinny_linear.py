@@ -11,7 +11,7 @@ slices' float32 partial sums go to a workspace [split_k, rows, N] and a second l
 output dtype. A layer's o_proj and down_proj skip that launch: their output is only ever added to the residual stream
 by the norm that follows (`DecoderLayer.forward_deferred`), so `deferred_linear` hands that norm the partial sums
 (`SplitSum`) and it adds them itself (`fused_rms_norm.add_rms_norm`). `gated_silu` is the MLP's gate/up projection
-with `silu(gate) * up` in its epilogue (switched on with VOXMESH_GATED_GEMM=1 until the card has timed it). Off CUDA
+with `silu(gate) * up` in its epilogue (VOXMESH_GATED_GEMM=0 switches it off). Off CUDA
 the torch form serves; the CPU tests check the kernels under Triton's interpreter.
 """
 
@@ -161,8 +161,9 @@ def partial_sums(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig) ->
 
 GATED = SkinnyConfig(block_n=32, block_k=128, split_k=1, num_warps=4, num_stages=4)
 """The gated launch: 32 columns of gate and of up a program (the 64 a program of the fastest gate/up shape)."""
-GATED_ON = os.environ.get("VOXMESH_GATED_GEMM", "0") == "1"
-"""`VOXMESH_GATED_GEMM=1` takes the gated kernel where it serves (off by default: not yet timed on the card)."""
+GATED_ON = os.environ.get("VOXMESH_GATED_GEMM", "1") == "1"
+"""Whether the gated kernel serves where it can (`VOXMESH_GATED_GEMM=0`: the GEMM, then `silu * up`). On an H200 it
+took the engine's graphs at batch 64 from 1.06 + 2.96 to 1.02 + 2.87 ms (loadtest/RESULTS-GPU.md, 2026-12-04)."""
 
 
 def serves_gated(x: torch.Tensor, gate_up: torch.Tensor) -> bool:

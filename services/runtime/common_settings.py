@@ -36,10 +36,10 @@ class CommonSettings:
                               "decode's loop publishes every chunk of every stream) or asyncio (the standard "
                               "library's)", choices=("uvloop", "asyncio"))
     switch_interval_ms: float = setting(
-        5.0, "the interpreter's thread switch interval (sys.setswitchinterval): how long a thread that wants the "
-             "interpreter lock waits for one running Python before it is handed over; decode's engine thread and "
-             "the vocoder's codec thread wait that long for the event loop (0.5 served no faster than 5 at 64 "
-             "streams on an H200)", env="VOXMESH_SWITCH_INTERVAL_MS")
+        0.5, "the interpreter's thread switch interval (sys.setswitchinterval; Python's default is 5): how long a "
+             "thread that wants the interpreter lock waits for one running Python before it is handed over; decode's "
+             "engine thread and the vocoder's codec thread wait that long for the event loop (0.5 with two steps "
+             "queued served more than 5 with one at 64 streams on an H200)", env="VOXMESH_SWITCH_INTERVAL_MS")
     log_level: str = setting("INFO", "logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     health_dir: str | None = setting(None, "directory where each service of this process records its micro service "
                                      "id while it serves; `voxmesh health` asks exactly those (the image sets "

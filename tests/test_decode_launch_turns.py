@@ -1,0 +1,133 @@
+"""The event loop's turns beside the engine thread's launches (services.decode.launch_turns, Engine.launch_phase)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from services.decode.launch_turns import LaunchTurns
+from services.engine.launch_phase import LaunchPhase
+from services.engine.outputs import StepOutput
+from services.model.sampling import SamplingParams
+from tests.engine_helpers import load_tiny, make_request, new_engine
+
+
+async def _yield_to_loop(times: int = 5) -> None:
+    for _ in range(times):
+        await asyncio.sleep(0)
+
+
+async def test_loop_work_waits_out_a_launch_and_goes_on_when_it_ends():
+    turns = LaunchTurns(asyncio.get_running_loop())
+    await asyncio.wait_for(turns.launched(), 5)  # no launch under way: at once
+    assert turns.num_waits == 0
+    begun, end = threading.Event(), threading.Event()
+
+    def engine_thread() -> None:
+        turns.begins()
+        begun.set()
+        end.wait(10)
+        turns.ends()
+
+    thread = threading.Thread(target=engine_thread)
+    thread.start()
+    await asyncio.to_thread(begun.wait, 10)
+    waiting = asyncio.ensure_future(turns.launched())
+    await _yield_to_loop()
+    assert not waiting.done() and turns.num_waits == 1  # held while the launch runs
+    end.set()
+    await asyncio.wait_for(waiting, 5)  # the launch's end wakes it
+    thread.join(10)
+
+
+async def test_a_launch_that_ends_while_the_loop_registers_its_wait_still_wakes_it():
+    # The engine thread's `ends` runs between the loop's read of "launching" and its registration: the wake-up it
+    # schedules runs on the loop after the registration, so the waiter is not left behind.
+    loop = asyncio.get_running_loop()
+    turns = LaunchTurns(loop)
+    turns.begins()
+    original = loop.create_future
+
+    def racing_future() -> asyncio.Future:
+        loop.create_future = original  # once: the waiter's own future
+        turns.ends()  # as if the engine thread ran just here
+        return original()
+
+    waiting = asyncio.ensure_future(turns.launched())  # not started until the loop runs it
+    loop.create_future = racing_future
+    try:
+        await asyncio.sleep(0)  # the waiter runs up to its wait (sleep(0) makes no future)
+    finally:
+        loop.create_future = original
+    await asyncio.wait_for(waiting, 5)
+    assert turns.num_waits == 1
+
+
+async def test_a_cancelled_waiter_leaves_no_trace():
+    turns = LaunchTurns(asyncio.get_running_loop())
+    turns.begins()
+    waiting = asyncio.ensure_future(turns.launched())
+    await _yield_to_loop()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert turns._waiters == []
+    turns.ends()
+    await asyncio.wait_for(turns.launched(), 5)
+
+
+def test_ends_after_the_loop_closed_is_harmless():
+    loop = asyncio.new_event_loop()
+    turns = LaunchTurns(loop)
+    loop.close()
+    turns.begins()
+    turns.ends()  # a step finishing during shutdown must not raise on the engine thread
+
+
+class _Recording(LaunchPhase):
+    def __init__(self, engine) -> None:
+        self.engine, self.calls = engine, []
+
+    def begins(self) -> None:
+        self.calls.append(("begins", self.engine.runner_launches))
+
+    def ends(self) -> None:
+        self.calls.append(("ends", self.engine.runner_launches))
+
+
+def _counting_launches(engine, fail: bool = False) -> None:
+    """Count the runner's launches on the engine (and make them raise with `fail`)."""
+    engine.runner_launches = 0
+    launch = engine.runner.launch
+
+    def counted(scheduled):
+        engine.runner_launches += 1
+        if fail:
+            raise RuntimeError("launch failed")
+        return launch(scheduled)
+
+    engine.runner.launch = counted
+
+
+def test_every_step_tells_its_phase_around_the_launch_and_before_waiting(tiny_checkpoint):
+    model, tokenizer = load_tiny(tiny_checkpoint)
+    engine = new_engine(model, blocks=64)
+    _counting_launches(engine)
+    phase = engine.launch_phase = _Recording(engine)
+    engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)
+    outputs = [engine.step() for _ in range(3)]
+    assert all(isinstance(output, StepOutput) for output in outputs)
+    assert phase.calls == [("begins", 0), ("ends", 1), ("begins", 1), ("ends", 2), ("begins", 2), ("ends", 3)]
+
+
+def test_a_launch_that_raises_still_ends_its_phase(tiny_checkpoint):
+    model, tokenizer = load_tiny(tiny_checkpoint)
+    engine = new_engine(model, blocks=64)
+    _counting_launches(engine, fail=True)
+    phase = engine.launch_phase = _Recording(engine)
+    engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)
+    output = engine.step()  # the failure is isolated (the re-runs raise too): the request ends, the engine serves on
+    assert [outcome.request_id for outcome in output.outcomes] == ["r"]
+    assert phase.calls[:2] == [("begins", 0), ("ends", 1)]
