@@ -7,7 +7,9 @@ decode-only attention variant equal to `Talker.forward`, the hand-off's checks a
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,3 +202,14 @@ def test_skinny_linear_sweep_offers_only_launch_shapes_that_fit_its_weights():
         assert configs and all(fits(x, weight, config) for config in configs), (out_features, in_features)
         # a reduction split in up to 8 where the outputs are too few to fill the card unsplit, else in up to 2
         assert max(config.split_k for config in configs) == (8 if out_features <= 2048 else 2)
+
+
+def test_commit_ab_refuses_a_budget_too_small_for_its_meshes(tmp_path):
+    # A mesh cut short by its deadline gives no row, only spent device time (2026-12-04: five meshes at 90-107 s).
+    repo = Path(__file__).resolve().parents[1]
+    env = {"PATH": "/usr/bin:/bin", "BUDGET_S": "300", "WHEELS": "none", "OUT": str(tmp_path)}
+    run = subprocess.run(["bash", "loadtest/gpu/commit_ab.sh", "no_tree_a", "no_tree_b", "2"], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "leaves 75 s a run for 4 runs" in run.stdout
+    assert list(tmp_path.iterdir()) == []  # no mesh was started

@@ -28,6 +28,11 @@ fi
 export PYTHONUNBUFFERED=1
 prompts=$PWD/.devrun/prompts_en.tsv
 runs=$((2 * ROUNDS))
+MIN_RUN_S=${MIN_RUN_S:-110}  # a mesh's start (50-70 s on the H200), one closed level and 30 s to stop and pack
+if [ $(((BUDGET_S - SECONDS) / runs)) -lt "$MIN_RUN_S" ]; then  # runs cut short by their deadline give no row
+  echo "BUDGET_S=$BUDGET_S leaves $(((BUDGET_S - SECONDS) / runs)) s a run for $runs runs; a run needs $MIN_RUN_S: fewer rounds"
+  exit 2
+fi
 for round in $(seq 1 "$ROUNDS"); do
   order=("$TREE_A" "$TREE_B")
   [ $((round % 2)) = 0 ] && order=("$TREE_B" "$TREE_A")  # A B, then B A: a mesh's place in the lease falls on both
