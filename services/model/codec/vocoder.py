@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from services.model.codec import fused_bias, fused_snake, layout
+from services.model.codec import fused_bias, fused_snake, fused_unit_tail, layout
 from services.model.codec.causal_conv import CausalConv1d, CausalConvTranspose1d
 from services.model.codec.config import CodecConfig
 from services.model.codec.stream_state import StreamRows
@@ -59,6 +59,10 @@ class ResidualUnit(nn.Module):
         """The same sums in four passes over the activation and two convolutions: act1 writes into conv1's input
         buffer after its history (no concatenation), conv1's bias rides in act2, conv2's in the residual add."""
         h = self.conv1.forward_written(x, stream, self.act1.write, bias=False)
+        conv1, conv2 = self.conv1.conv, self.conv2.conv
+        if fused_unit_tail.serves(h, x, conv2.weight, conv1.bias, conv2.bias):  # the last three passes in one
+            return fused_unit_tail.unit_tail(h, x, conv2.weight, conv1.bias, self.act2.alpha, self.act2.beta,
+                                             conv2.bias, _SNAKE_EPSILON)
         s = layout.empty_as(h)
         self.act2.write(h, s, bias=self.conv1.conv.bias)
         return _add_bias(self.conv2.convolve(s, bias=False), self.conv2.conv.bias, residual=x)
