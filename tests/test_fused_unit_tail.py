@@ -66,6 +66,22 @@ def decode_error_with_the_tail(device: str) -> float:
     return error
 
 
+def ops_bench_row() -> tuple[float, list[str]]:
+    """`loadtest.gpu.codec_ops_bench`'s unit-tail row on the CPU (its CUDA-graph timer replaced by one plain call):
+    the error of the kernel against the served passes, and the row's fields."""
+    from loadtest.gpu import codec_ops_bench
+
+    codec_ops_bench._per_call_us = lambda fn, device: (fn(), 1.0)[1]
+    row = codec_ops_bench._unit_tail(24, 40, 2, torch.device("cpu"), torch.float32)
+    return row["max_rel_error"], sorted(row)
+
+
+def test_the_codec_ops_bench_times_the_unit_tail_against_the_passes_it_replaces():
+    error, fields = interpreted("tests.test_fused_unit_tail.ops_bench_row()")
+    assert error < 1e-5
+    assert fields == ["channels", "fused_us", "max_rel_error", "min_bytes", "op", "passes_us", "samples"]
+
+
 def test_the_unit_tail_equals_the_torch_form_under_the_interpreter():
     assert interpreted("tests.test_fused_unit_tail.tail_error('cpu', 'float32')") < 1e-5
 

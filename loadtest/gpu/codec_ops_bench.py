@@ -1,7 +1,9 @@
 """The vocoder's costliest operations at serving shapes, in their torch and their CUDA forms: SnakeBeta (torch
-expression against `fused_snake.snake_beta`) and each kind of causal conv as cuDNN runs it (benchmark mode, as served) against its GEMM form
+expression against `fused_snake.snake_beta`), each kind of causal conv as cuDNN runs it (benchmark mode, as served) against its GEMM form
 (`causal_conv._as_gemm`, which `CausalConv1d` takes on CUDA for latent-rate convs) and against a channels-last 2-D
-conv (the NHWC layout cuDNN's Hopper kernels read). Times are CUDA-event medians of a graph of
+conv (the NHWC layout cuDNN's Hopper kernels read), and a residual unit's tail pass by pass (SnakeBeta with the
+bias before it, the 1x1 conv channels-last, the bias and residual kernel) against `fused_unit_tail.unit_tail`, with
+the bytes each must move at least (read h and x, write the result). Times are CUDA-event medians of a graph of
 20 calls, per call.
 
     python3 -m loadtest.gpu.codec_ops_bench [--streams 64] [--frames 8] [--out ops.json]
@@ -17,7 +19,7 @@ import torch
 from torch.nn import functional as F
 
 from loadtest.gpu.gpu_common import graphed_us_per_call
-from services.model.codec import causal_conv, fused_snake
+from services.model.codec import causal_conv, fused_bias, fused_snake, fused_unit_tail, layout
 from services.model.codec.vocoder import SnakeBeta
 
 CALLS = 20
@@ -31,6 +33,8 @@ CONV_SHAPES = (("pre_conv", 512, 1024, 3, 1, 1), ("input", 1024, 1536, 7, 1, 4),
                ("block4 unit 1x1", 96, 96, 1, 1, 1920))
 """(name, channels in, out, taps, dilation, samples per frame) of the codec's causal convs with history."""
 SNAKE_SHAPES = ((1536, 4), (768, 32), (384, 160), (192, 640), (96, 1920))
+UNIT_SHAPES = ((768, 32), (384, 160), (192, 640), (96, 1920))
+"""(channels, samples per frame) of the residual units of the 0.6B codec's four blocks."""
 
 
 def _per_call_us(fn, device: torch.device) -> float:
@@ -90,10 +94,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"conv {name:16s} {inputs:5d} -> {outputs:5d} k{taps} d{dilation} x {x.shape[-1]:6d}: cuDNN "
               f"{cudnn_us:8.1f} us, GEMM form {gemm_us:8.1f} us, NHWC {nhwc_us:8.1f} us, serving {chosen} "
               f"(errors {error:.2g}, {nhwc_error:.2g})", flush=True)
+    for channels, per_frame in UNIT_SHAPES:
+        results.append(_unit_tail(channels, per_frame * args.frames, args.streams, device, dtype))
     if args.out:
         args.out.write_text(json.dumps({"benchmark": "codec_ops", "streams": args.streams, "frames": args.frames,
                                         "results": results}, indent=2))
     return 0
+
+
+def _unit_tail(channels: int, samples: int, streams: int, device: torch.device, dtype: torch.dtype) -> dict:
+    """A residual unit's tail at one width, pass by pass as served against the one kernel, on channels-last inputs."""
+    generator = torch.Generator(device=device).manual_seed(channels)
+
+    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return scale * torch.randn(shape, device=device, dtype=dtype, generator=generator)
+
+    h, x = (layout.channels_last(rand(streams, channels, samples)) for _ in range(2))
+    conv = torch.nn.Conv1d(channels, channels, 1).to(device, dtype)
+    bias1, log_alpha, log_beta = rand(channels, scale=0.1), rand(channels, scale=0.3), rand(channels, scale=0.3)
+    with torch.inference_mode():
+        def passes() -> torch.Tensor:  # ResidualUnit._fused without the kernel
+            activated = layout.empty_as(h)
+            fused_snake.snake_beta(h, log_alpha, log_beta, 1e-9, bias=bias1, out=activated)
+            product = F.conv2d(activated.unsqueeze(2), causal_conv.channels_last_weight(conv)).squeeze(2)
+            return fused_bias.add_bias(product, conv.bias, x)
+
+        def fused() -> torch.Tensor:
+            return fused_unit_tail.unit_tail(h, x, conv.weight, bias1, log_alpha, log_beta, conv.bias, 1e-9)
+
+        want = passes().float()
+        error = float((fused().float() - want).abs().max() / want.abs().max())
+        passes_us, fused_us = _per_call_us(passes, device), _per_call_us(fused, device)
+    moved = 3 * h.numel() * h.element_size()
+    print(f"unit tail {channels:5d} ch x {samples:6d}: passes {passes_us:8.1f} us, fused {fused_us:8.1f} us, "
+          f"{moved / 1e6:.0f} MB at least (error {error:.2g})", flush=True)
+    return {"op": "unit_tail", "channels": channels, "samples": samples, "passes_us": passes_us,
+            "fused_us": fused_us, "min_bytes": moved, "max_rel_error": error}
 
 
 if __name__ == "__main__":
