@@ -1,7 +1,8 @@
 """The vocoder's costliest operations at serving shapes, in their torch and their CUDA forms: SnakeBeta (torch
 expression against `fused_snake.snake_beta`), each kind of causal conv as cuDNN runs it (benchmark mode, as served) against its GEMM form
 (`causal_conv._as_gemm`, which `CausalConv1d` takes on CUDA for latent-rate convs) and against a channels-last 2-D
-conv (the NHWC layout cuDNN's Hopper kernels read), and a residual unit's tail pass by pass (SnakeBeta with the
+conv (the NHWC layout cuDNN's Hopper kernels read) and against `triton_conv.causal_conv` in each of `CONV_TILES`
+launch shapes (channels-last input, multi-tap convs; with the products' FLOPs), and a residual unit's tail pass by pass (SnakeBeta with the
 bias before it, the 1x1 conv channels-last, the bias and residual kernel) against `fused_unit_tail.unit_tail`, with
 the bytes each must move at least (read h and x, write the result). Times are CUDA-event medians of a graph of
 20 calls, per call.
@@ -19,7 +20,7 @@ import torch
 from torch.nn import functional as F
 
 from loadtest.gpu.gpu_common import graphed_us_per_call
-from services.model.codec import causal_conv, fused_bias, fused_snake, fused_unit_tail, layout
+from services.model.codec import causal_conv, fused_bias, fused_snake, fused_unit_tail, layout, triton_conv
 from services.model.codec.vocoder import SnakeBeta
 
 CALLS = 20
@@ -32,6 +33,10 @@ CONV_SHAPES = (("pre_conv", 512, 1024, 3, 1, 1), ("input", 1024, 1536, 7, 1, 4),
                ("block2 unit 1x1", 384, 384, 1, 1, 160), ("block3 unit 1x1", 192, 192, 1, 1, 640),
                ("block4 unit 1x1", 96, 96, 1, 1, 1920))
 """(name, channels in, out, taps, dilation, samples per frame) of the codec's causal convs with history."""
+CONV_TILES = (triton_conv.ConvTile(128, 128, 32, 8, 3), triton_conv.ConvTile(128, 64, 32, 4, 3),
+              triton_conv.ConvTile(64, 128, 64, 4, 3), triton_conv.ConvTile(128, 128, 64, 8, 3),
+              triton_conv.ConvTile(256, 128, 32, 8, 3), triton_conv.ConvTile(128, 128, 32, 4, 4))
+"""The Triton convolution's launch shapes timed (rows, channels, reduction step, warps, stages)."""
 SNAKE_SHAPES = ((1536, 4), (768, 32), (384, 160), (192, 640), (96, 1920))
 UNIT_SHAPES = ((768, 32), (384, 160), (192, 640), (96, 1920))
 """(channels, samples per frame) of the residual units of the 0.6B codec's four blocks."""
@@ -86,11 +91,16 @@ def main(argv: list[str] | None = None) -> int:
             nhwc = lambda: F.conv2d(x_nhwc, w_nhwc, conv.bias, dilation=(1, dilation))  # noqa: E731
             nhwc_error = float((nhwc().squeeze(2).float() - want).abs().max() / want.abs().max())
             nhwc_us = _per_call_us(nhwc, device)
+            triton = _triton_conv_rows(conv, x, want) if taps > 1 else []
         chosen = "gemm" if per_frame * args.frames <= causal_conv.GEMM_FORM_MAX_OUTPUTS else "cudnn"
+        flops = 2 * args.streams * per_frame * args.frames * inputs * outputs * taps
         results.append({"op": "conv", "name": name, "inputs": inputs, "outputs": outputs, "taps": taps,
                         "dilation": dilation, "samples": x.shape[-1], "cudnn_us": cudnn_us, "gemm_us": gemm_us,
                         "serving_form": chosen, "max_rel_error": error, "nhwc_us": nhwc_us,
-                        "nhwc_max_rel_error": nhwc_error})
+                        "nhwc_max_rel_error": nhwc_error, "flops": flops, "triton": triton})
+        for row in triton:
+            print(f"    triton {row['tile']}: {row['us']:8.1f} us ({flops / row['us'] / 1e6:.0f} TFLOP/s, error "
+                  f"{row['max_rel_error']:.2g})", flush=True)
         print(f"conv {name:16s} {inputs:5d} -> {outputs:5d} k{taps} d{dilation} x {x.shape[-1]:6d}: cuDNN "
               f"{cudnn_us:8.1f} us, GEMM form {gemm_us:8.1f} us, NHWC {nhwc_us:8.1f} us, serving {chosen} "
               f"(errors {error:.2g}, {nhwc_error:.2g})", flush=True)
@@ -100,6 +110,22 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps({"benchmark": "codec_ops", "streams": args.streams, "frames": args.frames,
                                         "results": results}, indent=2))
     return 0
+
+
+def _triton_conv_rows(conv: torch.nn.Conv1d, x: torch.Tensor, want: torch.Tensor,
+                      timer=None) -> list[dict]:
+    """`triton_conv.causal_conv` over x held channels-last in each of `CONV_TILES`: us a call and the error."""
+    timer = timer or _per_call_us
+    x_last = layout.channels_last(x)
+    rows = []
+    for tile in CONV_TILES:
+        def call(tile=tile) -> torch.Tensor:
+            return triton_conv.causal_conv(x_last, conv.weight, conv.dilation[0], conv.bias, tile)
+
+        error = float((call().float() - want).abs().max() / want.abs().max())
+        rows.append({"tile": [tile.block_m, tile.block_n, tile.block_k, tile.num_warps, tile.num_stages],
+                     "us": timer(call, x.device), "max_rel_error": error})
+    return rows
 
 
 def _unit_tail(channels: int, samples: int, streams: int, device: torch.device, dtype: torch.dtype) -> dict:
