@@ -65,6 +65,18 @@ async def test_a_launch_that_ends_while_the_loop_registers_its_wait_still_wakes_
     assert turns.num_waits == 1
 
 
+async def test_back_to_back_launches_hold_the_loop_for_one_launch_only():
+    # The engine thread ends a launch and begins the next before the loop runs: the waiter goes on after the first.
+    turns = LaunchTurns(asyncio.get_running_loop())
+    turns.begins()
+    waiting = asyncio.ensure_future(turns.launched())
+    await _yield_to_loop()
+    turns.ends()
+    turns.begins()
+    await asyncio.wait_for(waiting, 5)
+    assert turns.num_waits == 1
+
+
 async def test_a_cancelled_waiter_leaves_no_trace():
     turns = LaunchTurns(asyncio.get_running_loop())
     turns.begins()
@@ -113,7 +125,7 @@ def _counting_launches(engine, fail: bool = False) -> None:
 
 def test_every_step_tells_its_phase_around_the_launch_and_before_waiting(tiny_checkpoint):
     model, tokenizer = load_tiny(tiny_checkpoint)
-    engine = new_engine(model, blocks=64)
+    engine = new_engine(model, blocks=64, overlap_steps=True)  # launches that only queue, as on CUDA
     _counting_launches(engine)
     phase = engine.launch_phase = _Recording(engine)
     engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)
@@ -122,9 +134,21 @@ def test_every_step_tells_its_phase_around_the_launch_and_before_waiting(tiny_ch
     assert phase.calls == [("begins", 0), ("ends", 1), ("begins", 1), ("ends", 2), ("begins", 2), ("ends", 3)]
 
 
+def test_a_launch_that_runs_the_step_itself_is_not_told(tiny_checkpoint):
+    # Without overlapped steps (the CPU's default) a launch is the whole model run: holding the loop's work for it
+    # would hold it for every step, back to back.
+    model, tokenizer = load_tiny(tiny_checkpoint)
+    engine = new_engine(model, blocks=64, overlap_steps=False)
+    _counting_launches(engine)
+    phase = engine.launch_phase = _Recording(engine)
+    engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)
+    engine.step()
+    assert engine.runner_launches == 1 and phase.calls == []
+
+
 def test_a_launch_that_raises_still_ends_its_phase(tiny_checkpoint):
     model, tokenizer = load_tiny(tiny_checkpoint)
-    engine = new_engine(model, blocks=64)
+    engine = new_engine(model, blocks=64, overlap_steps=True)
     _counting_launches(engine, fail=True)
     phase = engine.launch_phase = _Recording(engine)
     engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)

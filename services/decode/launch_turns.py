@@ -5,8 +5,9 @@ one interpreter lock, and the launch's every torch call lets the loop take the l
 a 1.5 ms launch took 4 ms in the mesh at 64 streams, and a step with a prompt in it 5.4 ms: time on the step's
 critical path (loadtest/RESULTS-GPU.md, 2026-12-03 sixth session). `LaunchTurns` is the engine's `LaunchPhase`
 here: the loop's heavy work (a step's publishing, an arriving request's intake) awaits `launched()` first, which
-returns at once unless a launch is under way, and otherwise when it ends; the work then runs while the engine
-thread waits for the device, which holds no lock.
+returns at once unless a launch is under way, and otherwise when that launch ends (never later: the engine reports
+only launches that queue work on the device, and the device's run of the step follows, which holds no lock, so that
+is when the loop's work runs).
 
 The flag is written by the engine thread and read by the loop; the interpreter lock makes each read and write
 whole. A launch that begins just after the loop read "none" only costs the old contention once; a launch's end
@@ -42,16 +43,18 @@ class LaunchTurns(LaunchPhase):
             pass
 
     async def launched(self) -> None:
-        """Return once no launch is under way (at once when none is)."""
-        while self._launching:
-            self.num_waits += 1
-            waiter = self._loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+        """Return once the launch under way (if any) has ended: at once when none is. One launch at most, never the
+        next one too, so back-to-back launches cannot hold the loop's work back for good."""
+        if not self._launching:
+            return
+        self.num_waits += 1
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -96,7 +96,8 @@ class Engine:
         self.timeline = StepTimeline()
         """Each step's device, idle and launch times (read by the service's STATS)."""
         self.launch_phase = LaunchPhase()
-        """Told when each step's launch begins and ends (decode's event loop holds its publishing meanwhile)."""
+        """Told when a step's launch begins and ends, where it only queues the step (`_launch_phase`); decode's event
+        loop holds its publishing meanwhile."""
         self._prompt_stream = torch.cuda.Stream(model.device) if model.device.type == "cuda" else None
         """Prompts are built on a side stream (CUDA), so admission does not wait behind the queued steps."""
         self._overlap = config.overlap_steps if config.overlap_steps is not None else model.device.type == "cuda"
@@ -215,11 +216,12 @@ class Engine:
         (`step_isolation`) and ends with code `step_failed` (blocks freed); the others' frames are those of the
         re-run, and the engine keeps serving.
         """
-        self.launch_phase.begins()
+        phase = self._launch_phase()
+        phase.begins()
         try:
             scheduled, launched, error = self._schedule_and_launch()
         finally:
-            self.launch_phase.ends()  # before any wait for the device: the other threads' turn
+            phase.ends()  # before any wait for the device: the other threads' turn
         output = StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
         if scheduled.is_empty:
             return self._collect(output)
@@ -234,6 +236,14 @@ class Engine:
         previous, self._in_flight = self._in_flight, (scheduled, launched)
         output = self._apply(previous, output)
         return output if self._overlap else self._collect(output)
+
+    def _launch_phase(self) -> LaunchPhase:
+        """`launch_phase` where a launch only queues the step (overlapped steps on the device, codebooks 1..15 drawn
+        here), so the device's run of it leaves the other threads a turn; else one that tells no one: a launch that
+        runs the model itself (the CPU) or waits for remote predictors would keep them waiting a whole step."""
+        if self._overlap and self.runner.remote_predictor is None:
+            return self.launch_phase
+        return _UNTOLD
 
     def _schedule_and_launch(self) -> tuple[SchedulerOutput, LaunchedStep | None, Exception | None]:
         """The host's part of a step: admitted requests joined, the batch scheduled and queued on the device. Returns
@@ -365,6 +375,10 @@ class Engine:
     def running_ids(self) -> list[str]:
         """The ids of the running batch, oldest first."""
         return [seq.request_id for seq in self.scheduler.running]
+
+
+_UNTOLD = LaunchPhase()
+"""The phase of launches that are not reported (`Engine._launch_phase`)."""
 
 
 def _merged(first: StepOutput, second: StepOutput) -> StepOutput:
