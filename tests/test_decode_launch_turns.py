@@ -9,7 +9,6 @@ import pytest
 
 from services.decode.launch_turns import LaunchTurns
 from services.engine.launch_phase import LaunchPhase
-from services.engine.outputs import StepOutput
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import load_tiny, make_request, new_engine
 
@@ -109,8 +108,11 @@ class _Recording(LaunchPhase):
         self.calls.append(("ends", self.engine.runner_launches))
 
 
-def _counting_launches(engine, fail: bool = False) -> None:
-    """Count the runner's launches on the engine (and make them raise with `fail`)."""
+def _engine_with_one_request(checkpoint, overlap: bool, fail: bool = False):
+    """A tiny engine holding one request, its runner's launches counted (and raising with `fail`), its launch phase
+    recorded: (engine, phase)."""
+    model, tokenizer = load_tiny(checkpoint)
+    engine = new_engine(model, blocks=64, overlap_steps=overlap)
     engine.runner_launches = 0
     launch = engine.runner.launch
 
@@ -121,37 +123,29 @@ def _counting_launches(engine, fail: bool = False) -> None:
         return launch(scheduled)
 
     engine.runner.launch = counted
+    phase = engine.launch_phase = _Recording(engine)
+    engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)
+    return engine, phase
 
 
 def test_every_step_tells_its_phase_around_the_launch_and_before_waiting(tiny_checkpoint):
-    model, tokenizer = load_tiny(tiny_checkpoint)
-    engine = new_engine(model, blocks=64, overlap_steps=True)  # launches that only queue, as on CUDA
-    _counting_launches(engine)
-    phase = engine.launch_phase = _Recording(engine)
-    engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)
-    outputs = [engine.step() for _ in range(3)]
-    assert all(isinstance(output, StepOutput) for output in outputs)
-    assert phase.calls == [("begins", 0), ("ends", 1), ("begins", 1), ("ends", 2), ("begins", 2), ("ends", 3)]
+    engine, phase = _engine_with_one_request(tiny_checkpoint, overlap=True)  # launches that only queue, as on CUDA
+    frames = [frame for _ in range(4) for frame in engine.step().frames]
+    assert [frame.index for frame in frames] == [0, 1, 2]  # the request ran to its end through the told launches
+    assert phase.calls == [("begins", 0), ("ends", 1), ("begins", 1), ("ends", 2), ("begins", 2), ("ends", 3),
+                           ("begins", 3), ("ends", 3)]  # the last step launches nothing, and still ends its phase
 
 
 def test_a_launch_that_runs_the_step_itself_is_not_told(tiny_checkpoint):
     # Without overlapped steps (the CPU's default) a launch is the whole model run: holding the loop's work for it
     # would hold it for every step, back to back.
-    model, tokenizer = load_tiny(tiny_checkpoint)
-    engine = new_engine(model, blocks=64, overlap_steps=False)
-    _counting_launches(engine)
-    phase = engine.launch_phase = _Recording(engine)
-    engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)
+    engine, phase = _engine_with_one_request(tiny_checkpoint, overlap=False)
     engine.step()
     assert engine.runner_launches == 1 and phase.calls == []
 
 
 def test_a_launch_that_raises_still_ends_its_phase(tiny_checkpoint):
-    model, tokenizer = load_tiny(tiny_checkpoint)
-    engine = new_engine(model, blocks=64, overlap_steps=True)
-    _counting_launches(engine, fail=True)
-    phase = engine.launch_phase = _Recording(engine)
-    engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)
+    engine, phase = _engine_with_one_request(tiny_checkpoint, overlap=True, fail=True)
     output = engine.step()  # the failure is isolated (the re-runs raise too): the request ends, the engine serves on
     assert [outcome.request_id for outcome in output.outcomes] == ["r"]
     assert phase.calls[:2] == [("begins", 0), ("ends", 1)]

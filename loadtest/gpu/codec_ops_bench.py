@@ -2,8 +2,8 @@
 expression against `fused_snake.snake_beta`), each kind of causal conv as cuDNN runs it (benchmark mode, as served) against its GEMM form
 (`causal_conv._as_gemm`, which `CausalConv1d` takes on CUDA for latent-rate convs) and against a channels-last 2-D
 conv (the NHWC layout cuDNN's Hopper kernels read) and against `triton_conv.causal_conv` in each of `CONV_TILES`
-launch shapes (channels-last input, multi-tap convs; with the products' FLOPs), and a residual unit's tail pass by pass (SnakeBeta with the
-bias before it, the 1x1 conv channels-last, the bias and residual kernel) against `fused_unit_tail.unit_tail`, with
+launch shapes (channels-last input, multi-tap convs; with the products' FLOPs), and a residual unit's tail as served
+pass by pass (`ResidualUnit.tail_in_passes`) against its one kernel (`tail_in_one`), with
 the bytes each must move at least (read h and x, write the result). Times are CUDA-event medians of a graph of
 20 calls, per call.
 
@@ -20,8 +20,8 @@ import torch
 from torch.nn import functional as F
 
 from loadtest.gpu.gpu_common import graphed_us_per_call
-from services.model.codec import causal_conv, fused_bias, fused_snake, fused_unit_tail, layout, triton_conv
-from services.model.codec.vocoder import SnakeBeta
+from services.model.codec import causal_conv, fused_snake, layout, triton_conv
+from services.model.codec.vocoder import ResidualUnit, SnakeBeta
 
 CALLS = 20
 SAMPLES_PER_FRAME = 1920
@@ -129,28 +129,19 @@ def _triton_conv_rows(conv: torch.nn.Conv1d, x: torch.Tensor, want: torch.Tensor
 
 
 def _unit_tail(channels: int, samples: int, streams: int, device: torch.device, dtype: torch.dtype) -> dict:
-    """A residual unit's tail at one width, pass by pass as served against the one kernel, on channels-last inputs."""
+    """A residual unit's tail at one width, as served pass by pass against the one kernel, on channels-last inputs."""
     generator = torch.Generator(device=device).manual_seed(channels)
-
-    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return scale * torch.randn(shape, device=device, dtype=dtype, generator=generator)
-
-    h, x = (layout.channels_last(rand(streams, channels, samples)) for _ in range(2))
-    conv = torch.nn.Conv1d(channels, channels, 1).to(device, dtype)
-    bias1, log_alpha, log_beta = rand(channels, scale=0.1), rand(channels, scale=0.3), rand(channels, scale=0.3)
+    h, x = (layout.channels_last(torch.randn((streams, channels, samples), device=device, dtype=dtype,
+                                             generator=generator)) for _ in range(2))
+    unit = ResidualUnit(channels, 1).to(device, dtype)
     with torch.inference_mode():
-        def passes() -> torch.Tensor:  # ResidualUnit._fused without the kernel
-            activated = layout.empty_as(h)
-            fused_snake.snake_beta(h, log_alpha, log_beta, 1e-9, bias=bias1, out=activated)
-            product = F.conv2d(activated.unsqueeze(2), causal_conv.channels_last_weight(conv)).squeeze(2)
-            return fused_bias.add_bias(product, conv.bias, x)
-
-        def fused() -> torch.Tensor:
-            return fused_unit_tail.unit_tail(h, x, conv.weight, bias1, log_alpha, log_beta, conv.bias, 1e-9)
-
-        want = passes().float()
-        error = float((fused().float() - want).abs().max() / want.abs().max())
-        passes_us, fused_us = _per_call_us(passes, device), _per_call_us(fused, device)
+        for snake in (unit.act1, unit.act2):
+            snake.alpha.normal_(0, 0.3, generator=generator)
+            snake.beta.normal_(0, 0.3, generator=generator)
+        want = unit.tail_in_passes(h, x).float()
+        error = float((unit.tail_in_one(h, x).float() - want).abs().max() / want.abs().max())
+        passes_us = _per_call_us(lambda: unit.tail_in_passes(h, x), device)
+        fused_us = _per_call_us(lambda: unit.tail_in_one(h, x), device)
     moved = 3 * h.numel() * h.element_size()
     print(f"unit tail {channels:5d} ch x {samples:6d}: passes {passes_us:8.1f} us, fused {fused_us:8.1f} us, "
           f"{moved / 1e6:.0f} MB at least (error {error:.2g})", flush=True)

@@ -19,3 +19,9 @@ except ImportError:  # a CPU install may lack Triton: the torch forms serve
 def compiles_for(device: torch.device) -> bool:
     """Whether the fused kernels serve tensors on `device` (CUDA with Triton)."""
     return triton is not None and device.type == "cuda"
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """`tl.dot`'s input precision for operands of `dtype`: float32 stays float32 ("ieee"; Triton's default rounds
+    it to TF32 on CUDA), bfloat16 products are exact either way."""
+    return "ieee" if dtype == torch.float32 else "tf32"

@@ -24,7 +24,7 @@ import os
 import torch
 
 from services.model.codec import layout
-from services.model.triton_support import tl, triton
+from services.model.triton_support import dot_precision, tl, triton
 
 SWITCHED_ON = os.environ.get("VOXMESH_FUSED_UNIT_TAIL", "0") == "1"
 """`VOXMESH_FUSED_UNIT_TAIL=1`: residual units end in this kernel where it serves (off until timed on the card)."""
@@ -101,9 +101,9 @@ def unit_tail(h: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias1: tor
     batch, _, length = x.shape
     block_n = min(128, max(16, triton.next_power_of_2(channels)))
     block_k = 32 if channels % 32 == 0 else 16
-    precision = "ieee" if h.dtype == torch.float32 else "tf32"  # float32 stays float32; bf16 products are exact
     grid = (triton.cdiv(batch * length, BLOCK_ROWS), triton.cdiv(channels, block_n))
     _unit_tail_kernel[grid](h, x, weight.reshape(channels, channels).contiguous(), bias1, log_alpha, log_beta, bias2,
                             out, batch * length, length, *h.stride(), *x.stride(), *out.stride(), epsilon,
-                            CHANNELS=channels, BLOCK_M=BLOCK_ROWS, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=precision)
+                            CHANNELS=channels, BLOCK_M=BLOCK_ROWS, BLOCK_N=block_n, BLOCK_K=block_k,
+                            PRECISION=dot_precision(h.dtype))
     return out

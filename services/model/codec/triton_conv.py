@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from services.model.codec import layout
-from services.model.triton_support import tl, triton
+from services.model.triton_support import dot_precision, tl, triton
 
 SWITCHED_ON = os.environ.get("VOXMESH_TRITON_CONV", "0") == "1"
 """`VOXMESH_TRITON_CONV=1`: the vocoder's multi-tap convolutions run here where they can (off until timed)."""
@@ -97,13 +97,12 @@ def causal_conv(full: torch.Tensor, weight: torch.Tensor, dilation: int, bias: t
     if out.numel() == 0:
         return out
     tap_major = weight.permute(2, 1, 0).contiguous()  # [taps, C_in, C_out]
-    precision = "ieee" if full.dtype == torch.float32 else "tf32"  # float32 stays float32; bf16 products are exact
     block_n = min(tile.block_n, max(16, triton.next_power_of_2(c_out)))
     block_k = min(tile.block_k, max(16, triton.next_power_of_2(c_in)))
     grid = (triton.cdiv(batch * length, tile.block_m), triton.cdiv(c_out, block_n))
     _conv_kernel[grid](full, tap_major, tap_major if bias is None else bias, out, batch * length, length,
                        *full.stride(), *out.stride(), C_IN=c_in, C_OUT=c_out, TAPS=taps, DILATION=dilation,
                        HAS_BIAS=bias is not None, BLOCK_M=tile.block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                       K_STEPS=triton.cdiv(c_in, block_k), PRECISION=precision, num_warps=tile.num_warps,
-                       num_stages=tile.num_stages)
+                       K_STEPS=triton.cdiv(c_in, block_k), PRECISION=dot_precision(full.dtype),
+                       num_warps=tile.num_warps, num_stages=tile.num_stages)
     return out

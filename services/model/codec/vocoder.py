@@ -59,13 +59,21 @@ class ResidualUnit(nn.Module):
         """The same sums in four passes over the activation and two convolutions: act1 writes into conv1's input
         buffer after its history (no concatenation), conv1's bias rides in act2, conv2's in the residual add."""
         h = self.conv1.forward_written(x, stream, self.act1.write, bias=False)
-        conv1, conv2 = self.conv1.conv, self.conv2.conv
-        if fused_unit_tail.serves(h, x, conv2.weight, conv1.bias, conv2.bias):  # the last three passes in one
-            return fused_unit_tail.unit_tail(h, x, conv2.weight, conv1.bias, self.act2.alpha, self.act2.beta,
-                                             conv2.bias, _SNAKE_EPSILON)
+        if fused_unit_tail.serves(h, x, self.conv2.conv.weight, self.conv1.conv.bias, self.conv2.conv.bias):
+            return self.tail_in_one(h, x)
+        return self.tail_in_passes(h, x)
+
+    def tail_in_passes(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """`x + conv2(act2(h + conv1's bias))` for conv1's output h without its bias, in three fused passes."""
         s = layout.empty_as(h)
         self.act2.write(h, s, bias=self.conv1.conv.bias)
         return _add_bias(self.conv2.convolve(s, bias=False), self.conv2.conv.bias, residual=x)
+
+    def tail_in_one(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """`tail_in_passes` as one kernel (`fused_unit_tail`)."""
+        conv2 = self.conv2.conv
+        return fused_unit_tail.unit_tail(h, x, conv2.weight, self.conv1.conv.bias, self.act2.alpha, self.act2.beta,
+                                         conv2.bias, _SNAKE_EPSILON)
 
 
 class VocoderBlock(nn.Module):
