@@ -32,10 +32,11 @@ def conv_error(device: str, dtype_name: str) -> float:
             full = wide[..., 4:]
             weight = (torch.randn((c_out, c_in, taps), generator=generator) * (c_in * taps) ** -0.5).to(device, dtype)
             bias = torch.randn(c_out, generator=generator).to(device, dtype) if with_bias else None
-            for tile in (ConvTile(), ConvTile(block_m=32, block_n=16, block_k=16, num_warps=4)):
+            for tile in (None, ConvTile(), ConvTile(block_m=32, block_n=16, block_k=16, num_warps=4)):
                 got = causal_conv(full, weight, dilation, bias, tile)
-                expected = F.conv1d(full.float(), weight.float(), None if bias is None else bias.float(),
-                                    dilation=dilation)
+                # float64: torch's float32 convolutions on CUDA round to TF32 (cuDNN's default), the kernel's do not
+                expected = F.conv1d(full.double(), weight.double(), None if bias is None else bias.double(),
+                                    dilation=dilation).float()
                 assert got.shape == expected.shape and channels_dense(got) == last
                 worst = max(worst, float((got.float() - expected).abs().max() / expected.abs().max()))
     return worst
@@ -120,3 +121,13 @@ def test_the_triton_conv_serves_only_when_switched_on_and_the_conv_fits(monkeypa
     assert not triton_conv.serves(full, weight, 2)  # grouped
     assert not triton_conv.serves(full, torch.zeros((6, 4, 1)), 1)  # one tap: a plain product
     assert not triton_conv.serves(torch.zeros((1, 5, 20)), weight, 1)
+    wide = triton_conv.MAX_CHANNELS + 1  # the first block's 768-channel units stay with cuDNN (the card's answer)
+    assert not triton_conv.serves(torch.zeros((1, wide, 20)), torch.zeros((6, wide, 7)), 1)
+
+
+def test_each_conv_gets_the_launch_shape_that_won_on_the_card():
+    from services.model.codec.triton_conv import ConvTile, tile_for
+
+    assert tile_for(384, 384) == tile_for(192, 192) == ConvTile(128, 128, 64, 8, 3)
+    assert tile_for(96, 96) == ConvTile(128, 128, 32, 8, 3)
+    assert tile_for(96, 1) == ConvTile(128, 64, 32, 4, 3)  # the output conv's one channel

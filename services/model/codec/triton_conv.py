@@ -12,8 +12,13 @@ the first.
 
 The input is the convolution's buffer with its history in front (`StreamingConv._with_history_written`), so the
 streaming logic is untouched. The weight is laid out tap-major ([taps, C_in, C_out]) per call, a copy of a few MB, as
-`causal_conv.channels_last_weight` does for cuDNN. Off by default until the card has timed it
+`causal_conv.channels_last_weight` does for cuDNN. Off by default until the whole mesh has timed it
 (`VOXMESH_TRITON_CONV=1` switches it on); the CPU tests check it under Triton's interpreter.
+
+Where it serves is the card's answer (`codec_ops_bench`, H200, 64 streams x 8 frames, 2026-12-04, against cuDNN's
+channels-last kernels, the serving form): the 384-, 192- and 96-channel units 326 / 424 / 386 us against 473 / 682 /
+697, the output conv 162 against 227; the first block's 768-channel units lost at dilation 1 (272 against 217) and
+won by 11% at 9, so they stay with cuDNN (`MAX_CHANNELS`), as do the latent-rate convs (the GEMM form, 9-96 us).
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ class ConvTile:
 
 
 DEFAULT_TILE = ConvTile()
+MAX_CHANNELS = 384
+"""Input channels above this stay with cuDNN (see the module's note)."""
+
+
+def tile_for(c_in: int, c_out: int) -> ConvTile:
+    """The launch shape that won on the H200 for a conv of these channels (the module's note): 64-channel reduction
+    steps where the inputs are many, 32 for the last block's 96, narrow columns for the one-channel output conv."""
+    if c_out < 16:
+        return ConvTile(block_m=128, block_n=64, block_k=32, num_warps=4)
+    return ConvTile(block_k=32 if c_in <= 96 else 64)
 
 if triton is not None:
 
@@ -74,20 +89,22 @@ if triton is not None:
 
 
 def serves(full: torch.Tensor, weight: torch.Tensor, groups: int) -> bool:
-    """Whether `causal_conv` takes this convolution: switched on, ungrouped, more than one tap, an input buffer the
-    fused kernels read (`layout.readable`), channels that match."""
+    """Whether `causal_conv` takes this convolution: switched on, ungrouped, more than one tap, at most `MAX_CHANNELS`
+    input channels, an input buffer the fused kernels read (`layout.readable`), channels that match."""
     return (SWITCHED_ON and groups == 1 and weight.dim() == 3 and weight.shape[2] > 1 and full.dim() == 3
-            and full.shape[1] == weight.shape[1] and layout.readable(full))
+            and full.shape[1] == weight.shape[1] <= MAX_CHANNELS and layout.readable(full))
 
 
 def causal_conv(full: torch.Tensor, weight: torch.Tensor, dilation: int, bias: torch.Tensor | None = None,
-                tile: ConvTile = DEFAULT_TILE) -> torch.Tensor:
+                tile: ConvTile | None = None) -> torch.Tensor:
     """The convolution of `full` [B, C_in, H + n] (its history H = (taps - 1) * dilation in front) with `weight`
-    [C_out, C_in, taps] (+ `bias` [C_out]): [B, C_out, n] in full's layout."""
+    [C_out, C_in, taps] (+ `bias` [C_out]): [B, C_out, n] in full's layout, launched in `tile` (`tile_for` the
+    channels when None)."""
     if not layout.readable(full):
         raise ValueError(f"causal_conv needs full [B, C, T] with dense samples or dense channels, got shape "
                          f"{tuple(full.shape)} strides {full.stride()}")
     c_out, c_in, taps = weight.shape
+    tile = tile or tile_for(c_in, c_out)
     history = (taps - 1) * dilation
     if full.shape[1] != c_in or full.shape[2] < history:
         raise ValueError(f"causal_conv needs full [B, {c_in}, >= {history}] for a {tuple(weight.shape)} weight at "
