@@ -49,7 +49,7 @@ def decode_error_with_the_conv(device: str) -> float:
     from services.model.codec import causal_conv, triton_conv
     from tests.test_fused_codec_convs import fused_decode_error
 
-    triton_conv.SWITCHED_ON = True
+    switched_on, triton_conv.SWITCHED_ON = triton_conv.SWITCHED_ON, True
     compiles_for = causal_conv.compiles_for
     causal_conv.compiles_for = lambda device: True  # the fused decode's switch, for the convolutions too
     calls = []
@@ -62,7 +62,7 @@ def decode_error_with_the_conv(device: str) -> float:
     try:
         error = fused_decode_error(device)
     finally:
-        triton_conv.causal_conv, triton_conv.SWITCHED_ON = convolve, False
+        triton_conv.causal_conv, triton_conv.SWITCHED_ON = convolve, switched_on
         causal_conv.compiles_for = compiles_for
     assert calls, "no convolution took the Triton kernel"
     return error

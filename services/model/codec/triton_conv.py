@@ -12,13 +12,17 @@ the first.
 
 The input is the convolution's buffer with its history in front (`StreamingConv._with_history_written`), so the
 streaming logic is untouched. The weight is laid out tap-major ([taps, C_in, C_out]) per call, a copy of a few MB, as
-`causal_conv.channels_last_weight` does for cuDNN. Off by default until the whole mesh has timed it
-(`VOXMESH_TRITON_CONV=1` switches it on); the CPU tests check it under Triton's interpreter.
+`causal_conv.channels_last_weight` does for cuDNN. On by default on CUDA (`VOXMESH_TRITON_CONV=0` switches it off);
+the CPU tests check it under Triton's interpreter.
 
 Where it serves is the card's answer (`codec_ops_bench`, H200, 64 streams x 8 frames, 2026-12-04, against cuDNN's
 channels-last kernels, the serving form): the 384-, 192- and 96-channel units 326 / 424 / 386 us against 473 / 682 /
 697, the output conv 162 against 227; the first block's 768-channel units lost at dilation 1 (272 against 217) and
 won by 11% at 9, so they stay with cuDNN (`MAX_CHANNELS`), as do the latent-rate convs (the GEMM form, 9-96 us).
+In the graphed 64 x 8 codec call that is 13.66 -> 12.97 ms, and the slot decoder's warm-up 102 -> 35 s (cuDNN's
+benchmark mode no longer searches the audio-rate convs); in the whole mesh at c=64, three same-lease pairs, the
+vocoder's call p50 12.2-12.7 -> 10.2-11.9 ms, the mesh serving after 23-27 s instead of 47-53, audio-s/s 537.97 /
+549.59 / 540.22 without against 569.43 / 539.81 / 542.72 with (loadtest/RESULTS-GPU.md, 2026-12-04).
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ import torch
 from services.model.codec import layout
 from services.model.triton_support import dot_precision, tl, triton
 
-SWITCHED_ON = os.environ.get("VOXMESH_TRITON_CONV", "0") == "1"
-"""`VOXMESH_TRITON_CONV=1`: the vocoder's multi-tap convolutions run here where they can (off until timed)."""
+SWITCHED_ON = os.environ.get("VOXMESH_TRITON_CONV", "1") == "1"
+"""Whether the vocoder's multi-tap convolutions run here where they can (`VOXMESH_TRITON_CONV=0`: cuDNN's)."""
 
 
 @dataclass(frozen=True, slots=True)
