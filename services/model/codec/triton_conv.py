@@ -21,8 +21,9 @@ channels-last kernels, the serving form): the 384-, 192- and 96-channel units 32
 won by 11% at 9, so they stay with cuDNN (`MAX_CHANNELS`), as do the latent-rate convs (the GEMM form, 9-96 us).
 In the graphed 64 x 8 codec call that is 13.66 -> 12.97 ms, and the slot decoder's warm-up 102 -> 35 s (cuDNN's
 benchmark mode no longer searches the audio-rate convs); in the whole mesh at c=64, three same-lease pairs, the
-vocoder's call p50 12.2-12.7 -> 10.2-11.9 ms, the mesh serving after 23-27 s instead of 47-53, audio-s/s 537.97 /
-549.59 / 540.22 without against 569.43 / 539.81 / 542.72 with (loadtest/RESULTS-GPU.md, 2026-12-04).
+vocoder's call p50 12.2-12.7 -> 10.2-11.9 ms, the mesh serving after 23-27 s instead of 47-53 (once Triton's
+compile cache is warm: a fresh machine's first mesh took 53-56 s), audio-s/s 537.97 / 549.59 / 540.22 without
+against 569.43 / 539.81 / 542.72 with (loadtest/RESULTS-GPU.md, 2026-12-04).
 """
 
 from __future__ import annotations
