@@ -51,7 +51,6 @@ class ConvTile:
     num_stages: int = 3
 
 
-DEFAULT_TILE = ConvTile()
 MAX_CHANNELS = 384
 """Input channels above this stay with cuDNN (see the module's note)."""
 
@@ -62,6 +61,7 @@ def tile_for(c_in: int, c_out: int) -> ConvTile:
     if c_out < 16:
         return ConvTile(block_m=128, block_n=64, block_k=32, num_warps=4)
     return ConvTile(block_k=32 if c_in <= 96 else 64)
+
 
 if triton is not None:
 
