@@ -19,7 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-SOURCE_PACKAGES = ("messages", "services", "loadtest", "tests")
+SOURCE_PACKAGES = ("messages", "services", "loadtest", "tests", "experiments")
 
 # A module name that is a role every package of a kind has, and so means one thing wherever it appears:
 #   __init__, __main__: Python's own (a package; `python -m package`);

@@ -2,10 +2,8 @@
 expression against `fused_snake.snake_beta`), each kind of causal conv as cuDNN runs it (benchmark mode, as served) against its GEMM form
 (`causal_conv._as_gemm`, which `CausalConv1d` takes on CUDA for latent-rate convs) and against a channels-last 2-D
 conv (the NHWC layout cuDNN's Hopper kernels read) and against `triton_conv.causal_conv` in each of `CONV_TILES`
-launch shapes (channels-last input, multi-tap convs; with the products' FLOPs), and a residual unit's tail as served
-pass by pass (`ResidualUnit.tail_in_passes`) against its one kernel (`tail_in_one`), with
-the bytes each must move at least (read h and x, write the result). Times are CUDA-event medians of a graph of
-20 calls, per call.
+launch shapes (channels-last input, multi-tap convs; with the products' FLOPs). Times are CUDA-event medians of a
+graph of 20 calls, per call.
 
     python3 -m loadtest.gpu.codec_ops_bench [--streams 64] [--frames 8] [--out ops.json]
 """
@@ -21,7 +19,7 @@ from torch.nn import functional as F
 
 from loadtest.gpu.gpu_common import graphed_us_per_call
 from services.model.codec import causal_conv, fused_snake, layout, triton_conv
-from services.model.codec.vocoder import ResidualUnit, SnakeBeta
+from services.model.codec.vocoder import SnakeBeta
 
 CALLS = 20
 SAMPLES_PER_FRAME = 1920
@@ -38,8 +36,6 @@ CONV_TILES = (triton_conv.ConvTile(128, 128, 32, 8, 3), triton_conv.ConvTile(128
               triton_conv.ConvTile(256, 128, 32, 8, 3), triton_conv.ConvTile(128, 128, 32, 4, 4))
 """The Triton convolution's launch shapes timed (rows, channels, reduction step, warps, stages)."""
 SNAKE_SHAPES = ((1536, 4), (768, 32), (384, 160), (192, 640), (96, 1920))
-UNIT_SHAPES = ((768, 32), (384, 160), (192, 640), (96, 1920))
-"""(channels, samples per frame) of the residual units of the 0.6B codec's four blocks."""
 
 
 def _per_call_us(fn, device: torch.device) -> float:
@@ -104,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"conv {name:16s} {inputs:5d} -> {outputs:5d} k{taps} d{dilation} x {x.shape[-1]:6d}: cuDNN "
               f"{cudnn_us:8.1f} us, GEMM form {gemm_us:8.1f} us, NHWC {nhwc_us:8.1f} us, serving {chosen} "
               f"(errors {error:.2g}, {nhwc_error:.2g})", flush=True)
-    for channels, per_frame in UNIT_SHAPES:
-        results.append(_unit_tail(channels, per_frame * args.frames, args.streams, device, dtype))
     if args.out:
         args.out.write_text(json.dumps({"benchmark": "codec_ops", "streams": args.streams, "frames": args.frames,
                                         "results": results}, indent=2))
@@ -126,27 +120,6 @@ def _triton_conv_rows(conv: torch.nn.Conv1d, x: torch.Tensor, want: torch.Tensor
         rows.append({"tile": [tile.block_m, tile.block_n, tile.block_k, tile.num_warps, tile.num_stages],
                      "us": timer(call, x.device), "max_rel_error": error})
     return rows
-
-
-def _unit_tail(channels: int, samples: int, streams: int, device: torch.device, dtype: torch.dtype) -> dict:
-    """A residual unit's tail at one width, as served pass by pass against the one kernel, on channels-last inputs."""
-    generator = torch.Generator(device=device).manual_seed(channels)
-    h, x = (layout.channels_last(torch.randn((streams, channels, samples), device=device, dtype=dtype,
-                                             generator=generator)) for _ in range(2))
-    unit = ResidualUnit(channels, 1).to(device, dtype)
-    with torch.inference_mode():
-        for snake in (unit.act1, unit.act2):
-            snake.alpha.normal_(0, 0.3, generator=generator)
-            snake.beta.normal_(0, 0.3, generator=generator)
-        want = unit.tail_in_passes(h, x).float()
-        error = float((unit.tail_in_one(h, x).float() - want).abs().max() / want.abs().max())
-        passes_us = _per_call_us(lambda: unit.tail_in_passes(h, x), device)
-        fused_us = _per_call_us(lambda: unit.tail_in_one(h, x), device)
-    moved = 3 * h.numel() * h.element_size()
-    print(f"unit tail {channels:5d} ch x {samples:6d}: passes {passes_us:8.1f} us, fused {fused_us:8.1f} us, "
-          f"{moved / 1e6:.0f} MB at least (error {error:.2g})", flush=True)
-    return {"op": "unit_tail", "channels": channels, "samples": samples, "passes_us": passes_us,
-            "fused_us": fused_us, "min_bytes": moved, "max_rel_error": error}
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Short markdown tables from the GPU reports (gpu_micro, gpu_engine / engine_step_bench, ucx_kv_handoff).
+"""Short markdown tables from the GPU reports (gpu_micro, engine_step_bench, ucx_kv_handoff).
 
     python -m loadtest.gpu.gpu_table micro_model.json micro_codec.json engine_06b.json ucx.json
 """

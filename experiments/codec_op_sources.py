@@ -3,8 +3,8 @@ voxmesh code that called it (the innermost `services/` frame of its stack), with
 time. A graphed pass replays the same launches, and a short pass is bound by their number (~1.5 ms for a 1-row pass on
 an H200, loadtest/RESULTS-GPU.md), so this names the lines whose launches to fold next.
 
-    python3 -m loadtest.gpu.codec_op_sources --out F [--rows 1] [--frames 2] [--preset 0.6b] [--commit C]
-    python3 -m loadtest.gpu.codec_op_sources --out F --device cpu --dtype float32 --preset tiny   # smoke: every op
+    python3 -m experiments.codec_op_sources --out F [--rows 1] [--frames 2] [--preset 0.6b] [--commit C]
+    python3 -m experiments.codec_op_sources --out F --device cpu --dtype float32 --preset tiny   # smoke: every op
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where a cloned voice's reference-audio work goes: one `VoiceCloner.make_prompt` call, timed and broken down.
 
-    python -m loadtest.gpu.voice_prompt_probe --out voice_prompt.json [--preset 0.6b] [--seconds 6] [--device cuda]
+    python -m experiments.voice_prompt_probe --out voice_prompt.json [--preset 0.6b] [--seconds 6] [--device cuda]
 
 Writes a random base checkpoint, loads it as decode does, and times `make_prompt` on synthetic reference audio of
 `--seconds` at 24 kHz, in-context (speaker encoder + codec encoder) and x-vector only (speaker encoder alone): the

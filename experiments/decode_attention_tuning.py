@@ -1,7 +1,7 @@
 """The talker's paged decode attention at the serving shapes, per launch choice: which `block_n` (cache entries a
 loop step reads) and `num_warps` the kernel should launch with (`triton_decode.decode_attention`).
 
-    python3 -m loadtest.gpu.decode_attention_tuning [--rows 64] [--context 64 128 256 512] [--out tuning.json]
+    python3 -m experiments.decode_attention_tuning [--rows 64] [--context 64 128 256 512] [--out tuning.json]
 
 Why: at batch 64 the talker graph's 28 `_decode_kernel` launches took 434 us of its 1.41 ms on an H200 (15.5 us a
 launch, `step_split_h200_2026-12-02_e3a7e0d.json`), where the bytes they read (64 sequences of ~130 cached tokens,

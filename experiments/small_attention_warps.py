@@ -1,7 +1,7 @@
 """The code predictor's fused attention at the serving shapes, per choice of warps a program: which one the
 kernel should launch with (`fused_small_attention.NUM_WARPS`).
 
-    python3 -m loadtest.gpu.small_attention_warps [--rows 64] [--out warps.json]
+    python3 -m experiments.small_attention_warps [--rows 64] [--out warps.json]
 
 Shapes are the 0.6B code predictor's (16 query heads, 8 kv heads, head_dim 128, a 16-entry cache); one frame's
 chain is a first step of two tokens then 14 of one, each step kind timed as the CUDA-event median of a graph of 100

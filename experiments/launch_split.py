@@ -8,8 +8,8 @@ while another thread runs Python. It builds a preset's engine with CUDA graphs, 
 alternates a decode-only step with a mixed one (the oldest request aborted and a new one added before it), timing
 `ModelRunner.launch` and its parts with the host clock; each step is synchronised so no launch waits on the device.
 
-    python3 -m loadtest.gpu.launch_split --out F [--preset 0.6b] [--steps 40]
-    python3 -m loadtest.gpu.launch_split --out F --preset tiny --dtype float32 --device cpu --steps 4   # rehearsal
+    python3 -m experiments.launch_split --out F [--preset 0.6b] [--steps 40]
+    python3 -m experiments.launch_split --out F --preset tiny --dtype float32 --device cpu --steps 4   # rehearsal
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ sampling graph (one per rows bucket and sampling mode) once, timed with CUDA eve
 pay: in the mesh, a step that stalls every stream in it. The talker's per-bucket times also say what a prompt's
 prefill chunk adds to a step (a decode step of 64 rows takes the 64-token bucket; with a 40-token chunk, the 128).
 
-    python3 -m loadtest.gpu.first_replay --out first_replay.json [--preset 0.6b] [--max-num-seqs 64] \
+    python3 -m experiments.first_replay --out first_replay.json [--preset 0.6b] [--max-num-seqs 64] \
         [--without-warm-replay]
 
 `--without-warm-replay` leaves out the replay `services.model.cuda_graph.capture` makes of every graph it captures

@@ -12,8 +12,8 @@ Checks before timing, recorded per batch: the decode kernel equals the reference
 the model dtype, and on CUDA the fast step and the graph step run under `torch.cuda.set_sync_debug_mode
 ("error")` (the reference is probed too: it must fail, which shows the probe works).
 
-    python -m loadtest.gpu.gpu_decode_path --out decode_path.json [--device cuda] [--batch-sizes 1 8 32 64]
-    python -m loadtest.gpu.gpu_decode_path --out /tmp/x.json --device cpu --tiny    (the CPU smoke run)
+    python -m experiments.gpu_decode_path --out decode_path.json [--device cuda] [--batch-sizes 1 8 32 64]
+    python -m experiments.gpu_decode_path --out /tmp/x.json --device cpu --tiny    (the CPU smoke run)
 """
 
 from __future__ import annotations

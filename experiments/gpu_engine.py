@@ -4,7 +4,7 @@ built in memory (random bf16 weights, `gpu_models`), so no checkpoint has to be 
 The measuring is `loadtest.gpu.engine_step_bench.bench_batch` unchanged (steps/s, frames/s, host-time split);
 this module only supplies the model and the tokenizer and records where and what it ran.
 
-    python -m loadtest.gpu.gpu_engine --out engine.json --device cuda [--preset 0.6b] [--batch-sizes 1 8 32 64]
+    python -m experiments.gpu_engine --out engine.json --device cuda [--preset 0.6b] [--batch-sizes 1 8 32 64]
 """
 
 from __future__ import annotations

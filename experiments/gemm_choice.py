@@ -7,7 +7,7 @@ At 64 rows a step's GEMMs read far more weight bytes than they compute with, so 
 streams the weight; the library's choice of kernel for a small M decides that (loadtest/RESULTS-GPU.md: the q/k/v GEMM
 at 64 rows ran at ~1.3 TB/s of the card's ~4.2).
 
-    python3 -m loadtest.gpu.gemm_choice --out gemm.json [--preset 0.6b] [--rows 1 64 128 256] [--commit C]
+    python3 -m experiments.gemm_choice --out gemm.json [--preset 0.6b] [--rows 1 64 128 256] [--commit C]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ calls is one projection as a serving graph sees it. cuBLAS (`F.linear`) first, t
 sweep at the most rows (the best five at fewer), each checked against
 cuBLAS's output. The weight-read floor is the weight's bytes at the card's copy rate.
 
-    python3 -m loadtest.gpu.skinny_linear_sweep --out sweep.json [--rows 64 16 1] [--commit C]
+    python3 -m experiments.skinny_linear_sweep --out sweep.json [--rows 64 16 1] [--commit C]
 """
 
 from __future__ import annotations
