@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
 # Two commits' whole meshes side by side in one lease (issue 19): the same closed-loop level under `voxmesh bench`,
 # each round a fresh mesh from each tree, in alternating order (A B, B A, A B ...): drift in the machine, and which of
-# a lease's meshes runs faster (the first on some machines, later ones on others: loadtest/RESULTS-GPU.md,
-# 2026-12-03 sixth session), fall on both alike; and
+# a lease's meshes runs faster (the first on some machines, later ones on others), fall on both alike; and
 # a py-spy profile of every service in each of the last round's runs. The trees are `git archive` copies (without
 # loadtest/results, to keep the carry small); through the `device` tool from the repository root, with `.whl/`
 # (bash loadtest/gpu/fetch_wheels.sh), `.devrun/prompts_en.tsv` and both trees carried:
 #   bash loadtest/gpu/commit_ab.sh .devtree_a .devtree_b [rounds] [level]
 # A side may be a tree with settings, each run with them in its environment: `.devtree_a+VOXMESH_GATED_GEMM=1`
 # against `.devtree_a` puts one switch side by side (settings joined by `+`; the run's label gets them appended).
-# A tree before d1b661f compiles a Triton kernel in its first steps when the machine's Triton cache lacks it (the
-# first mesh of a lease), 100-430 ms a stall at the level's start (loadtest/RESULTS-GPU.md, 2026-12-03 fifth
-# session): with such a tree, run two rounds and compare the second, or put it second.
+# A tree that compiles a Triton kernel in its first steps when the machine's Triton cache lacks it (the first mesh
+# of a lease) stalls at the level's start: with such a tree, run two rounds and compare the second, or put it second.
 # A tree's commit is read from its VOXMESH_COMMIT file. MESH_ARGS: more gpu_mesh_run.sh flags (a CPU rehearsal:
 # MESH_ARGS="--preset tiny --device cpu --dtype float32" ... 1 2). Writes $OUT/<label>_r<round>/ (table.md, bench_docs.tgz,
 # logs.tgz) and prints each run's table rows.
@@ -28,7 +26,7 @@ fi
 export PYTHONUNBUFFERED=1
 prompts=$PWD/.devrun/prompts_en.tsv
 runs=$((2 * ROUNDS))
-MIN_RUN_S=${MIN_RUN_S:-110}  # a mesh's start (50-70 s on the H200), one closed level and 30 s to stop and pack
+MIN_RUN_S=${MIN_RUN_S:-110}  # a mesh's start (about a minute), one closed level and 30 s to stop and pack
 if [ $(((BUDGET_S - SECONDS) / runs)) -lt "$MIN_RUN_S" ]; then  # runs cut short by their deadline give no row
   echo "BUDGET_S=$BUDGET_S leaves $(((BUDGET_S - SECONDS) / runs)) s a run for $runs runs; a run needs $MIN_RUN_S: fewer rounds"
   exit 2

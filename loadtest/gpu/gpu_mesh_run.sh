@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole mesh on one machine, driven by `voxmesh bench`, in one command (issue 8, item 1). On the GPU machine
 # (the `device` tool's `run`), from a clean `git archive HEAD` in `.gpumesh_tree/`, with `.whl_mesh/` (the 13
-# wheels the image lacks: loadtest/RESULTS-GPU.md lists them), `.gpumesh_data/prompts_en.tsv` and the tree carried:
+# wheels the image lacks: loadtest/gpu/fetch_wheels.sh lists them), `.gpumesh_data/prompts_en.tsv` and the tree carried:
 #   cd .gpumesh_tree && VOXMESH_COMMIT=<commit> bash loadtest/gpu/gpu_mesh_run.sh \
 #       --wheels ../.whl_mesh --prompts ../.gpumesh_data/prompts_en.tsv
 # Rehearsal on a CPU machine (same steps, tiny checkpoint; wheels not needed where the venv has them):

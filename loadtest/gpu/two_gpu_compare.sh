@@ -12,7 +12,8 @@
 # A topology takes ~3 minutes: split the list over calls of 10 minutes. CPU rehearsal (tiny model, short levels;
 # `--gpus` only sets CUDA_VISIBLE_DEVICES there):
 #   PRESET=tiny DEVICE=cpu DTYPE=float32 CLOSED="1 4" RATES=2 OPEN_S=5 bash loadtest/gpu/two_gpu_compare.sh replicas
-# Tables under $OUT/<topology>/table.md; copy the figures into loadtest/RESULTS-GPU.md with the card and the date.
+# Tables under $OUT/<topology>/table.md; record the figures in a loadtest/results/history-gpu-<date>.md section with
+# the card, the commit and the command.
 set -u
 TOPOLOGIES=${*:-replicas 1p1d split mtp single}
 ROOT=${OUT:-$PWD/.devrun/two_gpu}

@@ -40,8 +40,8 @@ async def read_record(kv: KeyValue, key: str, kind: type[R]) -> Versioned[R] | N
 ONE_READ_CONSUMER_IDLE_S = 2.0
 """How long the server keeps a `current_records` read's consumer once the read has stopped listening. nats-py's
 default is 5 minutes, and the server holds at most 1,000 consumers a stream: control loops and readiness probes that
-read every second (`voxmesh up` polls the gateway's /ready 4 times a second while the codec warms up) filled the
-bucket's stream within 90 s on the H200, and every later read failed with `maximum consumers limit reached`."""
+read every second (`voxmesh up` polls the gateway's /ready 4 times a second while the codec warms up) would fill the
+bucket's stream within minutes, and every later read would fail with `maximum consumers limit reached`."""
 
 
 async def current_records(kv: KeyValue, pattern: str, kind: type[R], *, timeout_s: float = 5.0) -> list[R]:

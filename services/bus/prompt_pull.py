@@ -3,8 +3,8 @@
 Why not nats-py's `PullSubscription.fetch(n)`: for n > 1, once its first probe finds nothing, it sends a lingering
 request for n messages and, after the first one arrives, waits for the other n - 1 until its timeout (the server
 closes a lingering request only when it is complete or expired). A lone message then waits up to the whole fetch
-timeout. On the H200 mesh at one request at a time, that held requests on their way into decode and codes on their
-way into the vocoder for up to 0.75 s of a 0.25-s request, on the 1-s grid of the fetch timeouts.
+timeout: at one request at a time, requests on their way into decode and codes on their way into the vocoder would
+wait on the grid of the fetch timeouts, longer than the request's own work.
 
 Here one pull is two requests on the consumer's next-message subject, both answered into this pull's own inbox:
 - a lingering request for one message, answered the moment one is stored (or with a 408 status when it expires);

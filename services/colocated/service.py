@@ -1,8 +1,8 @@
 """voxmesh colocated: the decode service and the vocoder service in one process, each with its own lifecycle.
 
 Two processes on one GPU mean two CUDA contexts, and the card time-slices between contexts: the vocoder's codec
-graphs then wait for decode's steps and the other way round (on the H200 the separate vocoder spent two thirds of
-its time waiting on its own graphs). Here both services share one context; the codec runs on its own CUDA stream,
+graphs then wait for decode's steps and the other way round. Here both services share one context; the codec runs
+on its own CUDA stream,
 so codec and talker work can overlap. The bus contract is unchanged: decode publishes codes to CODES, the vocoder
 half consumes its partitions, every request still ends with exactly one terminal event.
 

@@ -7,7 +7,7 @@ chunks): chunk 0 holds `initial_chunk_frames` frames, chunk 1 as many again, and
 Why a ramp: the player starts at the first chunk, so the next chunk must be made before the audio already sent runs
 out. After a first chunk of 2 frames (160 ms), a second chunk of 8 frames would need a step under 20 ms to arrive
 in time; a second chunk of 2 needs only real time (80 ms a step), and doubling from there keeps the buffer ahead
-whenever the stream runs at about twice real time or better (measured on the CPU mesh: loadtest/RESULTS.md).
+whenever the stream runs at about twice real time or better.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ every request publishes under its own lock. With `--steps-queued 2` (the default
 the engine thread's queue when a step returns, so that thread goes from one step to the next without waiting for the
 event loop to hand it the call; a step's outputs are still published in order, all of them, also when the loop stops.
 The publishing itself waits out the engine thread's launch of the next step (`LaunchTurns`), so the two do not
-share the interpreter lock while the step's critical path runs on the host (loadtest/RESULTS-GPU.md, 2026-12-04).
+share the interpreter lock while the step's critical path runs on the host.
 
 A model run that raises is isolated by the engine (only the request that makes it raise ends, `step_failed` ->
 `model_error`); should `step()` itself raise, the requests it was running fail (`model_error`) and the loop serves

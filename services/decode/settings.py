@@ -34,7 +34,7 @@ class DecodeSettings(CommonSettings):
     steps_queued: int = setting(
         2, "engine step calls kept in the engine thread's queue: 2 lets it start the next step the moment one "
            "returns, without waiting for the event loop (aborts wait one step longer; 1: the loop hands over each "
-           "step, which left the engine thread idle between steps at 64 streams on an H200)")
+           "step, and the engine thread idles between steps while the loop is busy)")
     cuda_graphs: bool = setting(True, "on CUDA, replay decode-only steps as CUDA graphs (one per batch bucket)")
     max_migrations: int = setting(
         1, "times a request may be taken over from a dead decode replica and continued from its frames in CODES; "

@@ -1,16 +1,14 @@
 """Where a cloned voice's reference-audio work runs: a thread beside the step loop, or a process of its own.
 
 On a GPU the work is a few milliseconds of device time behind hundreds of small eager launches (the mel, the
-speaker encoder's CNN, the codec encoder's convolutions and transformer): ~29 ms of Python a 6-s reference in
-context on an H200 (`loadtest/gpu/voice_prompt_probe.py`). On a thread of the decode process that Python holds the
-interpreter lock the step thread and the event loop need: at 20 new voices a second decode's frames stalled
-(loadtest/RESULTS-GPU.md). So on CUDA it runs in child processes (spawned: CUDA cannot be forked), `voice_workers`
-of them, each loading only the speaker and codec encoders (`VoiceCloner.from_directory`) and answering one prompt at
-a time; its prompts, a few kB of CPU tensors, come back pickled. One child kept up with 20 new references a second
-only with a queue (prompt p50 98 ms, p95 360 ms on an H200 for ~29 ms of work each): more children serve more
-references at once, each with its own interpreter and launch queue (two: p50 54-58 ms, p95 107-111 ms at 20
-distinct references a second, against 305 / 856 ms for one in the same run; the default is two). On the CPU the
-work is torch compute that releases the lock, and a thread serves as well without a second copy of the encoders.
+speaker encoder's CNN, the codec encoder's convolutions and transformer), so tens of milliseconds of Python a
+reference. On a thread of the decode process that Python holds the interpreter lock the step thread and the event
+loop need, and many new voices a second stall decode's frames. So on CUDA it runs in child processes (spawned: CUDA
+cannot be forked), `voice_workers` of them, each loading only the speaker and codec encoders
+(`VoiceCloner.from_directory`) and answering one prompt at a time; its prompts, a few kB of CPU tensors, come back
+pickled. More children serve more references at once, each with its own interpreter and launch queue, so a burst of
+new references queues less (the default is two). On the CPU the work is torch compute that releases the lock, and a
+thread serves as well without a second copy of the encoders.
 
 A child that dies (killed, out of memory) fails the prompts in flight with `VoiceWorkLost` and is started again for
 the next one.

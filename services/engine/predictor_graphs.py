@@ -1,7 +1,7 @@
 """CUDA graphs of a frame's sampling: codebook 0's logits and draw, then the code predictor's 15 steps and draws.
 
-Eager, this part of an engine step issues ~4,500-5,700 kernels and costs 73-137 ms on an H200 against
-11.5-15.6 ms replayed as a graph (loadtest/RESULTS-GPU.md). `model_ops.sample_frames` has no host
+Eager, this part of an engine step issues thousands of kernels and is bound by their launches; replayed as a graph
+it costs the device's time alone. `model_ops.sample_frames` has no host
 synchronisation: every shape it picks comes from tensor shapes or from `RowSampling`'s host-side summaries
 (`max_top_k`, `uses_top_p`, `is_all_greedy`). The sampler replaces each summary by a bound that holds for
 any request of its kind (greedy decided per row; each side's mode: `FUSED` where no row uses top-p and the fused

@@ -105,9 +105,9 @@ class ModelRunner:
     def _compile_slot_sampling(self) -> None:
         """Run the graphed sampling's eager part (`PaddedFrameSampler.run_from_slots`) once for each class of row
         count its Triton kernel (`fused_row_keys`) is compiled for: one row, a multiple of 16 and any other count.
-        Triton compiles a kernel at its first launch with each: in the mesh on an H200 whose Triton cache was empty,
-        the first step with one row, the first with a few and the first with 16k each waited 100-430 ms for it, on
-        the host, with every stream in the step (loadtest/RESULTS-GPU.md, 2026-12-03)."""
+        Triton compiles a kernel at its first launch with each: on a machine whose Triton cache is empty, the first
+        step with one row, the first with a few and the first with 16k would each wait for a compile, on the host,
+        with every stream in the step."""
         talker, device = self.model.config.talker, self.model.device
         defaults = SamplingParams()
         modes = (params_mode([defaults], talker.vocab_size, device),

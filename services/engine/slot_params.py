@@ -3,7 +3,7 @@
 A request's parameters (temperatures, top-k, top-p, repetition penalty, seed, minimum frames) never change while it
 runs, so they are written once, when the request takes its slot, and every graphed step gathers its rows' values
 on the device by slot (`PaddedFrameSampler.run_from_slots`) instead of building and uploading them from the host
-each step: at a batch of 64 that host work was a tenth of the engine thread's time on an H200 (py-spy, 2026-12-03).
+each step: at a large batch that host work is a sizeable share of the engine thread's time.
 The columns are the frame sampler's own (`predictor_graphs`), so a step copies them as they are.
 """
 
@@ -45,8 +45,8 @@ class SlotParams:
         already seated costs a comparison per row.
 
         One upload, not one per field: each torch call on the engine thread hands the interpreter lock over and
-        must win it back from decode's event loop, and a step that seats a request (a mixed one) spent most of its
-        extra launch time here (`loadtest/gpu/launch_split.py`, 2026-12-03)."""
+        must win it back from decode's event loop, so a step that seats a request (a mixed one) would otherwise
+        spend most of its extra launch time here."""
         fresh = [(slot, seq) for slot, seq in zip(slots, seqs) if self._holder[slot] != seq.request_id]
         if not fresh:
             return

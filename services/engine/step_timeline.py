@@ -13,7 +13,7 @@ codes are on the host both have completed, and the events give, at no cost to th
 Split by kind (steps that sample only decode rows, and mixed ones that also carry a prompt's prefill chunk), with the
 host's time to build and launch a step beside them (every step's, and the mixed ones' alone: `launch_mixed`), these
 say whether a mesh's step rate is bound by the card, by the card's other tenant, or by the host (decode's STATS
-`step_seconds`; loadtest/RESULTS-GPU.md reads them).
+`step_seconds`; loadtest/gpu/gpu_mesh_table.py prints them).
 """
 
 from __future__ import annotations

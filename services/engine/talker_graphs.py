@@ -1,6 +1,6 @@
 """CUDA graphs of the talker's step, at bucketed token counts: decode rows and prefill chunks in one replay.
 
-An eager talker step issues ~2,000 kernels and is bound by their launches (loadtest/RESULTS-GPU.md). In the
+An eager talker step issues thousands of kernels and is bound by their launches. In the
 per-token form of attention (`AttentionBatch.token_rows`) every size is a tensor shape: token t attends to the
 first `token_limits[t]` cache entries of block-table row `token_rows[t]`, with no host synchronisation. So a
 step of any mix (decode rows, prefill chunks, replays) is captured once per token bucket and replayed; a

@@ -1,8 +1,8 @@
 """An mtp replica's steps as CUDA graphs: codebooks 1..15 over static, padded inputs, one replay a step.
 
-Eager, one step of the code predictor is some thousand launches from Python (15 codebooks x 5 layers, the draws):
-on an H200 the `mtp` topology served 49 audio-s/s at 64 streams against 261 for `single`, its replica the busy
-process (loadtest/RESULTS-GPU.md). Decode replays the same work as a graph (`services/engine/predictor_graphs.py`);
+Eager, one step of the code predictor is some thousand launches from Python (15 codebooks x 5 layers, the draws),
+so an eager replica is bound by their launches, not by the device. Decode replays the same work as a graph
+(`services/engine/predictor_graphs.py`);
 here it is the predictor's part alone, graphed the same way:
 
 - rows pad up to a bucket (powers of two up to `max_rows`, the buckets decode's graphs use, so a step of B rows runs

@@ -38,8 +38,8 @@ class CommonSettings:
     switch_interval_ms: float = setting(
         0.5, "the interpreter's thread switch interval (sys.setswitchinterval; Python's default is 5): how long a "
              "thread that wants the interpreter lock waits for one running Python before it is handed over; decode's "
-             "engine thread and the vocoder's codec thread wait that long for the event loop (0.5 with two steps "
-             "queued served more than 5 with one at 64 streams on an H200)", env="VOXMESH_SWITCH_INTERVAL_MS")
+             "engine thread and the vocoder's codec thread wait that long for the event loop, so a short interval "
+             "keeps their launches from waiting on it", env="VOXMESH_SWITCH_INTERVAL_MS")
     log_level: str = setting("INFO", "logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     health_dir: str | None = setting(None, "directory where each service of this process records its micro service "
                                      "id while it serves; `voxmesh health` asks exactly those (the image sets "

@@ -3,10 +3,10 @@
 A service's start-up leaves hundreds of thousands of objects that live as long as the process (torch's modules, the
 model's parameters and buffers, the captured graphs' bookkeeping, the settings and the bus clients). Python's cyclic
 collector walks every object it tracks in its oldest generation at each full collection, so with these in it a full
-collection under load stalls the thread that triggers it, and every thread waiting for the interpreter lock (with
-only the services' modules imported, ~240,000 objects: ~90 ms on a 2-core CI machine; frozen, ~0.01 ms). On decode's
-engine thread that is a step every stream waits for. `gc.freeze()` moves every object tracked now into a generation
-the collector never walks; what is allocated later is collected as before.
+collection under load stalls the thread that triggers it, and every thread waiting for the interpreter lock, for
+as long as the walk takes (the services' modules alone are a few hundred thousand objects; frozen, the walk is
+nearly free). On decode's engine thread that is a step every stream waits for. `gc.freeze()` moves every object
+tracked now into a generation the collector never walks; what is allocated later is collected as before.
 
 Only the service processes do it (`services.runtime.process` turns it on): a test that runs services in its own
 process keeps its collector as it was.

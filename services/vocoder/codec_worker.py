@@ -45,8 +45,8 @@ DEFAULT_PRIMED_VOICES = 32
 """Primed reference states a vocoder keeps (a few MB of device memory each for the released codec)."""
 
 DEFAULT_MAX_HOLD_S = 0.010
-"""The longest a chunk with audio in hand waits for others to share its codec call: about one decode step at 64
-streams on the H200, so that the chunks two steps finish go in one pass."""
+"""The longest a chunk with audio in hand waits for others to share its codec call: about one decode step at a full
+batch, so that the chunks two steps finish go in one pass."""
 
 HOLD_MARGIN_S = 0.100
 """Audio a chunk's listener must still have in hand for the chunk to wait at all: its own call, the relay and the
@@ -257,7 +257,7 @@ class CodecWorker:
     async def _wait_for_company(self, jobs: list[_Job]) -> None:
         """While every job taken may still wait and the call is not full, take the jobs that come meanwhile.
 
-        A pass costs ~1.5 ms on the H200 whatever it holds, then a little per row: a free codec thread that runs
+        A pass has a fixed cost in launches whatever it holds, then a little per row: a free codec thread that runs
         each chunk as it comes runs many small passes (and each is a switch of the card to this process), where
         chunks that still have audio in hand can wait a few milliseconds and go in one. A job that may not wait (a
         first chunk) ends the wait as soon as it is taken, and goes with everything taken so far."""
