@@ -67,6 +67,22 @@ def test_an_import_from_a_higher_layer_breaks_the_contracts(tmp_path):
     assert "services.model.errors -> services.engine.config" in done.stdout
 
 
+def test_an_import_of_experiments_breaks_the_contracts(tmp_path):
+    """The same contracts over a copy of the tree in which the device harness imports a module of experiments/."""
+    for package in SOURCE_PACKAGES:
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "*.json"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "experiments" / "planted.py").write_text("PLANTED = 1\n")
+    common = tmp_path / "loadtest" / "gpu" / "gpu_common.py"
+    common.write_text(common.read_text() + "\nfrom experiments import planted as _planted  # noqa\n")
+
+    done = lint_imports(tmp_path)
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "neither the product nor its tests import experiments/" in done.stdout and "BROKEN" in done.stdout
+    assert "loadtest.gpu.gpu_common -> experiments.planted" in done.stdout
+
+
 def test_no_two_modules_share_a_name():
     by_name: dict[str, list[str]] = defaultdict(list)
     for path in _python_files("services", "messages"):
