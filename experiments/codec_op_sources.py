@@ -1,7 +1,7 @@
 """Where a codec pass's launches come from: every torch op of one eager slot-decoder pass, grouped by the line of
 voxmesh code that called it (the innermost `services/` frame of its stack), with its count and its kernels' device
 time. A graphed pass replays the same launches, and a short pass is bound by their number (~1.5 ms for a 1-row pass on
-an H200, loadtest/RESULTS-GPU.md), so this names the lines whose launches to fold next.
+an H200, loadtest/results/history-gpu-*.md), so this names the lines whose launches to fold next.
 
     python3 -m experiments.codec_op_sources --out F [--rows 1] [--frames 2] [--preset 0.6b] [--commit C]
     python3 -m experiments.codec_op_sources --out F --device cpu --dtype float32 --preset tiny   # smoke: every op

@@ -4,7 +4,7 @@ cuBLASLt (`torch.backends.cuda.preferred_blas_library`) and TunableOp (each shap
 first), against the floor of reading the weight once at the card's copy bandwidth.
 
 At 64 rows a step's GEMMs read far more weight bytes than they compute with, so each is bound by how fast its kernel
-streams the weight; the library's choice of kernel for a small M decides that (loadtest/RESULTS-GPU.md: the q/k/v GEMM
+streams the weight; the library's choice of kernel for a small M decides that (loadtest/results/history-gpu-*.md: the q/k/v GEMM
 at 64 rows ran at ~1.3 TB/s of the card's ~4.2).
 
     python3 -m experiments.gemm_choice --out gemm.json [--preset 0.6b] [--rows 1 64 128 256] [--commit C]
