@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from services.decode.launch_turns import LaunchTurns
-from services.engine.launch_phase import LaunchPhase
+from services.engine.launch_listener import LaunchListener
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import load_tiny, make_request, new_engine
 
@@ -97,7 +97,7 @@ def test_ends_after_the_loop_closed_is_harmless():
     turns.ends()  # a step finishing during shutdown must not raise on the engine thread
 
 
-class _Recording(LaunchPhase):
+class _Recording(LaunchListener):
     def __init__(self, engine) -> None:
         self.engine, self.calls = engine, []
 

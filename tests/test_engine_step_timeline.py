@@ -85,15 +85,15 @@ def test_the_step_timings_render_as_a_histogram_by_part():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA events need a GPU")
 def test_real_events_time_work_on_the_device():
-    from services.engine.launched_step import LaunchedStep
+    from services.engine.in_flight_step import InFlightStep
 
     timeline, times = _timeline()
     device = torch.device("cuda")
     for _ in range(2):
-        begun = LaunchedStep.begin_on_device(device)
+        begun = InFlightStep.begin_on_device(device)
         a = torch.randn(2048, 2048, device=device)
         codes = torch.zeros((1, 16), dtype=torch.int64, device=device) + (a @ a).sum().long()
-        step = LaunchedStep.start(["r"], codes, 0, begun=begun)
+        step = InFlightStep.start(["r"], codes, 0, begun=begun)
         step.result()
         timeline.applied(step.begun, step.arrived, mixed=False)
     snapshot = snapshots(times.timings)

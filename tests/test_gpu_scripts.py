@@ -151,7 +151,7 @@ def test_launch_split_times_both_kinds_of_step_and_puts_everything_back(tmp_path
     from loadtest.gpu import launch_split
     from services.engine import runner
 
-    build, start = runner.build_attention_batch, runner.LaunchedStep.__dict__["start"]
+    build, start = runner.build_attention_batch, runner.InFlightStep.__dict__["start"]
     interval = sys.getswitchinterval()
     out = tmp_path / "launch.json"
     rc = launch_split.main(["--out", str(out), "--preset", "tiny", "--dtype", "float32", "--device", "cpu",
@@ -164,7 +164,7 @@ def test_launch_split_times_both_kinds_of_step_and_puts_everything_back(tmp_path
     alone = report["results"][0]
     # A mixed step seats a new request (its penalty row, its parameters): more aten calls than a decode-only one.
     assert alone["mixed"]["aten_ops"] > alone["decode"]["aten_ops"] > 0
-    assert runner.build_attention_batch is build and runner.LaunchedStep.__dict__["start"] is start
+    assert runner.build_attention_batch is build and runner.InFlightStep.__dict__["start"] is start
     assert sys.getswitchinterval() == interval
 
 

@@ -39,7 +39,7 @@ from services.model.sampling import SamplingParams
 SEATED = 63
 """Requests decoding in every step; a mixed step adds one prefill."""
 
-PARTS = ("build_attention_batch", "slots_of", "hold", "_input_rows", "_talker", "_sample", "LaunchedStep.start")
+PARTS = ("build_attention_batch", "slots_of", "hold", "_input_rows", "_talker", "_sample", "InFlightStep.start")
 """The parts of `ModelRunner.launch` timed apart."""
 
 
@@ -67,15 +67,15 @@ CLOCK = PartClock()
 def _module_parts_timed():
     """The module-level parts wrapped for every engine the probe builds, and put back after (the probe may run
     inside another program, a test)."""
-    build, start = runner_module.build_attention_batch, runner_module.LaunchedStep.__dict__["start"]
+    build, start = runner_module.build_attention_batch, runner_module.InFlightStep.__dict__["start"]
     runner_module.build_attention_batch = CLOCK.wrap("build_attention_batch", build)
     # Bound to the class here, so the wrapper stays a plain call.
-    runner_module.LaunchedStep.start = CLOCK.wrap("LaunchedStep.start", runner_module.LaunchedStep.start)
+    runner_module.InFlightStep.start = CLOCK.wrap("InFlightStep.start", runner_module.InFlightStep.start)
     try:
         yield
     finally:
         runner_module.build_attention_batch = build
-        runner_module.LaunchedStep.start = start
+        runner_module.InFlightStep.start = start
 
 
 def _instrument(engine: Engine) -> None:

@@ -3,7 +3,7 @@
 Decode's event loop publishes a step's codes while the engine thread launches the next step. Both run Python under
 one interpreter lock, and the launch's every torch call lets the loop take the lock for up to a switch interval, so
 a 1.5 ms launch took 4 ms in the mesh at 64 streams, and a step with a prompt in it 5.4 ms: time on the step's
-critical path (loadtest/RESULTS-GPU.md, 2026-12-03 sixth session). `LaunchTurns` is the engine's `LaunchPhase`
+critical path (loadtest/RESULTS-GPU.md, 2026-12-03 sixth session). `LaunchTurns` is the engine's `LaunchListener`
 here: the loop's heavy work (a step's publishing, an arriving request's intake) awaits `launched()` first, which
 returns at once unless a launch is under way, and otherwise when that launch ends (never later: the engine reports
 only launches that queue work on the device, and the device's run of the step follows, which holds no lock, so that
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 
-from services.engine.launch_phase import LaunchPhase
+from services.engine.launch_listener import LaunchListener
 
 
-class LaunchTurns(LaunchPhase):
+class LaunchTurns(LaunchListener):
     """`launched()` for the event loop; `begins` / `ends` for the engine thread (`Engine.launch_phase`)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:

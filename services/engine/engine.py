@@ -21,8 +21,8 @@ from services.engine.config import EngineConfig, StageConfig, StageKind
 from services.engine.engine_stats import EngineStats
 from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.errors import ConfigError, EngineError, RemoteStageFailed
-from services.engine.launch_phase import LaunchPhase
-from services.engine.launched_step import LaunchedStep
+from services.engine.launch_listener import LaunchListener
+from services.engine.in_flight_step import InFlightStep
 from services.engine.outputs import SchedulerOutput, StepOutput
 from services.engine.request_inbox import RequestInbox
 from services.engine.runner import ModelRunner
@@ -95,14 +95,14 @@ class Engine:
         """Admitted requests on their way to the scheduler (filled from any thread, emptied by the step thread)."""
         self.timeline = StepTimeline()
         """Each step's device, idle and launch times (read by the service's STATS)."""
-        self.launch_phase = LaunchPhase()
+        self.launch_phase = LaunchListener()
         """Told when a step's launch begins and ends, where it only queues the step (`_launch_phase`); decode's event
         loop holds its publishing meanwhile."""
         self._prompt_stream = torch.cuda.Stream(model.device) if model.device.type == "cuda" else None
         """Prompts are built on a side stream (CUDA), so admission does not wait behind the queued steps."""
         self._overlap = config.overlap_steps if config.overlap_steps is not None else model.device.type == "cuda"
         """Whether `step()` prepares the next step while the device runs this one (CUDA by default)."""
-        self._in_flight: tuple[SchedulerOutput, LaunchedStep] | None = None
+        self._in_flight: tuple[SchedulerOutput, InFlightStep] | None = None
         """The launched step whose codes are not applied yet."""
         self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay,
                                   TalkerGraphSpec.for_engine(config, model.device), config.max_num_seqs)
@@ -237,7 +237,7 @@ class Engine:
         output = self._apply(previous, output)
         return output if self._overlap else self._collect(output)
 
-    def _launch_phase(self) -> LaunchPhase:
+    def _launch_phase(self) -> LaunchListener:
         """`launch_phase` where a launch only queues the step (overlapped steps on the device, codebooks 1..15 drawn
         here), so the device's run of it leaves the other threads a turn; else one that tells no one: a launch that
         runs the model itself (the CPU) or waits for remote predictors would keep them waiting a whole step."""
@@ -245,7 +245,7 @@ class Engine:
             return self.launch_phase
         return _UNTOLD
 
-    def _schedule_and_launch(self) -> tuple[SchedulerOutput, LaunchedStep | None, Exception | None]:
+    def _schedule_and_launch(self) -> tuple[SchedulerOutput, InFlightStep | None, Exception | None]:
         """The host's part of a step: admitted requests joined, the batch scheduled and queued on the device. Returns
         the schedule and the launched step (None when nothing was scheduled), or the error the launch raised."""
         self.inbox.hand_over(self.scheduler)
@@ -268,7 +268,7 @@ class Engine:
         self.timeline.restart()  # nothing queued now: the stream's next wait is for work, not for the host
         return output
 
-    def _apply(self, launched: tuple[SchedulerOutput, LaunchedStep] | None, output: StepOutput) -> StepOutput:
+    def _apply(self, launched: tuple[SchedulerOutput, InFlightStep] | None, output: StepOutput) -> StepOutput:
         """Wait for a launched step's codes and apply them (frames, ends) on top of `output`."""
         if launched is None:
             return output
@@ -377,7 +377,7 @@ class Engine:
         return [seq.request_id for seq in self.scheduler.running]
 
 
-_UNTOLD = LaunchPhase()
+_UNTOLD = LaunchListener()
 """The phase of launches that are not reported (`Engine._launch_phase`)."""
 
 

@@ -11,7 +11,7 @@ waits for the device instead.
 from __future__ import annotations
 
 
-class LaunchPhase:
+class LaunchListener:
     """Told when the engine thread begins and ends a step's launch; this one tells no one (an engine alone)."""
 
     def begins(self) -> None:

@@ -9,7 +9,7 @@ of its token bucket (`PaddedTalkerStep`), and the frames are sampled by `PaddedF
 bucket, reading each request's sampling parameters and penalty row on the device by its slot (`SlotParams`,
 `SeenTable`): a step uploads one [B, 2] table of (slot, frame index) for its rows. Otherwise both run eagerly.
 No value is read back from the device before the step's codes, which are its one host synchronisation, and
-`launch` returns before that: the codes are copied to the host asynchronously and read by `LaunchedStep.result`,
+`launch` returns before that: the codes are copied to the host asynchronously and read by `InFlightStep.result`,
 so the next step can be prepared while this one runs. A decoding row's input is built on the device from the codes
 its request drew last (`SeenTable.last_frames`), so it does not wait for them to reach the host either.
 """
@@ -24,7 +24,7 @@ import torch
 from services.engine import model_ops
 from services.engine.errors import RemoteStageFailed
 from services.engine.batch_builder import build_attention_batch, on_device, sampling_rows
-from services.engine.launched_step import LaunchedStep
+from services.engine.in_flight_step import InFlightStep
 from services.engine.outputs import ModelRunnerOutput, ScheduledSequence
 from services.engine.predictor_graphs import PaddedFrameSampler, params_mode
 from services.engine.seen_table import SeenTable
@@ -144,10 +144,10 @@ class ModelRunner:
         return self.launch(scheduled).result()
 
     @torch.inference_mode()
-    def launch(self, scheduled: list[ScheduledSequence]) -> LaunchedStep:
+    def launch(self, scheduled: list[ScheduledSequence]) -> InFlightStep:
         """`execute` without waiting: the step is queued on the device; its output is `result()` of the return."""
         device = self.model.device
-        begun = LaunchedStep.begin_on_device(device)  # the step's device time starts here (StepTimeline)
+        begun = InFlightStep.begin_on_device(device)  # the step's device time starts here (StepTimeline)
         batch = build_attention_batch(scheduled, self.block_size)  # on the host: no reads back from the device
         query_start = batch.query_start.tolist()
         rows = sampling_rows(scheduled)
@@ -164,13 +164,13 @@ class ModelRunner:
         staging = None if self.talker_step is None else self.talker_step.input_rows(batch)
         hidden = self._talker(self._input_rows(scheduled, query_start, seqs, index, staging), batch)
         if not rows:
-            return LaunchedStep.empty()
+            return InFlightStep.empty()
         if rows[-1] == len(rows) - 1 and query_start[-1] == len(rows):  # one token a row: the rows are the tokens
             last_hidden = hidden[: len(rows)]
         else:
             last_hidden = hidden.index_select(0, index[:, TOKEN])
         codes = self._sample(last_hidden, seqs, slots, index[:, SLOT : FRAME + 1])
-        return LaunchedStep.start([seq.request_id for seq in seqs], codes, self.eos_id,
+        return InFlightStep.start([seq.request_id for seq in seqs], codes, self.eos_id,
                                   last_hidden if self.capture_hidden else None, begun)
 
     def _write_handed_kv(self, scheduled: list[ScheduledSequence]) -> None:

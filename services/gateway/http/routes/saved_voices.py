@@ -19,7 +19,7 @@ from services.gateway.errors import AdmissionError, GatewayError
 from services.gateway.http.openapi import VOICE_BODY, error_responses
 from services.gateway.requests.body import validation_error
 from services.gateway.requests.voice_body import VoiceBody
-from services.gateway.runtime import Gateway
+from services.gateway.gateway import Gateway
 
 router = APIRouter()
 
