@@ -7,7 +7,7 @@ import torch
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.decode.step_times import StepTimes
+from services.decode.stats import StepSeconds
 from services.engine.step_timeline import StepTimeline
 from services.metrics import names
 from services.metrics.timings import snapshots
@@ -15,9 +15,9 @@ from services.metrics.from_stats import decode_families, stats_registry
 from tests.test_metrics_timings import _decode_stats
 
 
-def _timeline() -> tuple[StepTimeline, StepTimes]:
+def _timeline() -> tuple[StepTimeline, StepSeconds]:
     """A timeline reporting into decode's step times, as the decode service wires them."""
-    times = StepTimes()
+    times = StepSeconds()
     return StepTimeline(times.record), times
 
 

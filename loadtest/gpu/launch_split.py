@@ -33,6 +33,7 @@ from loadtest.gpu.gpu_models import build_in_memory
 from services.engine import runner as runner_module
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
+from services.engine.engine_request import EngineRequest
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
 
@@ -117,8 +118,9 @@ def run(model, tokenizer, steps: int, busy: bool, counter: list[int]) -> dict:
     def add() -> str:
         request_id = f"r{counter[0]}"
         counter[0] += 1
-        engine.add_request(request_id, PromptRequest(ids, speaker="ryan", language="english", non_streaming=False),
-                           seed=counter[0], params=SamplingParams(), max_new_frames=1000, ignore_eos=True)
+        engine.add_request(EngineRequest(
+            request_id, PromptRequest(ids, speaker="ryan", language="english", non_streaming=False), seed=counter[0],
+            params=SamplingParams(), max_new_frames=1000, ignore_eos=True))
         return request_id
 
     def synchronize() -> None:

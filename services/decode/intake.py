@@ -44,7 +44,9 @@ from services.model.voice.errors import ReferenceAudioError
 from services.decode.migration import Resume, has_ended, past_limit_error, read_resume
 from services.decode.worker import EngineWorker
 from services.decode.request_check import Admission, AdmissionError, admit
-from services.engine.engine import Engine, InvalidRequestError
+from services.engine.engine import Engine
+from services.engine.engine_request import EngineRequest
+from services.engine.errors import InvalidRequestError
 from services.engine.sequence import RequestOutcome
 from services.model.errors import ModelError
 
@@ -325,11 +327,11 @@ def _add_to_engine(engine: Engine, admission: Admission, frames: np.ndarray,
     KV that does not fit this prompt (another block size, another checkpoint) is dropped: the prompt is prefilled
     here instead."""
     def add(kv: torch.Tensor | None) -> RequestOutcome | None:
-        return engine.add_request(admission.request_id, admission.prompt, admission.request.seed, admission.params,
-                                  admission.max_new_frames, predictor_params=admission.predictor_params,
-                                  ignore_eos=admission.request.ignore_eos,
-                                  min_new_frames=admission.request.min_new_tokens,
-                                  frames=torch.from_numpy(frames) if len(frames) else None, prompt_kv=kv)
+        return engine.add_request(EngineRequest(
+            admission.request_id, admission.prompt, admission.request.seed, admission.params,
+            admission.max_new_frames, predictor_params=admission.predictor_params,
+            ignore_eos=admission.request.ignore_eos, min_new_frames=admission.request.min_new_tokens,
+            frames=torch.from_numpy(frames) if len(frames) else None, prompt_kv=kv))
 
     try:
         outcome = add(prompt_kv)

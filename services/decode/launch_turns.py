@@ -4,10 +4,10 @@ Decode's event loop publishes a step's codes while the engine thread launches th
 one interpreter lock, and the launch's every torch call lets the loop take the lock for up to a switch interval, so
 a 1.5 ms launch took 4 ms in the mesh at 64 streams, and a step with a prompt in it 5.4 ms: time on the step's
 critical path (loadtest/RESULTS-GPU.md, 2026-12-03 sixth session). `LaunchTurns` is the engine's `LaunchListener`
-here: the loop's heavy work (a step's publishing, an arriving request's intake) awaits `launched()` first, which
-returns at once unless a launch is under way, and otherwise when that launch ends (never later: the engine reports
-only launches that queue work on the device, and the device's run of the step follows, which holds no lock, so that
-is when the loop's work runs).
+here (given to the engine when it is built): the loop's heavy work (a step's publishing, an arriving request's
+intake) awaits `launched()` first, which returns at once unless a launch is under way, and otherwise when that launch
+ends (never later: the engine reports only launches that queue work on the device, and the device's run of the step
+follows, which holds no lock, so that is when the loop's work runs).
 
 The flag is written by the engine thread and read by the loop; the interpreter lock makes each read and write
 whole. A launch that begins just after the loop read "none" only costs the old contention once; a launch's end
@@ -22,7 +22,7 @@ from services.engine.launch_listener import LaunchListener
 
 
 class LaunchTurns(LaunchListener):
-    """`launched()` for the event loop; `begins` / `ends` for the engine thread (`Engine.launch_phase`)."""
+    """`launched()` for the event loop; `begins` / `ends` for the engine thread (the engine's launch listener)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

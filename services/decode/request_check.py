@@ -30,7 +30,7 @@ class AdmissionError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """A request ready for `Engine.add_request`, with the counts its usage reports."""
+    """A request ready for `Engine.add_request` (as an `EngineRequest`), with the counts its usage reports."""
 
     request: SynthesisRequest
     prompt: PromptRequest

@@ -63,9 +63,13 @@ class ModelRunner:
         replay: model_ops.ReplayBuilder = model_ops.replay_rows,
         graphs: TalkerGraphSpec | None = None,
         max_num_seqs: int | None = None,
+        remote_predictor: RemotePredictorLike | None = None,
     ) -> None:
         """`graphs`: pad and graph the talker step and frame sampling (None: every step eager).
-        `max_num_seqs`: rows of the repetition-penalty table (default: the graphs' largest step, else 64)."""
+        `max_num_seqs`: rows of the repetition-penalty table (default: the graphs' largest step, else 64).
+        `remote_predictor`: where codebooks 1..15 come from when not from this process (remote code-predictor
+        replicas, the `mtp` topology): the talker and codebook 0 stay here, frame sampling runs eagerly (a graph
+        cannot hold the round trip), and each step waits for the replicas' reply."""
         self.model = model
         self.block_size = block_size
         self.capture_hidden = capture_hidden
@@ -78,21 +82,13 @@ class ModelRunner:
         self.eos_id = model_ops.eos_id(model)
         self.talker_step = (None if graphs is None
                             else PaddedTalkerStep(model.talker, self.kv_pool, num_blocks, graphs))
-        self.remote_predictor: RemotePredictorLike | None = None
-        """Where codebooks 1..15 come from when not from this process (`use_remote_predictor`)."""
-        self.frame_sampler = (None if graphs is None
+        self.remote_predictor = remote_predictor
+        self.frame_sampler = (None if graphs is None or remote_predictor is not None
                               else PaddedFrameSampler(model, graphs.max_num_seqs, graphs.capture))
         rows = max_num_seqs or (graphs.max_num_seqs if graphs is not None else 64)
         self.seen = SeenTable(rows, model.config.talker.vocab_size, model.device)
         self.slot_params = SlotParams(rows, model.device)
         """The sampling parameters of each penalty row's request, read on the device by the graphed sampler."""
-
-    def use_remote_predictor(self, predictor: RemotePredictorLike) -> None:
-        """From now on codebooks 1..15 come from `predictor`, remote code-predictor replicas (the `mtp` topology;
-        set before the first step): the talker and codebook 0 stay here, frame sampling runs eagerly (a graph cannot
-        hold the round trip), and each step waits for the replicas' reply."""
-        self.remote_predictor = predictor
-        self.frame_sampler = None
 
     def prepare_graphs(self) -> None:
         """Capture every graph a step can need now (start-up), so that the first requests run as fast as the rest."""
