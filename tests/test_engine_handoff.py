@@ -74,8 +74,8 @@ def test_the_handed_over_request_computes_one_token_not_its_prompt(tiny):
     model, tokenizer = tiny
     first, kv = prefilled(tiny, PARAMS["greedy"], overlap=False)
     engine = new_engine(model, blocks=64, overlap_steps=False)
-    assert engine.add_request(EngineRequest("r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES,
-                              frames=first, prompt_kv=kv)) is None
+    assert engine.add_request(EngineRequest(
+        "r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES, frames=first, prompt_kv=kv)) is None
     out = engine.step()
     assert out.num_batched_tokens == 1
     assert [frame.index for frame in out.frames] == [1]
@@ -103,8 +103,9 @@ def test_a_kv_of_the_wrong_shape_is_refused(tiny):
     engine = new_engine(model, blocks=64)
     for wrong in (kv[:-1], kv.to(torch.float64), kv[:, :, :1]):
         with pytest.raises(InvalidRequestError, match="prompt_kv"):
-            engine.add_request(EngineRequest("r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES,
-                               frames=first, prompt_kv=wrong))
+            engine.add_request(EngineRequest(
+                "r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES, frames=first,
+                prompt_kv=wrong))
     with pytest.raises(InvalidRequestError, match="frames"):
         engine.add_request(EngineRequest(
             "r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES, prompt_kv=kv))

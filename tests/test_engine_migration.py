@@ -51,8 +51,8 @@ def _migrated(tiny, replay, emitted: torch.Tensor) -> EngineRun:
     run = EngineRun()
     for _ in range(3):
         record(run, engine)
-    assert engine.add_request(EngineRequest("migrated", requests["migrated"], SEEDS["migrated"], PARAMS, NUM_FRAMES,
-                              frames=emitted)) is None
+    assert engine.add_request(EngineRequest(
+        "migrated", requests["migrated"], SEEDS["migrated"], PARAMS, NUM_FRAMES, frames=emitted)) is None
     run.codes["migrated"] = list(emitted)  # what the client already has; the engine returns only what follows
     run.hidden["migrated"] = [torch.zeros(0)] * len(emitted)
     return run_to_end(engine, run)

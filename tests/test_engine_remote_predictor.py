@@ -39,8 +39,9 @@ def run(tiny, predictor=None):
     model, tokenizer = tiny
     engine = new_engine(model, blocks=96, remote_predictor=predictor)
     for index, params in enumerate(PARAMS):
-        assert engine.add_request(EngineRequest(f"r{index}", make_request(tokenizer, TEXTS[index]), 100 + index, params,
-                                  NUM_FRAMES, predictor_params=PARAMS[(index + 1) % len(PARAMS)])) is None
+        assert engine.add_request(EngineRequest(
+            f"r{index}", make_request(tokenizer, TEXTS[index]), 100 + index, params, NUM_FRAMES,
+            predictor_params=PARAMS[(index + 1) % len(PARAMS)])) is None
     return run_to_end(engine)
 
 
@@ -77,8 +78,8 @@ def test_a_step_the_remote_predictor_cannot_serve_ends_its_requests_at_once(tiny
     replicas = ReturningPredictor(model)
     engine = new_engine(model, blocks=96, remote_predictor=replicas)
     for index in range(2):
-        assert engine.add_request(EngineRequest(f"r{index}", make_request(tokenizer, TEXTS[index]), index, PARAMS[0],
-                                  NUM_FRAMES)) is None
+        assert engine.add_request(EngineRequest(
+            f"r{index}", make_request(tokenizer, TEXTS[index]), index, PARAMS[0], NUM_FRAMES)) is None
     run = run_to_end(engine)
     assert replicas.num_silent_calls == 1, "no re-runs to find a culprit: the replicas failed, not a request"
     assert sorted(o.request_id for o in run.outcomes) == ["r0", "r1"]

@@ -33,8 +33,8 @@ def split(model, tokenizer, batch: int, reps: int) -> dict:
     ids = tuple(tokenizer.encode(assistant_text(TEXT)))
     for index in range(batch):
         request = PromptRequest(ids, speaker="ryan", language="english", non_streaming=False)
-        engine.add_request(EngineRequest(f"r{index}", request, seed=index, params=SamplingParams(), max_new_frames=40,
-                           ignore_eos=True))
+        engine.add_request(EngineRequest(
+            f"r{index}", request, seed=index, params=SamplingParams(), max_new_frames=40, ignore_eos=True))
     for _ in range(4):
         engine.step()  # prefill, then decode steps: every graph below has run
     runner = engine.runner
