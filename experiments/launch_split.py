@@ -33,13 +33,14 @@ from loadtest.gpu.gpu_models import build_in_memory
 from services.engine import runner as runner_module
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
+from services.engine.engine_request import EngineRequest
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
 
 SEATED = 63
 """Requests decoding in every step; a mixed step adds one prefill."""
 
-PARTS = ("build_attention_batch", "slots_of", "hold", "_input_rows", "_talker", "_sample", "LaunchedStep.start")
+PARTS = ("build_attention_batch", "slots_of", "hold", "_input_rows", "_talker", "_sample", "InFlightStep.start")
 """The parts of `ModelRunner.launch` timed apart."""
 
 
@@ -67,15 +68,15 @@ CLOCK = PartClock()
 def _module_parts_timed():
     """The module-level parts wrapped for every engine the probe builds, and put back after (the probe may run
     inside another program, a test)."""
-    build, start = runner_module.build_attention_batch, runner_module.LaunchedStep.__dict__["start"]
+    build, start = runner_module.build_attention_batch, runner_module.InFlightStep.__dict__["start"]
     runner_module.build_attention_batch = CLOCK.wrap("build_attention_batch", build)
     # Bound to the class here, so the wrapper stays a plain call.
-    runner_module.LaunchedStep.start = CLOCK.wrap("LaunchedStep.start", runner_module.LaunchedStep.start)
+    runner_module.InFlightStep.start = CLOCK.wrap("InFlightStep.start", runner_module.InFlightStep.start)
     try:
         yield
     finally:
         runner_module.build_attention_batch = build
-        runner_module.LaunchedStep.start = start
+        runner_module.InFlightStep.start = start
 
 
 def _instrument(engine: Engine) -> None:
@@ -117,8 +118,9 @@ def run(model, tokenizer, steps: int, busy: bool, counter: list[int]) -> dict:
     def add() -> str:
         request_id = f"r{counter[0]}"
         counter[0] += 1
-        engine.add_request(request_id, PromptRequest(ids, speaker="ryan", language="english", non_streaming=False),
-                           seed=counter[0], params=SamplingParams(), max_new_frames=1000, ignore_eos=True)
+        engine.add_request(EngineRequest(
+            request_id, PromptRequest(ids, speaker="ryan", language="english", non_streaming=False), seed=counter[0],
+            params=SamplingParams(), max_new_frames=1000, ignore_eos=True))
         return request_id
 
     def synchronize() -> None:

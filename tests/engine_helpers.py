@@ -9,9 +9,12 @@ import torch
 
 from services.engine.config import EngineConfig, StageConfig
 from services.engine.engine import Engine
+from services.engine.launch_listener import LaunchListener
 from services.engine.model_ops import ReplayBuilder, replay_rows
 from services.engine.outputs import StepOutput
+from services.engine.runner import RemotePredictorLike
 from services.engine.sequence import RequestOutcome
+from services.engine.step_timeline import Record
 from services.model import cuda_graph
 from services.model.generate import generate
 from services.model.loader import TTSModel, load_model
@@ -61,11 +64,15 @@ class EngineRun:
 
 
 def new_engine(model: TTSModel, blocks: int, block_size: int = 4, mode: str = "allow",
-               replay: ReplayBuilder = replay_rows, **limits: int) -> Engine:
-    """An engine that captures hidden states, with `limits` overriding EngineConfig fields."""
+               replay: ReplayBuilder = replay_rows, *, remote_predictor: RemotePredictorLike | None = None,
+               launch_listener: LaunchListener | None = None, step_sink: Record | None = None,
+               **limits: int) -> Engine:
+    """An engine that captures hidden states, with `limits` overriding EngineConfig fields, and the collaborators
+    given (`Engine` says each)."""
     config = EngineConfig(kv_cache_blocks=blocks, block_size=block_size, **{"max_num_seqs": 8, **limits})
     stage = StageConfig("talker", recompute_preemption=mode)
-    return Engine(model, config, stage, capture_hidden=True, replay=replay)
+    return Engine(model, config, stage, capture_hidden=True, replay=replay, remote_predictor=remote_predictor,
+                  launch_listener=launch_listener, step_sink=step_sink)
 
 
 def record(run: EngineRun, engine: Engine) -> StepOutput:

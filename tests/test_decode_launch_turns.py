@@ -1,4 +1,5 @@
-"""The event loop's turns beside the engine thread's launches (services.decode.launch_turns, Engine.launch_phase)."""
+"""The event loop's turns beside the engine thread's launches (services.decode.launch_turns, the engine's launch
+listener)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import threading
 import pytest
 
 from services.decode.launch_turns import LaunchTurns
-from services.engine.launch_phase import LaunchPhase
+from services.engine.launch_listener import LaunchListener
+from services.engine.engine_request import EngineRequest
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import load_tiny, make_request, new_engine
 
@@ -97,34 +99,36 @@ def test_ends_after_the_loop_closed_is_harmless():
     turns.ends()  # a step finishing during shutdown must not raise on the engine thread
 
 
-class _Recording(LaunchPhase):
-    def __init__(self, engine) -> None:
-        self.engine, self.calls = engine, []
+class _Recording(LaunchListener):
+    """Records each call with the runner's launches so far (`launches`, counted by the runner's wrapper)."""
+
+    def __init__(self) -> None:
+        self.launches, self.calls = 0, []
 
     def begins(self) -> None:
-        self.calls.append(("begins", self.engine.runner_launches))
+        self.calls.append(("begins", self.launches))
 
     def ends(self) -> None:
-        self.calls.append(("ends", self.engine.runner_launches))
+        self.calls.append(("ends", self.launches))
 
 
 def _engine_with_one_request(checkpoint, overlap: bool, fail: bool = False):
-    """A tiny engine holding one request, its runner's launches counted (and raising with `fail`), its launch phase
-    recorded: (engine, phase)."""
+    """A tiny engine holding one request, its runner's launches counted (and raising with `fail`), its launch listener
+    recording: (engine, listener)."""
     model, tokenizer = load_tiny(checkpoint)
-    engine = new_engine(model, blocks=64, overlap_steps=overlap)
-    engine.runner_launches = 0
+    phase = _Recording()
+    engine = new_engine(model, blocks=64, overlap_steps=overlap, launch_listener=phase)
     launch = engine.runner.launch
 
     def counted(scheduled):
-        engine.runner_launches += 1
+        phase.launches += 1
         if fail:
             raise RuntimeError("launch failed")
         return launch(scheduled)
 
     engine.runner.launch = counted
-    phase = engine.launch_phase = _Recording(engine)
-    engine.add_request("r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3)
+    engine.add_request(EngineRequest(
+        "r", make_request(tokenizer, "hello there"), seed=1, params=SamplingParams(), max_new_frames=3))
     return engine, phase
 
 
@@ -141,7 +145,7 @@ def test_a_launch_that_runs_the_step_itself_is_not_told(tiny_checkpoint):
     # would hold it for every step, back to back.
     engine, phase = _engine_with_one_request(tiny_checkpoint, overlap=False)
     engine.step()
-    assert engine.runner_launches == 1 and phase.calls == []
+    assert phase.launches == 1 and phase.calls == []
 
 
 def test_a_launch_that_raises_still_ends_its_phase(tiny_checkpoint):

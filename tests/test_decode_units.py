@@ -11,7 +11,7 @@ from messages.base import ErrorInfo, Usage
 from messages.errors import ErrorCode, Stage
 from messages.requests import SamplingSpec
 from services.decode.codes_stream import ChunkRule, CodesStream
-from services.decode.request_check import AdmissionError, ServedModel, admit, predictor_sampling_params, sampling_params
+from services.decode.request_check import RequestRefused, ServedModel, admit, predictor_sampling_params, sampling_params
 from services.decode.settings import DecodeSettings
 from services.engine.config import PreemptionMode
 from services.model.config import GenerationDefaults, load_config
@@ -119,7 +119,7 @@ def test_admission_tokenizes_budgets_and_keeps_the_text_mode(served):
 
 @pytest.mark.parametrize("fields, words", [({"speaker": "nobody"}, "nobody"), ({"language": "klingon"}, "klingon")])
 def test_admission_refuses_what_the_checkpoint_does_not_know(served, fields, words):
-    with pytest.raises(AdmissionError) as caught:
+    with pytest.raises(RequestRefused) as caught:
         admit(synthesis("a", "hello", frames=5, **fields), served, DecodeSettings())
     assert caught.value.code == ErrorCode.INVALID_REQUEST and words in caught.value.message
 
@@ -133,7 +133,7 @@ def test_unset_sampling_fields_come_from_the_generation_config():
 
 def test_a_request_past_its_deadline_is_refused_with_timeout(served):
     late = synthesis("late", "hello", frames=5, deadline=time.time() - 1.0)
-    with pytest.raises(AdmissionError) as caught:
+    with pytest.raises(RequestRefused) as caught:
         admit(late, served, DecodeSettings())
     assert caught.value.code == ErrorCode.TIMEOUT
 
@@ -149,7 +149,7 @@ def test_code_predictor_sampling_follows_subtalker_defaults_and_a_greedy_talker(
     assert greedy.temperature == 0.0
     chosen = predictor_sampling_params(SamplingSpec(temperature=1.1, top_k=5), sampled, defaults)
     assert (chosen.temperature, chosen.top_k, chosen.top_p) == (1.1, 5, 0.95)
-    with pytest.raises(AdmissionError, match="subtalker sampling"):
+    with pytest.raises(RequestRefused, match="subtalker sampling"):
         predictor_sampling_params(SamplingSpec(top_k=-1), sampled, defaults)
 
 

@@ -18,7 +18,7 @@ from messages.streams import BusConfig
 from messages.voice_clone import (REF_AUDIO_STORE, VOICES_STORE, ReferenceAudio, SavedVoice, VoiceClone,
                                   VoiceCreate, saved_voice_key)
 from services.bus.object_store import delete_object, open_object_store, read_object, write_object
-from services.decode.request_check import Admission, AdmissionError, ServedModel, admit
+from services.decode.request_check import Admission, RequestRefused, ServedModel, admit
 from services.decode.settings import DecodeSettings
 from services.decode.voice_prompts import VoicePrompts
 from services.decode.voice_work import ThreadPromptMaker
@@ -97,7 +97,7 @@ async def test_saved_voices_round_trip_and_skip_the_audio_work(voices):
     torch.testing.assert_close(saved.speaker_embedding, direct.speaker_embedding)
     assert torch.equal(saved.ref_codes, direct.ref_codes) and saved.ref_text_ids == direct.ref_text_ids
     await delete_object(store, saved_voice_key("tiny", "narrator"))
-    with pytest.raises(AdmissionError) as gone:
+    with pytest.raises(RequestRefused) as gone:
         await voices.prompt_for(VoiceClone(voice="narrator", voice_revision="another-revision"))
     assert gone.value.code == ErrorCode.UNKNOWN_VOICE
 
@@ -111,7 +111,7 @@ async def test_saved_voices_round_trip_and_skip_the_audio_work(voices):
 async def test_what_cannot_make_a_prompt_fails_with_a_code(voices, clone, seconds, code):
     if seconds is not None:
         await _store_reference(voices.js, clone.audio_key, seconds)
-    with pytest.raises(AdmissionError) as refused:
+    with pytest.raises(RequestRefused) as refused:
         await voices.attach(_admission(clone))
     assert refused.value.code == code
     created = await voices.create(VoiceCreate(name="v", model="tiny", audio_key=clone.audio_key or "ref-none",
@@ -135,7 +135,7 @@ def test_admission_needs_a_voice_on_base_models_and_refuses_one_elsewhere(tiny_b
     assert admit(cloned, served(tiny_base_checkpoint), settings).prompt.voice is None  # attached later
     for request, directory, code in ((plain, tiny_base_checkpoint, ErrorCode.VOICE_REQUIRED),
                                      (cloned, tiny_checkpoint, ErrorCode.VOICE_CLONING_UNSUPPORTED)):
-        with pytest.raises(AdmissionError) as refused:
+        with pytest.raises(RequestRefused) as refused:
             admit(request, served(directory), settings)
         assert refused.value.code == code
 

@@ -7,6 +7,7 @@ import torch
 
 from services.engine.engine import InvalidRequestError
 from services.engine.sequence import FailureCode, SequenceStatus
+from services.engine.engine_request import EngineRequest
 from services.model.errors import RequestError
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import TEXTS, EngineRun, load_tiny, make_request, new_engine, oracle_codes, record, run_to_end
@@ -50,8 +51,8 @@ def test_staggered_batch_equals_single_request_generation(tiny) -> None:
     run = EngineRun()
     while run.steps < 5 or engine.has_unfinished():
         for index in arrivals.get(run.steps, []):
-            outcome = engine.add_request(str(index), requests[index], seeds[index], params[index], NUM_FRAMES,
-                                         predictor[index])
+            outcome = engine.add_request(EngineRequest(
+                str(index), requests[index], seeds[index], params[index], NUM_FRAMES, predictor[index]))
             assert outcome is None
         record(run, engine)
     for index, codes in enumerate(expected):
@@ -65,10 +66,10 @@ def test_a_request_too_big_for_the_pool_fails_with_capacity_at_once(tiny) -> Non
     model, tokenizer = tiny
     engine = new_engine(model, blocks=4, block_size=4)
     request = make_request(tokenizer, TEXTS[0])
-    outcome = engine.add_request("big", request, 1, SamplingParams(), max_new_frames=40)
+    outcome = engine.add_request(EngineRequest("big", request, 1, SamplingParams(), max_new_frames=40))
     assert outcome.status == SequenceStatus.FAILED and outcome.code == FailureCode.CAPACITY
     assert "--kv-cache-blocks" in outcome.reason and not engine.has_unfinished()
-    assert engine.add_request("small", request, 1, SamplingParams(), max_new_frames=3) is None
+    assert engine.add_request(EngineRequest("small", request, 1, SamplingParams(), max_new_frames=3)) is None
     run = run_to_end(engine)
     assert len(run.codes["small"]) == 3 and engine.scheduler.block_manager.num_free_blocks == 4
 
@@ -77,8 +78,8 @@ def test_abort_frees_blocks_and_the_others_continue(tiny) -> None:
     model, tokenizer = tiny
     request = make_request(tokenizer, TEXTS[0])
     engine = new_engine(model, blocks=32)
-    engine.add_request("a", request, 1, SamplingParams(), NUM_FRAMES)
-    engine.add_request("b", request, 2, SamplingParams(), NUM_FRAMES)
+    engine.add_request(EngineRequest("a", request, 1, SamplingParams(), NUM_FRAMES))
+    engine.add_request(EngineRequest("b", request, 2, SamplingParams(), NUM_FRAMES))
     run = EngineRun()
     record(run, engine)
     held_by_a = len(engine.scheduler.get("a").block_table)
@@ -92,8 +93,8 @@ def test_abort_frees_blocks_and_the_others_continue(tiny) -> None:
 
 
 def _two_requests(engine, tokenizer) -> None:
-    engine.add_request("a", make_request(tokenizer, TEXTS[0], "ryan"), 5, SamplingParams(), NUM_FRAMES)
-    engine.add_request("b", make_request(tokenizer, TEXTS[3], "vivian"), 6, SamplingParams(), NUM_FRAMES)
+    engine.add_request(EngineRequest("a", make_request(tokenizer, TEXTS[0], "ryan"), 5, SamplingParams(), NUM_FRAMES))
+    engine.add_request(EngineRequest("b", make_request(tokenizer, TEXTS[3], "vivian"), 6, SamplingParams(), NUM_FRAMES))
 
 
 def test_drain_in_allow_mode_resumes_faithfully_even_when_the_drain_raises(tiny) -> None:
@@ -129,7 +130,7 @@ def test_drain_in_fail_mode_ends_running_requests_drained(tiny) -> None:
         assert [(o.request_id, o.code) for o in ended] == [("a", FailureCode.DRAINED), ("b", FailureCode.DRAINED)]
         assert all("truncated" in o.reason for o in ended)
     assert not engine.has_unfinished() and engine.scheduler.block_manager.num_free_blocks == 64
-    engine.add_request("c", make_request(tokenizer, TEXTS[2]), 7, SamplingParams(), 3)
+    engine.add_request(EngineRequest("c", make_request(tokenizer, TEXTS[2]), 7, SamplingParams(), 3))
     assert len(run_to_end(engine, run).codes["c"]) == 3
 
 
@@ -137,19 +138,20 @@ def test_bad_requests_are_refused_with_typed_errors(tiny) -> None:
     model, tokenizer = tiny
     engine = new_engine(model, blocks=16)
     with pytest.raises(RequestError) as info:
-        engine.add_request("x", make_request(tokenizer, TEXTS[0], speaker="nobody"), 1, SamplingParams(), 4)
+        engine.add_request(EngineRequest(
+            "x", make_request(tokenizer, TEXTS[0], speaker="nobody"), 1, SamplingParams(), 4))
     assert info.value.code == "unknown_speaker"
     with pytest.raises(InvalidRequestError, match="max_new_frames"):
-        engine.add_request("x", make_request(tokenizer, TEXTS[0]), 1, SamplingParams(), 0)
+        engine.add_request(EngineRequest("x", make_request(tokenizer, TEXTS[0]), 1, SamplingParams(), 0))
     with pytest.raises(InvalidRequestError, match="request_id"):
-        engine.add_request("", make_request(tokenizer, TEXTS[0]), 1, SamplingParams(), 4)
+        engine.add_request(EngineRequest("", make_request(tokenizer, TEXTS[0]), 1, SamplingParams(), 4))
     assert not engine.has_unfinished()
 
 
 def test_a_failed_step_ends_its_requests_and_the_engine_keeps_serving(tiny) -> None:
     model, tokenizer = tiny
     engine = new_engine(model, blocks=32)
-    engine.add_request("a", make_request(tokenizer, TEXTS[0]), 1, SamplingParams(), 3)
+    engine.add_request(EngineRequest("a", make_request(tokenizer, TEXTS[0]), 1, SamplingParams(), 3))
 
     def lost_device(*args):
         raise RuntimeError("device lost")
@@ -162,5 +164,5 @@ def test_a_failed_step_ends_its_requests_and_the_engine_keeps_serving(tiny) -> N
     [failed] = out.outcomes
     assert failed.code == FailureCode.STEP_FAILED and "device lost" in failed.reason
     assert not engine.has_unfinished() and engine.scheduler.block_manager.num_free_blocks == 32
-    engine.add_request("b", make_request(tokenizer, TEXTS[0]), 1, SamplingParams(), 3)
+    engine.add_request(EngineRequest("b", make_request(tokenizer, TEXTS[0]), 1, SamplingParams(), 3))
     assert len(run_to_end(engine).codes["b"]) == 3

@@ -10,6 +10,7 @@ import torch
 
 from services.engine.engine import InvalidRequestError
 from services.engine.sequence import SequenceStatus
+from services.engine.engine_request import EngineRequest
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import TEXTS, EngineRun, load_tiny, make_request, new_engine, record, run_to_end
 
@@ -27,7 +28,8 @@ def prefilled(tiny, params: SamplingParams, overlap: bool, text: str = TEXTS[0])
     """What a prefill replica hands over: the first frame and the prompt's KV blocks."""
     model, tokenizer = tiny
     engine = new_engine(model, blocks=64, overlap_steps=overlap)
-    assert engine.add_request("r", make_request(tokenizer, text), SEED, params, 1, exports_kv=True) is None
+    assert engine.add_request(EngineRequest(
+        "r", make_request(tokenizer, text), SEED, params, 1, exports_kv=True)) is None
     run = run_to_end(engine)
     [outcome] = run.outcomes
     assert outcome.status is SequenceStatus.FINISHED_LENGTH and outcome.prompt_kv is not None
@@ -37,8 +39,8 @@ def prefilled(tiny, params: SamplingParams, overlap: bool, text: str = TEXTS[0])
 
 def hand_over(engine, run: EngineRun, tokenizer, params: SamplingParams, first, kv) -> EngineRun:
     """Request "r" joins `engine` with its prefilled KV and first frame (which the client already has)."""
-    assert engine.add_request("r", make_request(tokenizer, TEXTS[0]), SEED, params, NUM_FRAMES, frames=first,
-                              prompt_kv=kv) is None
+    assert engine.add_request(EngineRequest(
+        "r", make_request(tokenizer, TEXTS[0]), SEED, params, NUM_FRAMES, frames=first, prompt_kv=kv)) is None
     run.codes["r"] = list(first)
     run.hidden["r"] = [torch.zeros(0)]
     return run
@@ -47,7 +49,7 @@ def hand_over(engine, run: EngineRun, tokenizer, params: SamplingParams, first, 
 def undisturbed(tiny, params: SamplingParams) -> torch.Tensor:
     model, tokenizer = tiny
     engine = new_engine(model, blocks=64)
-    assert engine.add_request("r", make_request(tokenizer, TEXTS[0]), SEED, params, NUM_FRAMES) is None
+    assert engine.add_request(EngineRequest("r", make_request(tokenizer, TEXTS[0]), SEED, params, NUM_FRAMES)) is None
     return run_to_end(engine).stacked("r")
 
 
@@ -59,7 +61,8 @@ def test_a_handed_over_prompt_continues_as_an_undisturbed_run(tiny, kind, overla
     first, kv = prefilled(tiny, params, overlap)
     engine = new_engine(model, blocks=64, overlap_steps=overlap)
     # Another request is already running: the handed-over one joins a batch mid-way.
-    assert engine.add_request("other", make_request(tokenizer, TEXTS[1], "vivian"), 3, params, NUM_FRAMES) is None
+    assert engine.add_request(EngineRequest(
+        "other", make_request(tokenizer, TEXTS[1], "vivian"), 3, params, NUM_FRAMES)) is None
     run = EngineRun()
     for _ in range(3):
         record(run, engine)
@@ -71,8 +74,8 @@ def test_the_handed_over_request_computes_one_token_not_its_prompt(tiny):
     model, tokenizer = tiny
     first, kv = prefilled(tiny, PARAMS["greedy"], overlap=False)
     engine = new_engine(model, blocks=64, overlap_steps=False)
-    assert engine.add_request("r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES,
-                              frames=first, prompt_kv=kv) is None
+    assert engine.add_request(EngineRequest(
+        "r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES, frames=first, prompt_kv=kv)) is None
     out = engine.step()
     assert out.num_batched_tokens == 1
     assert [frame.index for frame in out.frames] == [1]
@@ -85,7 +88,8 @@ def test_a_preempted_handed_over_request_replays_locally_and_faithfully(tiny):
     prompt_blocks = kv.shape[0]
     # Room for the handed request alone to its end, not beside the older one: the newer (handed) one is preempted.
     engine = new_engine(model, blocks=prompt_blocks + 7, overlap_steps=False)
-    assert engine.add_request("older", make_request(tokenizer, TEXTS[2], "vivian"), 3, params, NUM_FRAMES) is None
+    assert engine.add_request(EngineRequest(
+        "older", make_request(tokenizer, TEXTS[2], "vivian"), 3, params, NUM_FRAMES)) is None
     run = EngineRun()
     record(run, engine)
     run = run_to_end(engine, hand_over(engine, run, tokenizer, params, first, kv))
@@ -99,8 +103,10 @@ def test_a_kv_of_the_wrong_shape_is_refused(tiny):
     engine = new_engine(model, blocks=64)
     for wrong in (kv[:-1], kv.to(torch.float64), kv[:, :, :1]):
         with pytest.raises(InvalidRequestError, match="prompt_kv"):
-            engine.add_request("r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES,
-                               frames=first, prompt_kv=wrong)
+            engine.add_request(EngineRequest(
+                "r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES, frames=first,
+                prompt_kv=wrong))
     with pytest.raises(InvalidRequestError, match="frames"):
-        engine.add_request("r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES, prompt_kv=kv)
+        engine.add_request(EngineRequest(
+            "r", make_request(tokenizer, TEXTS[0]), SEED, PARAMS["greedy"], NUM_FRAMES, prompt_kv=kv))
     assert not engine.has_unfinished()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from services.engine.sequence import SequenceStatus
+from services.engine.engine_request import EngineRequest
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import load_tiny, make_request, new_engine, run_to_end
 
@@ -19,7 +20,7 @@ def tiny(tiny_checkpoint):
 
 def _run(model, request, budget: int, ignore_eos: bool):
     engine = new_engine(model, blocks=256)
-    assert engine.add_request("r", request, 5, GREEDY, budget, ignore_eos=ignore_eos) is None
+    assert engine.add_request(EngineRequest("r", request, 5, GREEDY, budget, ignore_eos=ignore_eos)) is None
     run = run_to_end(engine)
     return run.stacked("r") if "r" in run.codes else torch.zeros(0, 16), run.outcomes[0]
 

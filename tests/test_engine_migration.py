@@ -10,6 +10,7 @@ import torch
 
 from services.engine.model_ops import replay_rows
 from services.engine.sequence import SequenceStatus
+from services.engine.engine_request import EngineRequest
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import TEXTS, EngineRun, load_tiny, make_request, new_engine, record, run_to_end
 from tests.test_engine_preemption import drop_codebooks_1_to_15, shift_text_by_one  # the same wrong replays
@@ -35,7 +36,7 @@ def _undisturbed(tiny) -> EngineRun:
     model, tokenizer = tiny
     engine = new_engine(model, blocks=64)
     for request_id, request in _requests(tokenizer).items():
-        assert engine.add_request(request_id, request, SEEDS[request_id], PARAMS, NUM_FRAMES) is None
+        assert engine.add_request(EngineRequest(request_id, request, SEEDS[request_id], PARAMS, NUM_FRAMES)) is None
     return run_to_end(engine)
 
 
@@ -45,12 +46,13 @@ def _migrated(tiny, replay, emitted: torch.Tensor) -> EngineRun:
     model, tokenizer = tiny
     requests = _requests(tokenizer)
     engine = new_engine(model, blocks=64, replay=replay)
-    assert engine.add_request("resident", requests["resident"], SEEDS["resident"], PARAMS, NUM_FRAMES) is None
+    assert engine.add_request(EngineRequest(
+        "resident", requests["resident"], SEEDS["resident"], PARAMS, NUM_FRAMES)) is None
     run = EngineRun()
     for _ in range(3):
         record(run, engine)
-    assert engine.add_request("migrated", requests["migrated"], SEEDS["migrated"], PARAMS, NUM_FRAMES,
-                              frames=emitted) is None
+    assert engine.add_request(EngineRequest(
+        "migrated", requests["migrated"], SEEDS["migrated"], PARAMS, NUM_FRAMES, frames=emitted)) is None
     run.codes["migrated"] = list(emitted)  # what the client already has; the engine returns only what follows
     run.hidden["migrated"] = [torch.zeros(0)] * len(emitted)
     return run_to_end(engine, run)
@@ -86,6 +88,7 @@ def test_a_migrated_request_whose_frames_reach_its_budget_ends_at_once(tiny) -> 
     model, tokenizer = tiny
     engine = new_engine(model, blocks=64)
     frames = torch.zeros((NUM_FRAMES, 16), dtype=torch.int64)
-    outcome = engine.add_request("done", _requests(tokenizer)["migrated"], 1, PARAMS, NUM_FRAMES, frames=frames)
+    outcome = engine.add_request(EngineRequest(
+        "done", _requests(tokenizer)["migrated"], 1, PARAMS, NUM_FRAMES, frames=frames))
     assert outcome is not None and (outcome.status, outcome.num_frames) == (SequenceStatus.FINISHED_LENGTH, NUM_FRAMES)
     assert not engine.has_unfinished()

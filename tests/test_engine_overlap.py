@@ -17,6 +17,7 @@ from services.engine.model_ops import replay_rows
 from services.engine.outputs import ModelRunnerOutput
 from services.engine.scheduler import Scheduler
 from services.engine.sequence import FailureCode, Sequence, SequenceStatus
+from services.engine.engine_request import EngineRequest
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import TEXTS, EngineRun, load_tiny, make_request, new_engine, record, run_to_end
 from tests.test_engine_preemption import _mismatch, _run_until_first_event, _start, drop_codebooks_1_to_15, \
@@ -39,7 +40,7 @@ def _staggered(tiny, overlap: bool, abort_at: int | None = None) -> tuple[Engine
 
     def add(index: int) -> None:
         request = make_request(tokenizer, TEXTS[index], SPEAKERS[index])
-        assert engine.add_request(str(index), request, 1000 + index, params, NUM_FRAMES + index) is None
+        assert engine.add_request(EngineRequest(str(index), request, 1000 + index, params, NUM_FRAMES + index)) is None
 
     add(0), add(1)
     run = EngineRun()
@@ -77,7 +78,7 @@ def test_overlapped_steps_give_the_frames_of_one_step_at_a_time(tiny) -> None:
 def test_a_step_returns_the_frames_of_the_step_before_it(tiny) -> None:
     model, tokenizer = tiny
     engine = new_engine(model, blocks=96, overlap_steps=True)
-    assert engine.add_request("a", make_request(tokenizer, TEXTS[2]), 5, SamplingParams(), 2) is None
+    assert engine.add_request(EngineRequest("a", make_request(tokenizer, TEXTS[2]), 5, SamplingParams(), 2)) is None
     first = engine.step()  # the prefill is launched; nothing is applied yet
     assert first.frames == [] and first.outcomes == [] and engine.has_unfinished()
     second = engine.step()  # frame 1 launched, frame 0 applied

@@ -23,6 +23,7 @@ from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.engine import Engine
 from services.engine.predictor_graphs import CAPPED, WHOLE, FrameBucketError, PaddedFrameSampler
 from services.engine.runner import ModelRunner
+from services.engine.engine_request import EngineRequest
 from services.model.attention_batch import AttentionBatch
 from services.model.layers import fuse_projections
 from services.model.sampling import RowSampling, SamplingParams
@@ -54,8 +55,8 @@ def _padded(engine: Engine) -> Engine:
 def _admit(engine: Engine, tokenizer, index: int) -> None:
     talker, predictor, frames = PARAMS[index]
     request = make_request(tokenizer, TEXTS[index], ("ryan", "vivian", "eric", "ryan")[index])
-    assert engine.add_request(str(index), request, 300 + index, talker, frames, predictor_params=predictor,
-                              ignore_eos=True) is None
+    assert engine.add_request(EngineRequest(
+        str(index), request, 300 + index, talker, frames, predictor_params=predictor, ignore_eos=True)) is None
 
 
 def _staggered(engine: Engine, tokenizer) -> EngineRun:

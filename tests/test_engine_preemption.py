@@ -12,6 +12,7 @@ import torch
 
 from services.engine.model_ops import make_prompt, replay_rows
 from services.engine.sequence import FailureCode, SequenceStatus
+from services.engine.engine_request import EngineRequest
 from services.model.loader import TTSModel
 from services.model.prompt import Prompt
 from services.model.sampling import SamplingParams
@@ -55,7 +56,7 @@ def _start(tiny, layout: str, mode: str, roomy: bool = False, replay=replay_rows
     pool = 256 if roomy else 2 * length // block_size if layout == "tight" else 2
     engine = new_engine(model, blocks=pool, block_size=block_size, mode=mode, replay=replay, overlap_steps=overlap)
     for seed, (request_id, request) in enumerate(requests.items()):
-        assert engine.add_request(request_id, request, 100 + seed, SamplingParams(), num_frames) is None
+        assert engine.add_request(EngineRequest(request_id, request, 100 + seed, SamplingParams(), num_frames)) is None
     return engine
 
 

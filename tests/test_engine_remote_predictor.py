@@ -9,6 +9,7 @@ import torch
 
 from services.engine import model_ops
 from services.model.sampling import RowSampling, SamplingParams
+from services.engine.engine_request import EngineRequest
 from tests.engine_helpers import TEXTS, load_tiny, make_request, new_engine, run_to_end
 
 NUM_FRAMES = 10
@@ -36,12 +37,11 @@ def tiny(tiny_checkpoint):
 
 def run(tiny, predictor=None):
     model, tokenizer = tiny
-    engine = new_engine(model, blocks=96)
-    if predictor is not None:
-        engine.runner.use_remote_predictor(predictor)
+    engine = new_engine(model, blocks=96, remote_predictor=predictor)
     for index, params in enumerate(PARAMS):
-        assert engine.add_request(f"r{index}", make_request(tokenizer, TEXTS[index]), 100 + index, params,
-                                  NUM_FRAMES, predictor_params=PARAMS[(index + 1) % len(PARAMS)]) is None
+        assert engine.add_request(EngineRequest(
+            f"r{index}", make_request(tokenizer, TEXTS[index]), 100 + index, params, NUM_FRAMES,
+            predictor_params=PARAMS[(index + 1) % len(PARAMS)])) is None
     return run_to_end(engine)
 
 
@@ -54,30 +54,37 @@ def test_codes_from_an_outside_predictor_equal_the_local_ones(tiny):
     assert predictor.num_rows == sum(len(codes) for codes in remote.codes.values())
 
 
-class SilentPredictor:
-    """Replicas that never answer: the client's error, as RemotePredictor raises it after its attempts."""
+class ReturningPredictor:
+    """Replicas that never answer (the client's error, as RemotePredictor raises it after its attempts) until they
+    are back (`back()`), then answer as `RebuildingPredictor`."""
 
-    def __init__(self) -> None:
-        self.num_calls = 0
+    def __init__(self, model) -> None:
+        self.num_silent_calls = 0
+        self._answering: RebuildingPredictor | None = None
+        self._model = model
+
+    def back(self) -> None:
+        self._answering = RebuildingPredictor(self._model)
 
     def predict_rest(self, hidden, c0, seeds, frames, params):
-        self.num_calls += 1
+        if self._answering is not None:
+            return self._answering.predict_rest(hidden, c0, seeds, frames, params)
+        self.num_silent_calls += 1
         raise TimeoutError("no mtp replica answered step 0 (tried mtp-a, mtp-b)")
 
 
 def test_a_step_the_remote_predictor_cannot_serve_ends_its_requests_at_once(tiny):
     model, tokenizer = tiny
-    engine = new_engine(model, blocks=96)
-    silent = SilentPredictor()
-    engine.runner.use_remote_predictor(silent)
+    replicas = ReturningPredictor(model)
+    engine = new_engine(model, blocks=96, remote_predictor=replicas)
     for index in range(2):
-        assert engine.add_request(f"r{index}", make_request(tokenizer, TEXTS[index]), index, PARAMS[0],
-                                  NUM_FRAMES) is None
+        assert engine.add_request(EngineRequest(
+            f"r{index}", make_request(tokenizer, TEXTS[index]), index, PARAMS[0], NUM_FRAMES)) is None
     run = run_to_end(engine)
-    assert silent.num_calls == 1, "no re-runs to find a culprit: the replicas failed, not a request"
+    assert replicas.num_silent_calls == 1, "no re-runs to find a culprit: the replicas failed, not a request"
     assert sorted(o.request_id for o in run.outcomes) == ["r0", "r1"]
     assert all(o.code == "step_failed" and "code-predictor replicas" in o.reason for o in run.outcomes)
     assert engine.stats().num_free_kv_blocks == engine.stats().num_kv_blocks
-    engine.runner.use_remote_predictor(RebuildingPredictor(model))  # the replicas are back: it serves on
-    assert engine.add_request("after", make_request(tokenizer, TEXTS[2]), 7, PARAMS[0], 3) is None
+    replicas.back()  # the replicas are back: it serves on
+    assert engine.add_request(EngineRequest("after", make_request(tokenizer, TEXTS[2]), 7, PARAMS[0], 3)) is None
     assert len(run_to_end(engine).stacked("after")) == 3

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from services.engine import model_ops
-from services.engine.predictor_graphs import (CAPPED, FRAME, KEYS, MIN_FRAMES, NUM_FRAMES, PREDICTOR_TOP_K,
-                                              TALKER_TOP_K, WHOLE, PaddedFrameSampler, params_mode, sampling_mode)
+from services.engine.predictor_graphs import CAPPED, WHOLE, PaddedFrameSampler, params_mode, sampling_mode
+from services.engine.sampler_columns import FRAME, KEYS, MIN_FRAMES, NUM_FRAMES, PREDICTOR_TOP_K, TALKER_TOP_K
 from services.engine.sequence import Sequence
 from services.engine import slot_params
 from services.engine.slot_params import SlotParams

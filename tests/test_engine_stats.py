@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from services.model.sampling import SamplingParams
+from services.engine.engine_request import EngineRequest
 from tests.engine_helpers import TEXTS, load_tiny, make_request, new_engine
 
 NUM_BLOCKS = 64
@@ -26,12 +27,12 @@ def test_the_engine_reports_its_requests_kv_usage_and_drain_state(tiny) -> None:
     assert idle.kv_usage == 0.0 and not idle.is_draining and engine.has_room()
 
     for request_id, text in zip("ab", TEXTS):
-        engine.add_request(request_id, make_request(tokenizer, text), 5, SamplingParams(), 4)
+        engine.add_request(EngineRequest(request_id, make_request(tokenizer, text), 5, SamplingParams(), 4))
     queued = engine.stats()
     assert (queued.num_waiting, queued.num_running, queued.num_unfinished) == (2, 0, 2)
     # Below max_num_seqs there is room although two wait: admitted beside a step, they all join the next one.
     assert engine.has_room()
-    engine.add_request("c", make_request(tokenizer, TEXTS[0]), 6, SamplingParams(), 4)
+    engine.add_request(EngineRequest("c", make_request(tokenizer, TEXTS[0]), 6, SamplingParams(), 4))
     assert not engine.has_room() and engine.stats().num_unfinished == 3  # max_num_seqs held
     engine.abort_request("c")
     assert engine.num_prompt_tokens("a") > 0 and engine.num_prompt_tokens("unknown") is None

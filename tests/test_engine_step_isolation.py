@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from services.engine.sequence import FailureCode, SequenceStatus
+from services.engine.engine_request import EngineRequest
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import TEXTS, load_tiny, make_request, new_engine, run_to_end
 
@@ -31,7 +32,7 @@ def _engine_with_requests(tiny):
     engine = new_engine(model, blocks=96, block_size=4)
     for index, request_id in enumerate(IDS):
         request = make_request(tokenizer, TEXTS[index % len(TEXTS)], ("ryan", "vivian", "eric")[index % 3])
-        assert engine.add_request(request_id, request, 40 + index, SamplingParams(), NUM_FRAMES) is None
+        assert engine.add_request(EngineRequest(request_id, request, 40 + index, SamplingParams(), NUM_FRAMES)) is None
     return engine
 
 

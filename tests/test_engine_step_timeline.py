@@ -7,17 +7,20 @@ import torch
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.decode.step_times import StepTimes
+from services.decode.stats import StepSeconds
+from services.engine.engine_request import EngineRequest
 from services.engine.step_timeline import StepTimeline
 from services.metrics import names
 from services.metrics.timings import snapshots
 from services.metrics.from_stats import decode_families, stats_registry
+from services.model.sampling import SamplingParams
+from tests.engine_helpers import load_tiny, make_request, new_engine
 from tests.test_metrics_timings import _decode_stats
 
 
-def _timeline() -> tuple[StepTimeline, StepTimes]:
+def _timeline() -> tuple[StepTimeline, StepSeconds]:
     """A timeline reporting into decode's step times, as the decode service wires them."""
-    times = StepTimes()
+    times = StepSeconds()
     return StepTimeline(times.record), times
 
 
@@ -85,16 +88,32 @@ def test_the_step_timings_render_as_a_histogram_by_part():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA events need a GPU")
 def test_real_events_time_work_on_the_device():
-    from services.engine.launched_step import LaunchedStep
+    from services.engine.in_flight_step import InFlightStep
 
     timeline, times = _timeline()
     device = torch.device("cuda")
     for _ in range(2):
-        begun = LaunchedStep.begin_on_device(device)
+        begun = InFlightStep.begin_on_device(device)
         a = torch.randn(2048, 2048, device=device)
         codes = torch.zeros((1, 16), dtype=torch.int64, device=device) + (a @ a).sum().long()
-        step = LaunchedStep.start(["r"], codes, 0, begun=begun)
+        step = InFlightStep.start(["r"], codes, 0, begun=begun)
         step.result()
         timeline.applied(step.begun, step.arrived, mixed=False)
     snapshot = snapshots(times.timings)
     assert snapshot["device_decode"]["count"] == 2 and snapshot["device_decode"]["p50_ms"] > 0
+
+
+def test_an_engine_hands_each_step_to_the_sink_it_was_built_with(tiny_checkpoint):
+    """The sink is the engine's from its constructor (decode's StepSeconds), not set on its parts afterwards: on the
+    CPU each step that ran something reports its launch (no device events there)."""
+    model, tokenizer = load_tiny(tiny_checkpoint)
+    seen: list[tuple[str, float]] = []
+    engine = new_engine(model, blocks=64, step_sink=lambda part, seconds: seen.append((part, seconds)))
+    engine.add_request(EngineRequest("r", make_request(tokenizer, "hello there"), 1, SamplingParams(), 3))
+    steps = 0
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+    launches = [seconds for part, seconds in seen if part == "launch"]
+    assert len(launches) == steps == 3 and all(seconds > 0 for seconds in launches)
+    assert {part for part, _ in seen} <= {"launch", "launch_mixed"}

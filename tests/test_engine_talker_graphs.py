@@ -16,6 +16,7 @@ from services.engine.talker_graphs import PaddedTalkerStep, TalkerBucketError, T
 from services.engine.engine import Engine
 from services.engine.errors import ConfigError
 from services.engine.runner import ModelRunner
+from services.engine.engine_request import EngineRequest
 from services.model import paged_attention
 from services.model.attention_batch import AttentionBatch
 from services.model.sampling import SamplingParams
@@ -48,7 +49,8 @@ def _staggered(engine: Engine, tokenizer) -> EngineRun:
         index = arrivals.get(run.steps)
         if index is not None:
             request = make_request(tokenizer, TEXTS[index], ("ryan", "vivian", "eric")[index])
-            assert engine.add_request(str(index), request, 100 + index, PARAMS[index], NUM_FRAMES) is None
+            assert engine.add_request(EngineRequest(
+                str(index), request, 100 + index, PARAMS[index], NUM_FRAMES)) is None
         record(run, engine)
         assert run.steps < 200
     return run

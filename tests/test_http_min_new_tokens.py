@@ -1,6 +1,6 @@
 """`min_new_tokens` (the API's extra): EOS is kept away for that many frames, and the frames before are unchanged.
 
-The request field travels gateway -> SynthesisRequest -> decode -> `Engine.add_request(min_new_frames=...)`; the
+The request field travels gateway -> SynthesisRequest -> decode -> `EngineRequest.min_new_frames`; the
 gateway part is checked in test_http_speech.py, this is the engine part with the real tiny model.
 """
 
@@ -11,6 +11,7 @@ import torch
 
 from services.engine.engine import InvalidRequestError
 from services.engine.sequence import SequenceStatus
+from services.engine.engine_request import EngineRequest
 from services.model.sampling import SamplingParams
 from tests.engine_helpers import load_tiny, make_request, new_engine, run_to_end
 
@@ -24,7 +25,7 @@ def tiny(tiny_checkpoint):
 
 def _run(model, request, budget: int, min_new_frames: int | None):
     engine = new_engine(model, blocks=256)
-    assert engine.add_request("r", request, 5, GREEDY, budget, min_new_frames=min_new_frames) is None
+    assert engine.add_request(EngineRequest("r", request, 5, GREEDY, budget, min_new_frames=min_new_frames)) is None
     run = run_to_end(engine)
     return run.stacked("r"), run.outcomes[0]
 
@@ -53,5 +54,5 @@ def test_min_new_frames_must_be_a_non_negative_integer(tiny, bad):
     model, tokenizer = tiny
     engine = new_engine(model, blocks=64)
     with pytest.raises(InvalidRequestError, match="min_new_frames"):
-        engine.add_request("r", make_request(tokenizer, "Short.", "ryan", "english"), 5, GREEDY, 10,
-                           min_new_frames=bad)
+        engine.add_request(EngineRequest(
+            "r", make_request(tokenizer, "Short.", "ryan", "english"), 5, GREEDY, 10, min_new_frames=bad))

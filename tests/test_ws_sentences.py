@@ -1,10 +1,10 @@
-"""Sentence segmentation of incremental text (services/gateway/ws/sentences.py)."""
+"""Sentence segmentation of incremental text (services/gateway/requests/sentences.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.gateway.ws.sentences import SentenceSegmenter
+from services.gateway.requests.sentences import SentenceSegmenter
 
 
 def pieces(text: str, size: int) -> list[str]:

@@ -22,7 +22,12 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from loadtest.bench.workload import PayloadError
+
+class PayloadError(ValueError):
+    """Request settings that cannot work: a non-positive frame count, a reference voice without its transcript or
+    that cannot be read."""
+
+    code = "invalid_request_shape"
 
 
 DISTINCT_LEAD_STEP = 7

@@ -8,10 +8,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:  # reference_voice imports PayloadError from here
-    from loadtest.bench.reference_voice import ReferenceVoice
+from loadtest.bench.reference_voice import PayloadError, ReferenceVoice
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PROMPTS = REPO_ROOT.parent / "shared" / "data" / "prompts_en.tsv"
@@ -66,12 +65,6 @@ def fixed_sample(prompts: list[Prompt]) -> list[Prompt]:
 def prompt_for(sample: list[Prompt], index: int) -> Prompt:
     """Request `index`'s prompt: the sample in order, wrapping around."""
     return sample[index % len(sample)]
-
-
-class PayloadError(ValueError):
-    """Request settings that cannot work (a non-positive frame count)."""
-
-    code = "invalid_request_shape"
 
 
 @dataclass(frozen=True, slots=True)

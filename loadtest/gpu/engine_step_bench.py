@@ -34,6 +34,7 @@ import torch
 from services.engine import model_ops
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
+from services.engine.engine_request import EngineRequest
 from services.model.loader import TTSModel, load_model
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
@@ -102,8 +103,9 @@ def bench_batch(model: TTSModel, tokenizer: TextTokenizer, timers: ExclusiveTime
         # Random weights end some requests early (EOS); a newcomer keeps the batch full, as in serving.
         nonlocal started
         for _ in range(count):
-            engine.add_request(f"r{started}", requests[started % batch], seed=started, params=SamplingParams(),
-                               max_new_frames=max_frames)
+            engine.add_request(EngineRequest(
+                f"r{started}", requests[started % batch], seed=started, params=SamplingParams(),
+                max_new_frames=max_frames))
             started += 1
 
     admit(batch)

@@ -38,6 +38,7 @@ from services.engine.engine import Engine
 from services.engine.model_ops import sample_frames
 from services.engine.predictor_graphs import PaddedFrameSampler
 from services.engine.runner import ModelRunner
+from services.engine.engine_request import EngineRequest
 from services.model.loader import TTSModel
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import RowSampling, SamplingParams
@@ -73,8 +74,9 @@ def run_engine(model: TTSModel, tokenizer: TextTokenizer, batch: int, steps: int
     engine = _engine(model, batch, max_frames, len(ids) + 64, graphs)
     for index in range(batch):
         request = PromptRequest(ids, speaker=SPEAKERS[index % 3], language="english", non_streaming=False)
-        engine.add_request(f"r{index}", request, seed=1000 + index, params=SamplingParams(),
-                           max_new_frames=max_frames, ignore_eos=True)
+        engine.add_request(EngineRequest(
+            f"r{index}", request, seed=1000 + index, params=SamplingParams(), max_new_frames=max_frames,
+            ignore_eos=True))
     codes: dict[str, list[torch.Tensor]] = {}
     samples: list[float] = []
     prefill_steps = 0

@@ -97,6 +97,7 @@ def _engine(device: torch.device, steps: int):
     from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
     from services.engine.config import EngineConfig
     from services.engine.engine import Engine
+    from services.engine.engine_request import EngineRequest
     from services.model.prompt import PromptRequest, assistant_text
     from services.model.sampling import SamplingParams
 
@@ -108,8 +109,8 @@ def _engine(device: torch.device, steps: int):
     ids = tuple(tokenizer.encode(assistant_text(_TEXT)))
     for index in range(STREAMS):
         request = PromptRequest(ids, speaker="ryan", language="english", non_streaming=False)
-        engine.add_request(f"r{index}", request, seed=index, params=SamplingParams(), max_new_frames=frames,
-                           ignore_eos=True)
+        engine.add_request(EngineRequest(
+            f"r{index}", request, seed=index, params=SamplingParams(), max_new_frames=frames, ignore_eos=True))
     for _ in range(6):
         engine.step()
     return engine

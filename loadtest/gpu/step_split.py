@@ -23,6 +23,7 @@ from loadtest.gpu.gpu_micro import DTYPES, environment
 from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
+from services.engine.engine_request import EngineRequest
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
 
@@ -32,8 +33,8 @@ def split(model, tokenizer, batch: int, reps: int) -> dict:
     ids = tuple(tokenizer.encode(assistant_text(TEXT)))
     for index in range(batch):
         request = PromptRequest(ids, speaker="ryan", language="english", non_streaming=False)
-        engine.add_request(f"r{index}", request, seed=index, params=SamplingParams(), max_new_frames=40,
-                           ignore_eos=True)
+        engine.add_request(EngineRequest(
+            f"r{index}", request, seed=index, params=SamplingParams(), max_new_frames=40, ignore_eos=True))
     for _ in range(4):
         engine.step()  # prefill, then decode steps: every graph below has run
     runner = engine.runner

@@ -25,8 +25,7 @@ from services.decode.capacity import EngineCapacity
 from services.decode.launch_turns import LaunchTurns
 from services.decode.request_check import ServedModel
 from services.decode.settings import DecodeSettings
-from services.decode.stats import DecodeStats
-from services.decode.step_times import StepTimes
+from services.decode.stats import DecodeStats, StepSeconds
 from services.decode.voice_prompts import VoicePrompts
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
@@ -68,8 +67,10 @@ class DecodeCore:
     """Shared state and the publishing rules. Every engine call goes through `worker`."""
 
     def __init__(self, *, nc: Client, js: JetStreamContext, kv: KeyValue, engine: Engine, worker: EngineWorker,
-                 served: ServedModel, settings: DecodeSettings, replica: str,
-                 voices: VoicePrompts | None = None) -> None:
+                 served: ServedModel, settings: DecodeSettings, replica: str, step_seconds: StepSeconds,
+                 turns: LaunchTurns, voices: VoicePrompts | None = None) -> None:
+        """`step_seconds` and `turns` are the engine's step sink and launch listener (given to it when it was
+        built, `service.build_engine`): the core reads the one and waits on the other."""
         self.nc, self.js, self.kv = nc, js, kv
         self.voices = voices
         """Voice prompts of cloned voices (base checkpoints only)."""
@@ -78,12 +79,10 @@ class DecodeCore:
         self.capacity = EngineCapacity(engine)
         self.active = ActiveRequests()
         self.stats = DecodeStats()
-        self.step_times = StepTimes()
+        self.step_seconds = step_seconds
         """The engine's step times (STATS `step_seconds`)."""
-        engine.timeline.record = self.step_times.record
-        self.turns = LaunchTurns(asyncio.get_running_loop())
-        """The engine thread's launches, which the loop's heavy work waits out (built inside the running loop)."""
-        engine.launch_phase = self.turns
+        self.turns = turns
+        """The engine thread's launches, which the loop's heavy work waits out."""
         self.work = asyncio.Event()
         """Set when the engine may have work (a request was queued, a drain ended); the frame loop waits on it."""
 

@@ -43,14 +43,16 @@ from services.decode.voice_records import ready_prompt
 from services.model.voice.errors import ReferenceAudioError
 from services.decode.migration import Resume, has_ended, past_limit_error, read_resume
 from services.decode.worker import EngineWorker
-from services.decode.request_check import Admission, AdmissionError, admit
-from services.engine.engine import Engine, InvalidRequestError
+from services.decode.request_check import Admission, RequestRefused, admit
+from services.engine.engine import Engine
+from services.engine.engine_request import EngineRequest
+from services.engine.errors import InvalidRequestError
 from services.engine.sequence import RequestOutcome
 from services.model.errors import ModelError
 
 log = logging.getLogger(__name__)
 
-Owned = tuple[ActiveRequest, Admission | AdmissionError, Resume, RequestClaim]
+Owned = tuple[ActiveRequest, Admission | RequestRefused, Resume, RequestClaim]
 """A request this replica took: its registration, its admission check, where it resumes, the claim."""
 
 IN_PROGRESS_EVERY_S = 5.0  # well inside REQUESTS' ack wait (30 s)
@@ -131,7 +133,7 @@ class Intake:
             previous = resolved.previous.record.replica
             await core.emit(Migrated(request_id=request.id, at=core.now(), from_replica=previous,
                                      to_replica=core.replica, epoch=epoch, frames_done=resume.num_frames))
-        if isinstance(admission, AdmissionError):
+        if isinstance(admission, RequestRefused):
             log.warning("request %s refused: %s", request.id, admission.message)
             error = ErrorInfo(code=admission.code, stage=Stage.DECODE, message=admission.message)
             await core.end(active, Ending(error=error))
@@ -184,13 +186,13 @@ class Intake:
         active, resume = taken
         return active, admission, resume, resolved
 
-    def _admit(self, request: SynthesisRequest, *, is_takeover: bool) -> Admission | AdmissionError:
+    def _admit(self, request: SynthesisRequest, *, is_takeover: bool) -> Admission | RequestRefused:
         """The request checked against the checkpoint, or why it cannot be served. A request taken over from a dead
         owner left the queue long ago: its queue deadline no longer applies."""
         checked = msgspec.structs.replace(request, deadline=None) if is_takeover else request
         try:
             return admit(checked, self.core.served, self.core.settings)
-        except AdmissionError as exc:
+        except RequestRefused as exc:
             return exc
 
     async def _refused(self, error: DecodeError) -> None:
@@ -240,7 +242,7 @@ class Intake:
                         resolved.previous.record.replica)
         return resolved
 
-    async def _take_over(self, request: SynthesisRequest, admission: Admission | AdmissionError, epoch: int,
+    async def _take_over(self, request: SynthesisRequest, admission: Admission | RequestRefused, epoch: int,
                          span: Span) -> tuple[ActiveRequest, Resume] | None:
         """Read where the request stands in CODES, publish the TakeoverMarker fenced on it, register the request as
         owned here (`span` is its trace context). A stale owner that appended between the read and the marker makes
@@ -290,7 +292,7 @@ class Intake:
         if admission.request.clone is not None and core.voices is not None:
             try:  # the reference audio's work runs on its own thread (or comes from the cache)
                 admission = await core.voices.attach(admission)
-            except AdmissionError as exc:
+            except RequestRefused as exc:
                 await core.end(active, Ending(error=ErrorInfo(code=exc.code, stage=Stage.DECODE, message=exc.message)))
                 return
             if (voice := admission.prompt.voice) is not None and voice.ref_codes is not None:
@@ -325,11 +327,11 @@ def _add_to_engine(engine: Engine, admission: Admission, frames: np.ndarray,
     KV that does not fit this prompt (another block size, another checkpoint) is dropped: the prompt is prefilled
     here instead."""
     def add(kv: torch.Tensor | None) -> RequestOutcome | None:
-        return engine.add_request(admission.request_id, admission.prompt, admission.request.seed, admission.params,
-                                  admission.max_new_frames, predictor_params=admission.predictor_params,
-                                  ignore_eos=admission.request.ignore_eos,
-                                  min_new_frames=admission.request.min_new_tokens,
-                                  frames=torch.from_numpy(frames) if len(frames) else None, prompt_kv=kv)
+        return engine.add_request(EngineRequest(
+            admission.request_id, admission.prompt, admission.request.seed, admission.params,
+            admission.max_new_frames, predictor_params=admission.predictor_params,
+            ignore_eos=admission.request.ignore_eos, min_new_frames=admission.request.min_new_tokens,
+            frames=torch.from_numpy(frames) if len(frames) else None, prompt_kv=kv))
 
     try:
         outcome = add(prompt_kv)

@@ -3,9 +3,8 @@
 Decode's event loop publishes a step's codes while the engine thread launches the next step. Both run Python under
 one interpreter lock, and the launch's every torch call lets the loop take the lock for up to a switch interval, so
 at many streams a launch takes several times what it takes alone, more with a prompt in the step: time on the
-step's critical path. `LaunchTurns` is the engine's `LaunchPhase`
-here: the loop's heavy work (a step's publishing, an arriving request's intake) awaits `launched()` first, which
-returns at once unless a launch is under way, and otherwise when that launch ends (never later: the engine reports
+step's critical path. `LaunchTurns` is the engine's `LaunchListener` here (given to the engine when it is built):
+the loop's heavy work (a step's publishing, an arriving request's intake) awaits `launched()` first, which returns at once unless a launch is under way, and otherwise when that launch ends (never later: the engine reports
 only launches that queue work on the device, and the device's run of the step follows, which holds no lock, so that
 is when the loop's work runs).
 
@@ -18,11 +17,11 @@ from __future__ import annotations
 
 import asyncio
 
-from services.engine.launch_phase import LaunchPhase
+from services.engine.launch_listener import LaunchListener
 
 
-class LaunchTurns(LaunchPhase):
-    """`launched()` for the event loop; `begins` / `ends` for the engine thread (`Engine.launch_phase`)."""
+class LaunchTurns(LaunchListener):
+    """`launched()` for the event loop; `begins` / `ends` for the engine thread (the engine's launch listener)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -11,7 +11,7 @@ pulled it only one wins. The winner then
    seq, and the subject's last stream sequence;
 2. publishes a TakeoverMarker fenced on that last sequence, so from then on only the new epoch can append: a stale
    owner that comes back (paused, not dead) is refused by the server at its next append and stands down;
-3. queues the request in its engine with those frames (`Engine.add_request(frames=...)`): the first prefill replays
+3. queues the request in its engine with those frames (`EngineRequest.frames`): the first prefill replays
    prompt + frames exactly as after a preemption (the frame inputs from all 16 codes and the text position; the
    sampler keyed by seed, frame and codebook), so the continuation equals an undisturbed run, and its chunks go on
    from the next seq with the same chunk rule, so the vocoder's audio chunks do too.

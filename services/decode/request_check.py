@@ -19,8 +19,9 @@ from services.model.sampling import SamplingParams, SamplingParamsError
 from services.model.text_tokenizer import TextTokenizer
 
 
-class AdmissionError(ValueError):
-    """A request this replica cannot serve as asked; `code` is the ErrorCode its CodesEnd carries."""
+class RequestRefused(ValueError):
+    """A request this replica refuses to serve as asked (checked against its checkpoint, or its voice); `code` is the
+    ErrorCode its CodesEnd carries. The gateway's `AdmissionError` is the gateway's own refusal, before the bus."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -30,7 +31,7 @@ class AdmissionError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """A request ready for `Engine.add_request`, with the counts its usage reports."""
+    """A request ready for `Engine.add_request` (as an `EngineRequest`), with the counts its usage reports."""
 
     request: SynthesisRequest
     prompt: PromptRequest
@@ -57,34 +58,34 @@ class ServedModel:
 
 
 def admit(request: SynthesisRequest, model: ServedModel, settings: DecodeSettings) -> Admission:
-    """Check and translate one request. Raises AdmissionError (unknown_model for a request of another model,
+    """Check and translate one request. Raises RequestRefused (unknown_model for a request of another model,
     invalid_request naming what is wrong, or timeout when it waited on REQUESTS past its deadline). A cloned voice's
     prompt is attached later, off this path (`VoicePrompts.attach`): here only whether the model clones at all is
     checked."""
     if not subjects.same_model(request.model, model.name):
         # Put on this model's subject by something other than a gateway of this model (a gateway refuses another
         # model up front): serving it with these weights would answer in the wrong voice, or not at all.
-        raise AdmissionError(ErrorCode.UNKNOWN_MODEL, f"this request asks for model {request.model!r}, which no "
+        raise RequestRefused(ErrorCode.UNKNOWN_MODEL, f"this request asks for model {request.model!r}, which no "
                              f"replica on this subject serves (it serves {model.name!r}); send it to a gateway "
                              "of that model")
     if request.deadline is not None and time.time() > request.deadline:
-        raise AdmissionError(ErrorCode.TIMEOUT, "the request waited in the queue past its deadline; the mesh is "
+        raise RequestRefused(ErrorCode.TIMEOUT, "the request waited in the queue past its deadline; the mesh is "
                              "overloaded: retry later, or add decode replicas")
     try:
         codec_prefix(model.config, request.speaker, request.language)  # unknown speaker/language raise here
     except RequestError as exc:
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, exc.message) from exc
+        raise RequestRefused(ErrorCode.INVALID_REQUEST, exc.message) from exc
     is_base = model.config.tts_model_type == "base"
     if is_base and request.clone is None:
-        raise AdmissionError(ErrorCode.VOICE_REQUIRED, "this replica serves a base (voice-cloning) checkpoint: give "
+        raise RequestRefused(ErrorCode.VOICE_REQUIRED, "this replica serves a base (voice-cloning) checkpoint: give "
                              "reference audio (ref_audio, and ref_text unless x_vector_only_mode) or a saved voice")
     if not is_base and request.clone is not None:
-        raise AdmissionError(ErrorCode.VOICE_CLONING_UNSUPPORTED, f"this replica serves a "
+        raise RequestRefused(ErrorCode.VOICE_CLONING_UNSUPPORTED, f"this replica serves a "
                              f"{model.config.tts_model_type} checkpoint, which cannot clone a voice")
     text_ids = tuple(model.tokenizer.encode(assistant_text(request.text)))
     input_tokens = len(text_ids) - ROLE_TOKENS - TAIL_TOKENS
     if input_tokens <= 0:
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, "the text tokenizes to nothing: give at least one word")
+        raise RequestRefused(ErrorCode.INVALID_REQUEST, "the text tokenizes to nothing: give at least one word")
     instruct_ids = tuple(model.tokenizer.encode(instruct_text(request.instruct))) if request.instruct else None
     prompt = PromptRequest(text_ids=text_ids, instruct_ids=instruct_ids, speaker=request.speaker,
                            language=request.language, non_streaming=request.text_mode == "non-streaming")
@@ -125,4 +126,4 @@ def _merged(spec: SamplingSpec, fallback: SamplingParams, what: str) -> Sampling
                                      else spec.repetition_penalty),
         )
     except SamplingParamsError as exc:
-        raise AdmissionError(ErrorCode.INVALID_REQUEST, f"{what}: {exc}") from exc
+        raise RequestRefused(ErrorCode.INVALID_REQUEST, f"{what}: {exc}") from exc

@@ -18,21 +18,25 @@ from services.decode.cancel import CancelWatcher
 from services.decode.core import DecodeCore
 from services.decode.drain import Drainer, drain_subject
 from services.decode.intake import Intake
+from services.decode.launch_turns import LaunchTurns
 from services.decode.loop import FrameLoop
 from services.decode.request_check import ServedModel
 from services.decode.settings import DecodeSettings
 from services.decode.shutdown import finish_or_end
+from services.decode.stats import StepSeconds
 from services.decode.voice_prompts import VoicePrompts
 from services.decode.voice_work import ProcessPromptMaker, ThreadPromptMaker, uses_process
 from services.decode.worker import EngineWorker
 from services.engine.config import StageConfig, StageKind
 from services.engine.engine import Engine
+from services.engine.launch_listener import LaunchListener
+from services.engine.step_timeline import Record
 from services.metrics.from_stats import decode_families, stats_registry
 from services.metrics.listener import metrics_listener
 from services.metrics.timings import snapshots
 from services.model.checkpoint_summary import checkpoint_fingerprint
 from services.model.config import load_config
-from services.model.loader import DTYPES, load_model
+from services.model.loader import DTYPES, TTSModel, load_model
 from services.model.text_tokenizer import TextTokenizer
 from services.model.voice.cloner import VoiceCloner
 from services.mtp.client import RemotePredictor
@@ -66,7 +70,7 @@ class DecodeParts:
         report["voice_prompts_computed"] = voices.num_computed if voices is not None else 0
         report["voice_prompts_handed_over"] = voices.num_primed if voices is not None else 0
         report["voice_prompt_seconds"] = snapshots(voices.timings) if voices is not None else {}
-        report["step_seconds"] = snapshots(self.core.step_times.timings)
+        report["step_seconds"] = snapshots(self.core.step_seconds.timings)
         return report
 
 
@@ -76,36 +80,44 @@ async def serve(settings: DecodeSettings, stop: asyncio.Event) -> None:
     await serve_with_engine(settings, "decode", build_decode, stop)
 
 
-EngineServiceBuilder = Callable[[Any, Engine, ServedModel, EngineWorker, ServiceContext, AsyncExitStack],
+EngineServiceBuilder = Callable[[Any, TTSModel, ServedModel, EngineWorker, ServiceContext, AsyncExitStack],
                                 Awaitable[ServiceParts]]
 
 
 async def serve_with_engine(settings: DecodeSettings, service: str, build: EngineServiceBuilder,
                             stop: asyncio.Event) -> None:
-    """Load the engine on its own thread, then run `service` built by `build(settings, engine, served, worker, ...)`
-    (decode, and prefill, which runs the same engine)."""
+    """Load the checkpoint on the engine's own thread, then run `service` built by `build(settings, model, served,
+    worker, ...)`, which builds its engine (`build_engine`) with the collaborators it has once connected (decode,
+    and prefill, which runs the same engine)."""
     if settings.model_dir is None:
         raise SettingsError(f"--model-dir / VOXMESH_MODEL_DIR: {service} needs a checkpoint directory")
     worker = EngineWorker(f"{service}-engine")
     try:
-        engine, served = await worker.run(load_engine, settings)
-        await run_service(settings, service, functools.partial(build, settings, engine, served, worker), stop)
+        model, served = await worker.run(load_checkpoint, settings)
+        await run_service(settings, service, functools.partial(build, settings, model, served, worker), stop)
     finally:
         worker.close()
 
 
-def load_engine(settings: DecodeSettings) -> tuple[Engine, ServedModel]:
-    """(On the engine thread.) Load the checkpoint and build the engine with the settings' limits."""
+def load_checkpoint(settings: DecodeSettings) -> tuple[TTSModel, ServedModel]:
+    """(On the engine thread.) Load the checkpoint's model, configuration and tokenizer."""
     torch.set_num_threads(settings.torch_threads)
     model = load_model(settings.model_dir, dtype=DTYPES[settings.dtype], device=settings.device)
     config, generation = load_config(model.directory)
-    stage = StageConfig(StageKind.TALKER, recompute_preemption=settings.preemption_mode)
-    engine = Engine(model, settings.engine_config(), stage)
     served = ServedModel(settings.model_name, config, generation, TextTokenizer.from_dir(settings.model_dir))
-    return engine, served
+    return model, served
 
 
-async def voice_prompts_of(settings: DecodeSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
+def build_engine(settings: DecodeSettings, model: TTSModel, remote_predictor: RemotePredictor | None = None,
+                 step_sink: Record | None = None, launch_listener: LaunchListener | None = None) -> Engine:
+    """(On the engine thread.) The engine with the settings' limits and its collaborators (`Engine` says each);
+    it captures its graphs before it returns, so the replica serves its first requests at full speed."""
+    stage = StageConfig(StageKind.TALKER, recompute_preemption=settings.preemption_mode)
+    return Engine(model, settings.engine_config(), stage, remote_predictor=remote_predictor, step_sink=step_sink,
+                  launch_listener=launch_listener)
+
+
+async def voice_prompts_of(settings: DecodeSettings, model: TTSModel, served: ServedModel, worker: EngineWorker,
                            context: ServiceContext, stack: AsyncExitStack) -> VoicePrompts | None:
     """A base checkpoint's voice cloning (decode's, or a prefill replica's): its encoders loaded once before serving,
     in a child process or on the engine thread (`voice_work`); None for a checkpoint that does not clone."""
@@ -118,15 +130,16 @@ async def voice_prompts_of(settings: DecodeSettings, engine: Engine, served: Ser
         await maker.ready()
         log.info("reference audio becomes voice prompts in child processes %s", maker.process_ids)
     else:
-        maker = ThreadPromptMaker(await worker.run(VoiceCloner.load, engine.model, served.tokenizer))
+        maker = ThreadPromptMaker(await worker.run(VoiceCloner.load, model, served.tokenizer))
     voices = VoicePrompts(context.js, maker, settings.model_name)
     stack.callback(voices.close)
     return voices
 
 
-async def _remote_predictor(settings: DecodeSettings, engine: Engine, worker: EngineWorker, context: ServiceContext,
+async def _remote_predictor(settings: DecodeSettings, context: ServiceContext,
                             stack: AsyncExitStack) -> RemotePredictor | None:
-    """The `mtp` topology: codebooks 1..15 from remote replicas, once `mtp_replicas` of them are live."""
+    """The `mtp` topology: codebooks 1..15 from remote replicas (started; `wait_for_replicas` says when they are
+    live); None in every other topology."""
     if settings.mtp_replicas == 0:
         return None
     fingerprint = await asyncio.to_thread(checkpoint_fingerprint, settings.model_dir)
@@ -134,20 +147,23 @@ async def _remote_predictor(settings: DecodeSettings, engine: Engine, worker: En
                                 attempts=settings.mtp_attempts)
     stack.push_async_callback(predictor.close)
     await predictor.start(context.kv)
-    log.info("waiting for %d mtp replica(s)", settings.mtp_replicas)
-    await predictor.wait_for_replicas(settings.mtp_replicas, timeout_s=MTP_START_TIMEOUT_S)
-    await worker.run(engine.runner.use_remote_predictor, predictor)
     return predictor
 
 
-async def build_decode(settings: DecodeSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
+async def build_decode(settings: DecodeSettings, model: TTSModel, served: ServedModel, worker: EngineWorker,
                        context: ServiceContext, stack: AsyncExitStack) -> ServiceParts:
     """Decode's parts: intake pulls until stop; the frame loop and cancel watch serve owned requests until they
     are finished or ended (`finish_or_end`); the `drain` endpoint; STATS with the engine's counters."""
-    voices = await voice_prompts_of(settings, engine, served, worker, context, stack)
-    predictor = await _remote_predictor(settings, engine, worker, context, stack)
+    predictor = await _remote_predictor(settings, context, stack)
+    step_seconds, turns = StepSeconds(), LaunchTurns(asyncio.get_running_loop())
+    engine = await worker.run(build_engine, settings, model, predictor, step_seconds.record, turns)
+    if predictor is not None:  # the replicas load beside the engine's build; they must be live before any step
+        log.info("waiting for %d mtp replica(s)", settings.mtp_replicas)
+        await predictor.wait_for_replicas(settings.mtp_replicas, timeout_s=MTP_START_TIMEOUT_S)
+    voices = await voice_prompts_of(settings, model, served, worker, context, stack)
     core = DecodeCore(nc=context.nc, js=context.js, kv=context.kv, engine=engine, worker=worker, served=served,
-                      settings=settings, replica=context.replica, voices=voices)
+                      settings=settings, replica=context.replica, step_seconds=step_seconds, turns=turns,
+                      voices=voices)
     parts = DecodeParts(core, Intake(core), FrameLoop(core, settings.steps_queued), CancelWatcher(core),
                         Drainer(core, context.stop))
     await stack.enter_async_context(metrics_listener(stats_registry(parts.stats, decode_families),

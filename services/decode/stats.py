@@ -1,4 +1,5 @@
-"""Counters of the decode service, reported in its micro service STATS (`$SRV.STATS.voxmesh-decode`)."""
+"""Counters of the decode service and its engine's step times, reported in its micro service STATS
+(`$SRV.STATS.voxmesh-decode`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from services.engine.engine import Engine
+from services.engine.step_timeline import PARTS
+from services.metrics.timings import Timings
+
+STEP_BOUNDS = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.010, 0.012, 0.015, 0.020, 0.030, 0.050, 0.100)
+"""Seconds, for the histogram: a step of the presets takes 1-20 ms."""
+
+
+class StepSeconds:
+    """The engine's step times by part (`StepTimeline.PARTS`), as STATS `step_seconds` and /metrics
+    `voxmesh_step_seconds` read them; `record` is the engine's step sink, called on the engine thread (one deque
+    append: no lock needed)."""
+
+    def __init__(self) -> None:
+        self.timings = {part: Timings(STEP_BOUNDS) for part in PARTS}
+
+    def record(self, part: str, seconds: float) -> None:
+        self.timings[part].observe(seconds)
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from messages.errors import ErrorCode, Stage
 from messages.voice_clone import (REF_AUDIO_STORE, VOICES_STORE, ReferenceAudio, SavedVoice, VoiceClone, VoiceCreate,
                              VoiceCreated, saved_voice_key)
 from services.bus.object_store import open_object_store, read_object, write_object
-from services.decode.request_check import Admission, AdmissionError
+from services.decode.request_check import Admission, RequestRefused
 from services.decode.voice_records import saved_voice, voice_prompt
 from services.decode.voice_work import PromptMaker, VoiceWorkLost
 from services.metrics.timings import Timings
@@ -59,8 +59,8 @@ def cache_key(clone: VoiceClone) -> CacheKey:
     return ("audio", clone.audio_key, None if clone.x_vector_only else clone.ref_text, clone.x_vector_only)
 
 
-def refusal(error: ReferenceAudioError) -> AdmissionError:
-    return AdmissionError(_CODES.get(error.code, ErrorCode.INVALID_REF_AUDIO), error.message)
+def refusal(error: ReferenceAudioError) -> RequestRefused:
+    return RequestRefused(_CODES.get(error.code, ErrorCode.INVALID_REF_AUDIO), error.message)
 
 
 class VoicePrompts:
@@ -80,7 +80,7 @@ class VoicePrompts:
         waits for it (the worker's queue included): where a cloned voice's first packet goes (STATS, /metrics)."""
 
     async def attach(self, admission: Admission) -> Admission:
-        """The admission with its request's voice prompt. Raises AdmissionError (a code for the client to act on)."""
+        """The admission with its request's voice prompt. Raises RequestRefused (a code for the client to act on)."""
         clone = admission.request.clone
         if clone is None:
             return admission
@@ -92,7 +92,7 @@ class VoicePrompts:
         if clone.voice is not None:
             return await self._cached(key, lambda: self._load_saved(clone))
         if clone.audio_key is None:
-            raise AdmissionError(ErrorCode.VOICE_REQUIRED, "the request names neither reference audio nor a voice")
+            raise RequestRefused(ErrorCode.VOICE_REQUIRED, "the request names neither reference audio nor a voice")
         return await self._cached(key, lambda: self._from_key(clone.audio_key, clone.ref_text, clone.x_vector_only))
 
     def prime(self, clone: VoiceClone, prompt: VoicePrompt) -> None:
@@ -138,7 +138,7 @@ class VoicePrompts:
         except ReferenceAudioError as exc:
             raise refusal(exc) from exc
         except VoiceWorkLost as exc:
-            raise AdmissionError(ErrorCode.INTERNAL, str(exc)) from exc
+            raise RequestRefused(ErrorCode.INTERNAL, str(exc)) from exc
         self.timings["compute"].observe(time.perf_counter() - started)
         self.num_computed += 1
         return prompt
@@ -148,22 +148,22 @@ class VoicePrompts:
         found = await self._read(REF_AUDIO_STORE, audio_key)
         self.timings["audio_read"].observe(time.perf_counter() - started)
         if found is None:
-            raise AdmissionError(ErrorCode.INVALID_REF_AUDIO, "the reference audio is no longer stored (it expires an "
+            raise RequestRefused(ErrorCode.INVALID_REF_AUDIO, "the reference audio is no longer stored (it expires an "
                                  "hour after its last use): send ref_audio again")
         try:
             return decode(found, ReferenceAudio)
         except DecodeError as exc:
-            raise AdmissionError(ErrorCode.INVALID_REF_AUDIO, f"the stored reference audio is unreadable: {exc}") from exc
+            raise RequestRefused(ErrorCode.INVALID_REF_AUDIO, f"the stored reference audio is unreadable: {exc}") from exc
 
     async def _load_saved(self, clone: VoiceClone) -> VoicePrompt:
         found = await self._read(VOICES_STORE, saved_voice_key(self.model, clone.voice))
         if found is None:
-            raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"the saved voice {clone.voice!r} was deleted")
+            raise RequestRefused(ErrorCode.UNKNOWN_VOICE, f"the saved voice {clone.voice!r} was deleted")
         try:
             record = decode(found, SavedVoice)
             return voice_prompt(record, self.maker.tokenizer)
         except (DecodeError, ReferenceAudioError, ValueError) as exc:
-            raise AdmissionError(ErrorCode.UNKNOWN_VOICE, f"the saved voice {clone.voice!r} is unreadable ({exc}): "
+            raise RequestRefused(ErrorCode.UNKNOWN_VOICE, f"the saved voice {clone.voice!r} is unreadable ({exc}): "
                                  "save it again") from exc
 
     async def _read(self, store_name: str, name: str) -> bytes | None:
@@ -171,14 +171,14 @@ class VoicePrompts:
             store = await open_object_store(self.js, store_name)
             found = await read_object(store, name)
         except Exception as exc:  # noqa: BLE001 - the bus failed this read; the request fails alone
-            raise AdmissionError(ErrorCode.INTERNAL, f"could not read {name!r} from {store_name} ({exc!r})") from exc
+            raise RequestRefused(ErrorCode.INTERNAL, f"could not read {name!r} from {store_name} ({exc!r})") from exc
         return None if found is None else found[1]
 
     async def create(self, request: VoiceCreate) -> VoiceCreated:
         """Compute a voice from stored reference audio and save it in VOICES (replacing one of the same name)."""
         try:
             if request.model != self.model:
-                raise AdmissionError(ErrorCode.UNKNOWN_MODEL, f"this replica serves {self.model!r}, not "
+                raise RequestRefused(ErrorCode.UNKNOWN_MODEL, f"this replica serves {self.model!r}, not "
                                      f"{request.model!r}")
             audio = await self._reference(request.audio_key)
             prompt = await self._compute(audio, request.ref_text, request.x_vector_only)
@@ -187,7 +187,7 @@ class VoicePrompts:
             store = await open_object_store(self.js, VOICES_STORE)
             stored = await write_object(store, saved_voice_key(self.model, request.name), encode(record),
                                         description="x-vector" if record.x_vector_only else "in-context")
-        except AdmissionError as exc:
+        except RequestRefused as exc:
             return VoiceCreated(name=request.name, error=ErrorInfo(code=exc.code, stage=Stage.DECODE,
                                                                     message=exc.message))
         log.info("saved voice %r (%d reference frames)", request.name, prompt.num_ref_frames)

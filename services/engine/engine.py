@@ -20,28 +20,21 @@ from services.engine import model_ops
 from services.engine.config import EngineConfig, StageConfig, StageKind
 from services.engine.engine_stats import EngineStats
 from services.engine.talker_graphs import TalkerGraphSpec
-from services.engine.errors import ConfigError, EngineError, RemoteStageFailed
-from services.engine.launch_phase import LaunchPhase
-from services.engine.launched_step import LaunchedStep
+from services.engine.engine_request import EngineRequest
+from services.engine.errors import ConfigError, InvalidRequestError, RemoteStageFailed
+from services.engine.in_flight_step import InFlightStep
+from services.engine.launch_listener import LaunchListener
 from services.engine.outputs import SchedulerOutput, StepOutput
 from services.engine.request_inbox import RequestInbox
-from services.engine.runner import ModelRunner
+from services.engine.runner import ModelRunner, RemotePredictorLike
 from services.engine.scheduler import Scheduler
 from services.engine.sequence import RequestOutcome, Sequence, SequenceStatus
 from services.engine.step_isolation import isolate_failure
-from services.engine.step_timeline import StepTimeline
+from services.engine.step_timeline import Record, StepTimeline
 from services.model.loader import TTSModel
-from services.model.prompt import PromptRequest
-from services.model.sampling import SamplingParams
 
 
 _log = logging.getLogger(__name__)
-
-
-class InvalidRequestError(EngineError, ValueError):
-    """A request's engine-level fields are unusable (empty id, frame budget below 1, bad seed)."""
-
-    code = "invalid_request"
 
 
 GRAPH_RESERVE_BYTES = 2 << 30
@@ -74,7 +67,13 @@ def pool_num_blocks(config: EngineConfig, model: TTSModel) -> int:
 
 
 class Engine:
-    """Continuous-batching talker decode over a paged KV pool (one talker stage)."""
+    """Continuous-batching talker decode over a paged KV pool (one talker stage).
+
+    Its collaborators come in here and stay for its life: `remote_predictor` (codebooks 1..15 from remote replicas,
+    the `mtp` topology; None: drawn here), `step_sink` (takes each step's times by part, `StepTimeline`; None: kept
+    by no one) and `launch_listener` (told when a step's launch begins and ends, where it only queues the step;
+    decode's event loop holds its publishing meanwhile; None: no one is told).
+    """
 
     def __init__(
         self,
@@ -83,6 +82,10 @@ class Engine:
         stage: StageConfig | None = None,
         capture_hidden: bool = False,
         replay: model_ops.ReplayBuilder = model_ops.replay_rows,
+        *,
+        remote_predictor: RemotePredictorLike | None = None,
+        step_sink: Record | None = None,
+        launch_listener: LaunchListener | None = None,
     ) -> None:
         stage = stage or StageConfig(StageKind.TALKER)
         if stage.kind is not StageKind.TALKER:
@@ -93,19 +96,19 @@ class Engine:
         self.scheduler = Scheduler(config, self.num_blocks, stage.preemption_mode)
         self.inbox = RequestInbox()
         """Admitted requests on their way to the scheduler (filled from any thread, emptied by the step thread)."""
-        self.timeline = StepTimeline()
-        """Each step's device, idle and launch times (read by the service's STATS)."""
-        self.launch_phase = LaunchPhase()
-        """Told when a step's launch begins and ends, where it only queues the step (`_launch_phase`); decode's event
-        loop holds its publishing meanwhile."""
+        self._timeline = StepTimeline() if step_sink is None else StepTimeline(step_sink)
+        """Each step's device, idle and launch times, handed to `step_sink`."""
+        self._launch_listener = launch_listener or _UNTOLD
+        """Told when a step's launch begins and ends, where it only queues the step (`_told_of_launches`)."""
         self._prompt_stream = torch.cuda.Stream(model.device) if model.device.type == "cuda" else None
         """Prompts are built on a side stream (CUDA), so admission does not wait behind the queued steps."""
         self._overlap = config.overlap_steps if config.overlap_steps is not None else model.device.type == "cuda"
         """Whether `step()` prepares the next step while the device runs this one (CUDA by default)."""
-        self._in_flight: tuple[SchedulerOutput, LaunchedStep] | None = None
+        self._in_flight: tuple[SchedulerOutput, InFlightStep] | None = None
         """The launched step whose codes are not applied yet."""
         self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay,
-                                  TalkerGraphSpec.for_engine(config, model.device), config.max_num_seqs)
+                                  TalkerGraphSpec.for_engine(config, model.device), config.max_num_seqs,
+                                  remote_predictor)
         started = time.perf_counter()
         self.runner.prepare_graphs()  # before the replica serves: the first requests must not pay for captures
         if self.runner.talker_step is not None:
@@ -116,82 +119,45 @@ class Engine:
                       self.runner.num_capture_failures, self.num_blocks, held / 2**30,
                       100 * held / torch.cuda.get_device_properties(device).total_memory)
 
-    def add_request(
-        self,
-        request_id: str,
-        request: PromptRequest,
-        seed: int,
-        params: SamplingParams,
-        max_new_frames: int,
-        predictor_params: SamplingParams | None = None,
-        ignore_eos: bool = False,
-        min_new_frames: int | None = None,
-        frames: torch.Tensor | None = None,
-        prompt_kv: torch.Tensor | None = None,
-        exports_kv: bool = False,
-    ) -> RequestOutcome | None:
+    def add_request(self, request: EngineRequest) -> RequestOutcome | None:
         """Queue a request. Returns its failed outcome at once (code `capacity`) if it can never fit the pool.
 
         Safe to call from another thread than the one that steps: the prompt is built on the caller's thread and
         the request joins the scheduler at the start of the next step (or abort), so admission never waits
-        behind a running step.
-
-        `params` samples the talker (codebook 0); `predictor_params` the code predictor (codebooks 1..15),
-        by default the same. `ignore_eos` keeps EOS from being drawn before max_new_frames (fixed-length
-        benchmarks). `min_new_frames` keeps EOS away for that many frames (at least the model's minimum, at most
-        max_new_frames). Draws are keyed by (seed, frame, codebook), so any replay repeats them.
-
-        `frames` (int [n, 16]): frames this request already emitted on another replica (a migration). It continues
-        from frame n, its first prefill replaying them exactly as after a preemption; one whose n frames already
-        reach its budget ends at once, finished (length).
-
-        `prompt_kv` (with `frames`): the KV of every token but the last frame's input, computed by a prefill
-        replica, as pool blocks [n, *block] (`ModelRunner.export_blocks`); it is written into the request's blocks
-        when it is first scheduled, so the request computes only the last frame's input. A preemption drops it and
-        replays locally, as any replay. `exports_kv`: the request's finished outcome carries its prompt's KV in
-        `prompt_kv` (a prefill replica's request: max_new_frames 1).
+        behind a running step. A request with `frames` continues from them; with `prompt_kv` too, only the last
+        frame's input is computed here (`EngineRequest` says each field).
 
         Raises the model's `RequestError` for an unusable prompt (unknown speaker, empty text) and
-        `InvalidRequestError` for bad engine fields; nothing is queued then.
+        `InvalidRequestError` for a `prompt_kv` that does not fit this engine's pool; nothing is queued then.
         """
-        if not isinstance(request_id, str) or not request_id:
-            raise InvalidRequestError(f"request_id must be a non-empty string, got {request_id!r}")
-        if isinstance(max_new_frames, bool) or not isinstance(max_new_frames, int) or max_new_frames < 1:
-            raise InvalidRequestError(f"max_new_frames must be an integer >= 1, got {max_new_frames!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**64:
-            raise InvalidRequestError(f"seed must be a 64-bit integer, got {seed!r}")
-        if min_new_frames is not None and (isinstance(min_new_frames, bool) or not isinstance(min_new_frames, int)
-                                           or min_new_frames < 0):
-            raise InvalidRequestError(f"min_new_frames must be an integer >= 0, got {min_new_frames!r}")
-        prompt = model_ops.make_prompt(self.model, request, self._prompt_stream)
-        min_frames = max_new_frames if ignore_eos else min(max(MIN_NEW_TOKENS, min_new_frames or 0), max_new_frames)
-        seq = Sequence(request_id, model_ops.num_prompt_rows(prompt), seed, params, max_new_frames, prompt,
-                       predictor_params, min_new_frames=min_frames)
+        prompt = model_ops.make_prompt(self.model, request.prompt, self._prompt_stream)
+        budget = request.max_new_frames
+        min_frames = budget if request.ignore_eos else min(max(MIN_NEW_TOKENS, request.min_new_frames or 0), budget)
+        seq = Sequence(request.request_id, model_ops.num_prompt_rows(prompt), request.seed, request.params, budget,
+                       prompt, request.predictor_params, min_new_frames=min_frames)
         refused = self.scheduler.refusal(seq)
         if refused is not None:
             return refused
-        if frames is not None:
-            for codes in torch.as_tensor(frames, dtype=torch.int64):
+        if request.frames is not None:
+            for codes in torch.as_tensor(request.frames, dtype=torch.int64):
                 seq.append_frame(codes)
             if seq.num_frames >= seq.max_new_frames:
-                return RequestOutcome(request_id, SequenceStatus.FINISHED_LENGTH, seq.num_frames)
-        if prompt_kv is not None:
-            seq.handed_kv = self._checked_handed_kv(seq, prompt_kv)
-        seq.exports_kv = exports_kv
+                return RequestOutcome(request.request_id, SequenceStatus.FINISHED_LENGTH, seq.num_frames)
+        if request.prompt_kv is not None:
+            seq.handed_kv = self._checked_handed_kv(seq, request.prompt_kv)
+        seq.exports_kv = request.exports_kv
         self.inbox.put(seq, self.scheduler)
         return None
 
     def kv_staging(self, num_tokens: int) -> torch.Tensor:
         """An empty buffer for the KV of `num_tokens` tokens as this engine's pool blocks ([n, layers, 2, block_size,
         kv_heads, head_dim], the pool's dtype and device): where a prefill replica's KV is received before it is
-        handed to `add_request(prompt_kv=...)`."""
+        handed to `add_request` (`EngineRequest.prompt_kv`)."""
         pool = self.runner.kv_pool
         num_blocks = self.scheduler.block_manager.num_blocks_for(num_tokens)
         return torch.empty((num_blocks, *pool.shape[1:]), dtype=pool.dtype, device=pool.device)
 
     def _checked_handed_kv(self, seq: Sequence, prompt_kv: torch.Tensor) -> torch.Tensor:
-        if seq.num_frames < 1:
-            raise InvalidRequestError("prompt_kv comes with the frames sampled from it (at least the first)")
         num_blocks = self.scheduler.block_manager.num_blocks_for(seq.num_tokens - 1)
         expected = (num_blocks, *self.runner.kv_pool.shape[1:])
         if tuple(prompt_kv.shape) != expected or prompt_kv.dtype != self.runner.kv_pool.dtype:
@@ -216,12 +182,12 @@ class Engine:
         (`step_isolation`) and ends with code `step_failed` (blocks freed); the others' frames are those of the
         re-run, and the engine keeps serving.
         """
-        phase = self._launch_phase()
-        phase.begins()
+        listener = self._told_of_launches()
+        listener.begins()
         try:
             scheduled, launched, error = self._schedule_and_launch()
         finally:
-            phase.ends()  # before any wait for the device: the other threads' turn
+            listener.ends()  # before any wait for the device: the other threads' turn
         output = StepOutput([], scheduled.outcomes, scheduled.preempted_ids, 0)
         if scheduled.is_empty:
             return self._collect(output)
@@ -231,21 +197,21 @@ class Engine:
             if isinstance(error, RemoteStageFailed):
                 return _merged(output, self._fail_step(SchedulerOutput(still_running), error))
             return _merged(output, self._isolate(SchedulerOutput(still_running), error))
-        self.timeline.launched(launched.launch_s)
+        self._timeline.launched(launched.launch_s)
         self.scheduler.launched(scheduled.scheduled)
         previous, self._in_flight = self._in_flight, (scheduled, launched)
         output = self._apply(previous, output)
         return output if self._overlap else self._collect(output)
 
-    def _launch_phase(self) -> LaunchPhase:
-        """`launch_phase` where a launch only queues the step (overlapped steps on the device, codebooks 1..15 drawn
-        here), so the device's run of it leaves the other threads a turn; else one that tells no one: a launch that
-        runs the model itself (the CPU) or waits for remote predictors would keep them waiting a whole step."""
+    def _told_of_launches(self) -> LaunchListener:
+        """The launch listener where a launch only queues the step (overlapped steps on the device, codebooks 1..15
+        drawn here), so the device's run of it leaves the other threads a turn; else one that tells no one: a launch
+        that runs the model itself (the CPU) or waits for remote predictors would keep them waiting a whole step."""
         if self._overlap and self.runner.remote_predictor is None:
-            return self.launch_phase
+            return self._launch_listener
         return _UNTOLD
 
-    def _schedule_and_launch(self) -> tuple[SchedulerOutput, LaunchedStep | None, Exception | None]:
+    def _schedule_and_launch(self) -> tuple[SchedulerOutput, InFlightStep | None, Exception | None]:
         """The host's part of a step: admitted requests joined, the batch scheduled and queued on the device. Returns
         the schedule and the launched step (None when nothing was scheduled), or the error the launch raised."""
         self.inbox.hand_over(self.scheduler)
@@ -265,16 +231,16 @@ class Engine:
         """Apply the step in flight (if any) into `output`; nothing is in flight after this."""
         in_flight, self._in_flight = self._in_flight, None
         output = self._apply(in_flight, output)
-        self.timeline.restart()  # nothing queued now: the stream's next wait is for work, not for the host
+        self._timeline.restart()  # nothing queued now: the stream's next wait is for work, not for the host
         return output
 
-    def _apply(self, launched: tuple[SchedulerOutput, LaunchedStep] | None, output: StepOutput) -> StepOutput:
+    def _apply(self, launched: tuple[SchedulerOutput, InFlightStep] | None, output: StepOutput) -> StepOutput:
         """Wait for a launched step's codes and apply them (frames, ends) on top of `output`."""
         if launched is None:
             return output
         scheduled, step = launched
         frames, outcomes = self.scheduler.update_from_output(scheduled, step.result())
-        self.timeline.applied(step.begun, step.arrived,
+        self._timeline.applied(step.begun, step.arrived,
                               mixed=scheduled.num_batched_tokens > len(scheduled.scheduled),
                               rows=len(scheduled.scheduled), tokens=scheduled.num_batched_tokens,
                               launch_s=step.launch_s)
@@ -377,8 +343,8 @@ class Engine:
         return [seq.request_id for seq in self.scheduler.running]
 
 
-_UNTOLD = LaunchPhase()
-"""The phase of launches that are not reported (`Engine._launch_phase`)."""
+_UNTOLD = LaunchListener()
+"""The listener of launches that are not reported (`Engine._told_of_launches`)."""
 
 
 def _merged(first: StepOutput, second: StepOutput) -> StepOutput:

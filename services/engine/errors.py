@@ -15,6 +15,13 @@ class ConfigError(EngineError, ValueError):
     code = "invalid_config"
 
 
+class InvalidRequestError(EngineError, ValueError):
+    """A request's engine-level fields are unusable (empty id, frame budget below 1, bad seed, a prompt KV that does
+    not fit); the message names the field."""
+
+    code = "invalid_request"
+
+
 class DuplicateRequestError(EngineError, ValueError):
     """A request id is already known to the engine."""
 

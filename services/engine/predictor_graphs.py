@@ -28,12 +28,16 @@ import logging
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
 from services.engine import model_ops
 from services.engine.graph_capture import GraphCapture
+from services.engine.sampler_columns import (FRAME, KEYS, MIN_FRAMES, NUM_FRAMES, PENALTY, PER_REQUEST_INTS,
+                                             PREDICTOR_TEMPERATURE, PREDICTOR_TOP_K, PREDICTOR_TOP_P, SEED,
+                                             TALKER_TEMPERATURE, TALKER_TOP_K, TALKER_TOP_P)
+from services.engine.slot_params import SlotParams
 from services.engine.talker_graphs import buckets
 from services.engine.errors import EngineError
 from services.model import fused_row_keys, fused_sample
@@ -45,21 +49,11 @@ from services.model.talker_logits import MIN_NEW_TOKENS
 TOP_K_CAP = 128
 """Candidates kept per row when every row's top_k is in 1..TOP_K_CAP (the released default is 50)."""
 
-NUM_FRAMES, FRAME, KEYS, MIN_FRAMES, TALKER_TOP_K, PREDICTOR_TOP_K, SEED = 0, 1, 2, 4, 5, 6, 7
-"""Columns of the static int64 inputs (KEYS takes two columns: the keyed sampler's two hash lanes). The columns
-from MIN_FRAMES on are a request's own, in the order of `SlotParams.ints`, so a step gathers them in one copy."""
-PER_REQUEST_INTS = slice(MIN_FRAMES, SEED + 1)
-PENALTY, TALKER_TEMPERATURE, TALKER_TOP_P, PREDICTOR_TEMPERATURE, PREDICTOR_TOP_P = 0, 1, 2, 3, 4
-"""Columns of the static float32 inputs: all a request's own, in the order of `SlotParams.floats`."""
-
 FUSED, CAPPED, WHOLE = "fused", "capped", "whole"
 """How one side (talker or predictor) of a graph draws: the fused sampler (no row uses top-p), or the top
 candidates then the keyed draw, cut at TOP_K_CAP or over the whole vocabulary."""
 GraphKey = tuple[int, str, str]
 """(rows bucket, the talker's mode, the predictor's mode)."""
-
-if TYPE_CHECKING:
-    from services.engine.slot_params import SlotParams
 
 log = logging.getLogger(__name__)
 

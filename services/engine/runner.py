@@ -9,7 +9,7 @@ of its token bucket (`PaddedTalkerStep`), and the frames are sampled by `PaddedF
 bucket, reading each request's sampling parameters and penalty row on the device by its slot (`SlotParams`,
 `SeenTable`): a step uploads one [B, 2] table of (slot, frame index) for its rows. Otherwise both run eagerly.
 No value is read back from the device before the step's codes, which are its one host synchronisation, and
-`launch` returns before that: the codes are copied to the host asynchronously and read by `LaunchedStep.result`,
+`launch` returns before that: the codes are copied to the host asynchronously and read by `InFlightStep.result`,
 so the next step can be prepared while this one runs. A decoding row's input is built on the device from the codes
 its request drew last (`SeenTable.last_frames`), so it does not wait for them to reach the host either.
 """
@@ -24,7 +24,7 @@ import torch
 from services.engine import model_ops
 from services.engine.errors import RemoteStageFailed
 from services.engine.batch_builder import build_attention_batch, on_device, sampling_rows
-from services.engine.launched_step import LaunchedStep
+from services.engine.in_flight_step import InFlightStep
 from services.engine.outputs import ModelRunnerOutput, ScheduledSequence
 from services.engine.predictor_graphs import PaddedFrameSampler, params_mode
 from services.engine.seen_table import SeenTable
@@ -63,9 +63,13 @@ class ModelRunner:
         replay: model_ops.ReplayBuilder = model_ops.replay_rows,
         graphs: TalkerGraphSpec | None = None,
         max_num_seqs: int | None = None,
+        remote_predictor: RemotePredictorLike | None = None,
     ) -> None:
         """`graphs`: pad and graph the talker step and frame sampling (None: every step eager).
-        `max_num_seqs`: rows of the repetition-penalty table (default: the graphs' largest step, else 64)."""
+        `max_num_seqs`: rows of the repetition-penalty table (default: the graphs' largest step, else 64).
+        `remote_predictor`: where codebooks 1..15 come from when not from this process (remote code-predictor
+        replicas, the `mtp` topology): the talker and codebook 0 stay here, frame sampling runs eagerly (a graph
+        cannot hold the round trip), and each step waits for the replicas' reply."""
         self.model = model
         self.block_size = block_size
         self.capture_hidden = capture_hidden
@@ -78,21 +82,13 @@ class ModelRunner:
         self.eos_id = model_ops.eos_id(model)
         self.talker_step = (None if graphs is None
                             else PaddedTalkerStep(model.talker, self.kv_pool, num_blocks, graphs))
-        self.remote_predictor: RemotePredictorLike | None = None
-        """Where codebooks 1..15 come from when not from this process (`use_remote_predictor`)."""
-        self.frame_sampler = (None if graphs is None
+        self.remote_predictor = remote_predictor
+        self.frame_sampler = (None if graphs is None or remote_predictor is not None
                               else PaddedFrameSampler(model, graphs.max_num_seqs, graphs.capture))
         rows = max_num_seqs or (graphs.max_num_seqs if graphs is not None else 64)
         self.seen = SeenTable(rows, model.config.talker.vocab_size, model.device)
         self.slot_params = SlotParams(rows, model.device)
         """The sampling parameters of each penalty row's request, read on the device by the graphed sampler."""
-
-    def use_remote_predictor(self, predictor: RemotePredictorLike) -> None:
-        """From now on codebooks 1..15 come from `predictor`, remote code-predictor replicas (the `mtp` topology;
-        set before the first step): the talker and codebook 0 stay here, frame sampling runs eagerly (a graph cannot
-        hold the round trip), and each step waits for the replicas' reply."""
-        self.remote_predictor = predictor
-        self.frame_sampler = None
 
     def prepare_graphs(self) -> None:
         """Capture every graph a step can need now (start-up), so that the first requests run as fast as the rest."""
@@ -144,10 +140,10 @@ class ModelRunner:
         return self.launch(scheduled).result()
 
     @torch.inference_mode()
-    def launch(self, scheduled: list[ScheduledSequence]) -> LaunchedStep:
+    def launch(self, scheduled: list[ScheduledSequence]) -> InFlightStep:
         """`execute` without waiting: the step is queued on the device; its output is `result()` of the return."""
         device = self.model.device
-        begun = LaunchedStep.begin_on_device(device)  # the step's device time starts here (StepTimeline)
+        begun = InFlightStep.begin_on_device(device)  # the step's device time starts here (StepTimeline)
         batch = build_attention_batch(scheduled, self.block_size)  # on the host: no reads back from the device
         query_start = batch.query_start.tolist()
         rows = sampling_rows(scheduled)
@@ -164,13 +160,13 @@ class ModelRunner:
         staging = None if self.talker_step is None else self.talker_step.input_rows(batch)
         hidden = self._talker(self._input_rows(scheduled, query_start, seqs, index, staging), batch)
         if not rows:
-            return LaunchedStep.empty()
+            return InFlightStep.empty()
         if rows[-1] == len(rows) - 1 and query_start[-1] == len(rows):  # one token a row: the rows are the tokens
             last_hidden = hidden[: len(rows)]
         else:
             last_hidden = hidden.index_select(0, index[:, TOKEN])
         codes = self._sample(last_hidden, seqs, slots, index[:, SLOT : FRAME + 1])
-        return LaunchedStep.start([seq.request_id for seq in seqs], codes, self.eos_id,
+        return InFlightStep.start([seq.request_id for seq in seqs], codes, self.eos_id,
                                   last_hidden if self.capture_hidden else None, begun)
 
     def _write_handed_kv(self, scheduled: list[ScheduledSequence]) -> None:

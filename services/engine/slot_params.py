@@ -4,7 +4,7 @@ A request's parameters (temperatures, top-k, top-p, repetition penalty, seed, mi
 runs, so they are written once, when the request takes its slot, and every graphed step gathers its rows' values
 on the device by slot (`PaddedFrameSampler.run_from_slots`) instead of building and uploading them from the host
 each step: at a large batch that host work is a sizeable share of the engine thread's time.
-The columns are the frame sampler's own (`predictor_graphs`), so a step copies them as they are.
+The columns are the frame sampler's own (`sampler_columns`), so a step copies them as they are.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from services.engine.predictor_graphs import (MIN_FRAMES, PENALTY, PER_REQUEST_INTS, PREDICTOR_TEMPERATURE,
-                                              PREDICTOR_TOP_K, PREDICTOR_TOP_P, SEED, TALKER_TEMPERATURE,
-                                              TALKER_TOP_K, TALKER_TOP_P)
+from services.engine.sampler_columns import (MIN_FRAMES, PENALTY, PER_REQUEST_INTS, PREDICTOR_TEMPERATURE,
+                                             PREDICTOR_TOP_K, PREDICTOR_TOP_P, SEED, TALKER_TEMPERATURE,
+                                             TALKER_TOP_K, TALKER_TOP_P)
 from services.engine.sequence import Sequence
 from services.model.sampling import as_int64
 from services.model.uploads import upload

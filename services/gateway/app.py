@@ -15,7 +15,7 @@ from services.gateway.errors import GatewayError, http_error, internal_error
 from services.gateway.http.openapi import documented_openapi
 from services.gateway.http.request_id import RequestIdMiddleware, request_id_of
 from services.gateway.http.routes import health, metrics, models, speech, speech_stream, saved_voices
-from services.gateway.runtime import Gateway
+from services.gateway.gateway import Gateway
 
 log = logging.getLogger(__name__)
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before its request was read: nobody gets it

@@ -12,7 +12,7 @@ from fastapi import Depends
 from starlette.requests import HTTPConnection
 
 from services.gateway.http.auth import check_bearer
-from services.gateway.runtime import Gateway
+from services.gateway.gateway import Gateway
 from services.gateway.ws.resume import ResumeRegistry
 
 

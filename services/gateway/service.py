@@ -20,7 +20,7 @@ from fastapi import FastAPI
 
 from services.gateway.app import create_app
 from services.gateway.requests.catalog import VoiceCatalog
-from services.gateway.runtime import Gateway, build_gateway
+from services.gateway.gateway import Gateway, build_gateway
 from services.gateway.settings import GatewaySettings
 from services.runtime.lifecycle import ServiceContext, ServiceParts, ServiceTask, run_service
 

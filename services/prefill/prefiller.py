@@ -17,6 +17,7 @@ import torch
 from services.decode.request_check import Admission
 from services.decode.worker import EngineWorker
 from services.engine.engine import Engine
+from services.engine.engine_request import EngineRequest
 from services.engine.outputs import StepOutput
 from services.engine.sequence import RequestOutcome
 
@@ -108,9 +109,10 @@ def _add(engine: Engine, key: str, admission: Admission) -> tuple[RequestOutcome
     """(Engine thread.) Queue the prompt with a one-frame budget (the frame is drawn as decode would draw frame 0:
     a budget of one keeps EOS away from frame 0 as any budget does); its immediate outcome, and its length."""
     request = admission.request
-    outcome = engine.add_request(key, admission.prompt, request.seed, admission.params, 1,
-                                 predictor_params=admission.predictor_params, ignore_eos=request.ignore_eos,
-                                 min_new_frames=request.min_new_tokens, exports_kv=True)
+    outcome = engine.add_request(EngineRequest(key, admission.prompt, request.seed, admission.params, 1,
+                                               predictor_params=admission.predictor_params,
+                                               ignore_eos=request.ignore_eos, min_new_frames=request.min_new_tokens,
+                                               exports_kv=True))
     return outcome, engine.num_prompt_tokens(key) or 0
 
 

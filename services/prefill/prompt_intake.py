@@ -23,7 +23,7 @@ from messages.streams import REQUESTS_STREAM
 from services.bus.errors import QueueFull
 from services.bus.pull_consumer import Capacity, Delivery
 from services.bus.submit import submit_request
-from services.decode.request_check import Admission, AdmissionError, ServedModel, admit
+from services.decode.request_check import Admission, RequestRefused, ServedModel, admit
 from services.decode.voice_prompts import VoicePrompts
 from services.decode.voice_records import ready_voice
 from services.prefill.prefiller import PrefillRefused, Prefiller
@@ -91,7 +91,7 @@ class PrefillIntake:
             if request.clone is not None:
                 admission = await self.voices.attach(admission)
             return admission, ""
-        except AdmissionError as exc:
+        except RequestRefused as exc:
             return None, exc.message
 
     async def _to_decode(self, request: SynthesisRequest, delivery: Delivery, why: str) -> None:

@@ -19,11 +19,11 @@ from messages.streams import REQUESTS_STREAM, prefill_consumer
 from services.bus.pull_consumer import PullConsumer
 from services.decode.capacity import EngineCapacity
 from services.decode.request_check import ServedModel
-from services.decode.service import serve_with_engine, voice_prompts_of
+from services.decode.service import build_engine, serve_with_engine, voice_prompts_of
 from services.decode.worker import EngineWorker
-from services.engine.engine import Engine
 from services.metrics.timings import snapshots
 from services.model.checkpoint_summary import checkpoint_fingerprint
+from services.model.loader import TTSModel
 from services.prefill.prompt_intake import PrefillIntake
 from services.prefill.prefiller import Prefiller
 from services.prefill.settings import PrefillSettings
@@ -40,11 +40,12 @@ async def serve(settings: PrefillSettings, stop: asyncio.Event) -> None:
     await serve_with_engine(settings, "prefill", build_prefill, stop)
 
 
-async def build_prefill(settings: PrefillSettings, engine: Engine, served: ServedModel, worker: EngineWorker,
+async def build_prefill(settings: PrefillSettings, model: TTSModel, served: ServedModel, worker: EngineWorker,
                         context: ServiceContext, stack: AsyncExitStack) -> ServiceParts:
+    engine = await worker.run(build_engine, settings, model)
     agent = await KvTransferAgent.start(context.nc, context.replica, offers=True)
     stack.push_async_callback(agent.close)
-    voices = await voice_prompts_of(settings, engine, served, worker, context, stack)
+    voices = await voice_prompts_of(settings, model, served, worker, context, stack)
     prefiller = Prefiller(engine, worker)
     capacity = EngineCapacity(engine)
     fingerprint = await asyncio.to_thread(checkpoint_fingerprint, settings.model_dir)

@@ -17,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from messages.errors import ErrorCode, Stage
 from services.gateway.requests.body import SpeechBody
 from services.gateway.requests.response_formats import FORMATS
+from services.gateway.requests.voice_body import VoiceBody
 
 _REF = "#/components/schemas/{name}"
 
@@ -117,8 +118,6 @@ def documented_openapi(app: FastAPI) -> dict[str, Any]:
     """The app's OpenAPI document with the msgspec schemas it refers to (built once, then cached on the app)."""
     if app.openapi_schema is None:
         document = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        from services.gateway.http.routes.saved_voices import VoiceBody  # the route imports this module's helpers
-
         _, components = msgspec.json.schema_components([SpeechBody, VoiceBody, ErrorBody, SpeechEvent],
                                                        ref_template=_REF)
         document.setdefault("components", {}).setdefault("schemas", {}).update(components)

@@ -2,11 +2,11 @@
 
 One request carries prompt and frames within decode's `max_model_len`, so a text of thousands of characters in one
 request would be cut short. A text longer than the synthesizer's `segment_chars` is cut where the WebSocket cuts it
-(sentences.py), the sentences packed in order into segments of at most that many characters, and each segment is
-one request, started in order with the next one already on the mesh while this one streams (the WebSocket's job
-queue, jobs.py). Their chunks form one stream, so the HTTP delivery (whole file, bytes or SSE) is the same as for
-one request. The first segment runs under the HTTP request's id; segment k under `<id>_k`. A shorter text is one
-request, exactly as before.
+(requests/sentences.py), the sentences packed in order into segments of at most that many characters, and each
+segment is one request, started in order with the next one already on the mesh while this one streams (the job
+queue the WebSocket uses too, requests/job_queue.py). Their chunks form one stream, so the HTTP delivery (whole
+file, bytes or SSE) is the same as for one request. The first segment runs under the HTTP request's id; segment k
+under `<id>_k`. A shorter text is one request, exactly as before.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from services.gateway.errors import GatewayError
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.body import SpeechBody
 from services.gateway.requests.synthesis import Synthesizer
-from services.gateway.ws.jobs import Job, JobQueue
-from services.gateway.ws.sentences import CJK_TERMINATORS, SentenceSegmenter
+from services.gateway.requests.job_queue import Job, JobQueue
+from services.gateway.requests.sentences import CJK_TERMINATORS, SentenceSegmenter
 
 LOOKAHEAD = 2  # requests on the mesh at once for one HTTP input (the one streaming included), as a WebSocket's
 CANCEL_REASON = "another segment of the same HTTP input failed"

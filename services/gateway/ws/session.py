@@ -26,14 +26,14 @@ from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.body import SynthesisFields
 from services.gateway.requests.synthesis import Synthesizer
 from services.gateway.ws.channel import ClientChannel
-from services.gateway.ws.jobs import Job, JobQueue
+from services.gateway.requests.job_queue import Job, JobQueue
 from services.gateway.ws.orphan_resume import adopt_orphan
 from services.gateway.ws.protocol import (BINARY_FORMAT, AudioDone, AudioStart, Cancel, InputDone, InputFlush,
                                           InputText, Resume, SessionConfig, SessionDone, SessionUpdate,
                                           SessionUpdated, parse_client_message)
 from services.gateway.ws.resume import ParkedRequest, ResumeRefused, ResumeRegistry, resumed_stream
 from services.gateway.ws.resume_token import ResumeTokens
-from services.gateway.ws.sentences import SentenceSegmenter
+from services.gateway.requests.sentences import SentenceSegmenter
 from services.gateway.voices.ws_messages import VOICE_MESSAGE_BYTES, carries_ref_audio, echoed
 
 log = logging.getLogger(__name__)

@@ -18,28 +18,12 @@ from services.gateway.deps import Authorized, GatewayDep
 from services.gateway.errors import AdmissionError, GatewayError
 from services.gateway.http.openapi import VOICE_BODY, error_responses
 from services.gateway.requests.body import validation_error
-from services.gateway.runtime import Gateway
+from services.gateway.requests.voice_body import VoiceBody
+from services.gateway.gateway import Gateway
 
 router = APIRouter()
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-
-
-class VoiceBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """`POST /v1/audio/voices`.
-
-    Attributes:
-        name: the voice's name (1-64 of letters, digits, '_' and '-'; case-insensitive). Saving a name again
-            replaces that voice.
-        audio: the voice to clone: a base64 data URI of an audio file (WAV, FLAC, OGG, MP3) of 1 to 30 s.
-        ref_text: the transcript of `audio` (in-context cloning, the default: required there).
-        x_vector_only_mode: keep the speaker embedding alone (no transcript; a looser likeness).
-    """
-
-    name: str
-    audio: str
-    ref_text: str | None = None
-    x_vector_only_mode: bool = False
 
 
 def voice_object(name: str, revision: str | None, created: str | None, mode: str | None) -> dict:

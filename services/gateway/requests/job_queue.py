@@ -1,4 +1,5 @@
-"""The work of one WebSocket session, in the order its audio must reach the client.
+"""Ordered synthesis work whose audio must reach the client in order: a WebSocket session's, and a long HTTP input's
+segments (http/segmented_speech.py).
 
 A job is one request's audio: a text segment, a one-shot request, or a resumed request. Its request is started (put
 on the mesh) by a holder task that keeps the request's AudioStream open until the session has played it; the

@@ -13,7 +13,7 @@ from services.engine.outputs import ModelRunnerOutput
 from services.engine.sequence import NUM_CODEBOOKS
 
 
-class LaunchedStep:
+class InFlightStep:
     """The codes (and, when asked, hidden states) of one launched step; `result()` waits for them."""
 
     __slots__ = ("_request_ids", "_codes", "_hidden", "_eos_id", "begun", "arrived", "launch_s")
@@ -39,7 +39,7 @@ class LaunchedStep:
 
     @classmethod
     def start(cls, request_ids: list[str], codes: torch.Tensor, eos_id: int,
-              hidden: torch.Tensor | None = None, begun: torch.cuda.Event | None = None) -> LaunchedStep:
+              hidden: torch.Tensor | None = None, begun: torch.cuda.Event | None = None) -> InFlightStep:
         """Queue the copies of `codes` [B, 16] (and `hidden` [B, H] as float32) to the host (`begun`: see
         `begin_on_device`)."""
         if codes.device.type != "cuda":
@@ -56,7 +56,7 @@ class LaunchedStep:
         return cls(request_ids, codes_host, hidden_host, eos_id, arrived, begun)
 
     @classmethod
-    def empty(cls) -> LaunchedStep:
+    def empty(cls) -> InFlightStep:
         """A step that sampled no frame (only prefill chunks that did not finish)."""
         return cls([], torch.zeros((0, NUM_CODEBOOKS), dtype=torch.int64), None, 0, None)
 

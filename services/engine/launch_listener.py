@@ -10,7 +10,7 @@ milliseconds and run it while the engine thread waits for the device instead.
 from __future__ import annotations
 
 
-class LaunchPhase:
+class LaunchListener:
     """Told when the engine thread begins and ends a step's launch; this one tells no one (an engine alone)."""
 
     def begins(self) -> None:
