@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 # Debian's packages the tests drive: chromium for the web page's browser test (tests/test_web_page.py, through
 # Playwright, which is told never to download a browser of its own); docker.io and debootstrap for the deployment
 # test (tests/test_docker_deploy.py starts a private engine and debootstraps its base image: no image registry).
+# kubectl (with kustomize), for the Kubernetes manifests' tests (tests/deploy/test_k8s_*.py), ships on the image.
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)

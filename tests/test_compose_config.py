@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from services.mesh.compose_plan import COMPOSE_DIR
+from services.mesh.compose_plan import COMPOSE_DIR, load_plan
 from tests.fixtures.docker_engine import compose_or_unavailable
+from tests.support.service_settings import settings_for, variables_read
 
 REPO = COMPOSE_DIR.parent
 TOPOLOGIES = sorted(path.stem for path in COMPOSE_DIR.glob("*.yml"))
@@ -118,3 +119,14 @@ def test_every_service_runs_as_its_own_nats_user_with_its_password_from_the_conf
             assert user == (command[2] if command[:2] == ["voxmesh", "serve"] else "provision"), name  # its role's
             users.add(user)
         assert "provision" in users and "gateway" in users
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_every_variable_a_service_is_given_is_one_its_command_reads(topology):
+    """A misspelt or retired VOXMESH_ variable would be ignored without a word; the others are UCX's own
+    (deploy/kubernetes is held to the same check: tests/deploy/test_k8s_services.py)."""
+    plan = load_plan(topology)
+    for service in (*plan.one_shot, *plan.services):
+        read = variables_read(settings_for(service.command))
+        unread = {name for name in service.environment if name not in read and not name.startswith("UCX_")}
+        assert unread == set(), f"{topology}: {service.name}"
