@@ -2,11 +2,12 @@
 
 Decode's event loop publishes a step's codes while the engine thread launches the next step. Both run Python under
 one interpreter lock, and the launch's every torch call lets the loop take the lock for up to a switch interval, so
-at many streams a launch takes several times what it takes alone, more with a prompt in the step: time on the
-step's critical path. `LaunchTurns` is the engine's `LaunchListener` here (given to the engine when it is built):
-the loop's heavy work (a step's publishing, an arriving request's intake) awaits `launched()` first, which returns at once unless a launch is under way, and otherwise when that launch ends (never later: the engine reports
-only launches that queue work on the device, and the device's run of the step follows, which holds no lock, so that
-is when the loop's work runs).
+at many streams a launch takes several times what it takes alone, more with a prompt in the step: time on the step's
+critical path. `LaunchTurns` is the engine's `LaunchListener` here (given to the engine when it is built): the
+loop's heavy work (a step's publishing, an arriving request's intake) awaits `launched()` first, which returns at
+once unless a launch is under way, and otherwise when that launch ends (never later: the engine reports only
+launches that queue work on the device, and the device's run of the step follows, which holds no lock, so that is
+when the loop's work runs).
 
 The flag is written by the engine thread and read by the loop; the interpreter lock makes each read and write
 whole. A launch that begins just after the loop read "none" only costs the old contention once; a launch's end
