@@ -95,5 +95,6 @@ def test_max_sustained_rps_reports_its_levels_audible_percentiles_and_the_sectio
     section = target_section(results[0].target, results, 0.5, {}, gate=Gate(), length_mode="realistic")
     assert [level["gate"]["passed"] for level in section["levels"]] == [False, True, True]
     assert section["labels"]["transport"] == "http" and section["labels"]["length_mode"] == "realistic"
-    assert "-50 dBFS" in section["labels"]["audible_threshold"] and "random weights" in section["labels"]["audible_note"]
+    labels = section["labels"]
+    assert "-50 dBFS" in labels["audible_threshold"] and "random weights" in labels["audible_note"]
     assert max_sustained_rps(results[:1], Gate())["rps"] is None
