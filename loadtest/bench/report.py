@@ -168,7 +168,7 @@ def headline_rows(document: dict) -> Sequence[str]:
             s, spec = level["summary"], level["level"]
             name = f"open {spec['load']:g}/s" if spec["mode"] == "open" else f"closed x{spec['load']:g}"
             fp = s["first_packet_s"]
-            rows.append(f"{target['label']:<10} {name:<14} {s['num_completed']:>3}/{s['num_requests']:<4} "
+            rows.append(f"{target['label']:<10} {name:<14} {s['num_completed']:>3g}/{s['num_requests']:<4g} "
                         f"{s['requests_per_s']:>7.2f} {s['audio_s_per_s']:>8.2f} {_ms(fp['median']):>8} "
                         f"{_ms(fp['p95']):>8} {_share(s['continuous_share']):>7} {s['goodput_per_s']:>9.2f}")
             if level.get("first_packet_stages"):
