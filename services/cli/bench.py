@@ -84,9 +84,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                             "--arrival-seed + 0..N-1); figures: median, min-max")
     load.add_argument("--fresh-mesh", action="store_true", help="start a new `voxmesh up` for every trial (its "
                                                                 "warm-up not counted), stop it after")
-    load.add_argument("--up-args", default="", help="flags for each fresh mesh's `voxmesh up`, one string "
-                                                    "(e.g. \"--model ./ckpt --device cuda\"; the bench picks --port, "
-                                                    "--state-dir)")
+    load.add_argument("--up-args", default="", help="flags for each fresh mesh's `voxmesh up`, one string written "
+                                                    "with = (--up-args=\"--model ./ckpt --device cuda\"; the bench "
+                                                    "picks --port and --state-dir)")
     load.add_argument("--mesh-log-dir", type=Path, help="keep each fresh mesh's output there (trialK.log)")
     request = parser.add_argument_group("requests")
     request.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="id<TAB>text file (default "
