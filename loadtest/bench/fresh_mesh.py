@@ -95,7 +95,7 @@ class MeshLauncher:
             process = await asyncio.create_subprocess_exec(
                 *self.command(free_port(), Path(state)), cwd=REPO_ROOT, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-            serving: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            serving: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
             tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
             log_path = None
             if self.log_dir is not None:
@@ -108,19 +108,21 @@ class MeshLauncher:
                 await _stop(process)
                 await reader
 
-    async def _wait_serving(self, serving: asyncio.Future[str], tail: Sequence[str]) -> str:
+    async def _wait_serving(self, serving: asyncio.Future[str | None], tail: Sequence[str]) -> str:
         try:
-            return await asyncio.wait_for(asyncio.shield(serving), self.start_timeout_s)
+            url = await asyncio.wait_for(asyncio.shield(serving), self.start_timeout_s)
         except TimeoutError:
             raise MeshStartError("mesh_failed", f"voxmesh up was not serving within {self.start_timeout_s:.0f} s:\n"
                                                 + "\n".join(tail)) from None
-        except EOFError:
-            raise MeshStartError("mesh_failed", "voxmesh up ended before serving:\n" + "\n".join(tail)) from None
+        if url is None:
+            raise MeshStartError("mesh_failed", "voxmesh up ended before serving:\n" + "\n".join(tail))
+        return url
 
 
-async def _read_output(process: asyncio.subprocess.Process, serving: asyncio.Future[str],
+async def _read_output(process: asyncio.subprocess.Process, serving: asyncio.Future[str | None],
                        tail: collections.deque[str], log_path: Path | None) -> None:
-    """Drain the mesh's output (a full pipe would stall it); resolve `serving` with the gateway's URL."""
+    """Drain the mesh's output (a full pipe would stall it); resolve `serving` with the gateway's URL, or None when
+    the output ends first."""
     with contextlib.ExitStack() as stack:
         log = None if log_path is None else stack.enter_context(log_path.open("w"))
         async for raw in process.stdout:
@@ -131,7 +133,7 @@ async def _read_output(process: asyncio.subprocess.Process, serving: asyncio.Fut
             if not serving.done() and (match := SERVING.search(line)):
                 serving.set_result(match.group(1))
     if not serving.done():
-        serving.set_exception(EOFError())
+        serving.set_result(None)
 
 
 async def _stop(process: asyncio.subprocess.Process) -> None:

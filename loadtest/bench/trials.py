@@ -34,7 +34,7 @@ async def run_trials(config: BenchConfig, *, trials: int, launcher: MeshLauncher
     documents = []
     for trial in range(trials):
         trial_config = replace(config, arrival_seed=config.arrival_seed + trial)
-        if progress is not None:
+        if progress is not None and (trials > 1 or launcher is not None):
             progress.note(f"trial {trial + 1}/{trials}: arrival seed {trial_config.arrival_seed}"
                           + (", fresh mesh" if launcher is not None else ""))
         if launcher is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.bench.fresh_mesh import MeshLauncher, MeshStartError
 from loadtest.bench.length_mode import realistic_frames
 from messages.audio_format import FRAMES_PER_SECOND
 from tests.test_bench_support import bench_command, run_bench, run_process
@@ -80,3 +81,12 @@ async def test_two_trials_each_on_a_fresh_mesh(tiny_checkpoint, tmp_path):
     for trial in (0, 1):
         log = (logs / f"trial{trial}.log").read_text()
         assert "voxmesh is serving" in log and "voxmesh stopped" in log, "each mesh started and was stopped"
+
+
+async def test_a_mesh_that_ends_before_serving_is_a_typed_error_with_its_output(tmp_path):
+    launcher = MeshLauncher(up_args=("--topology", "no-such-topology"), log_dir=tmp_path, start_timeout_s=120.0)
+    with pytest.raises(MeshStartError) as failed:
+        async with launcher.running("bad"):
+            pytest.fail("a mesh without a topology file cannot serve")
+    assert failed.value.code == "mesh_failed" and "no-such-topology" in failed.value.message
+    assert "no-such-topology" in (tmp_path / "bad.log").read_text()

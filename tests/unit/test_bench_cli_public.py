@@ -56,3 +56,4 @@ def test_the_fresh_mesh_owns_its_port_and_state_dir():
         with pytest.raises(MeshStartError) as refused:
             MeshLauncher(up_args=owned)
         assert refused.value.code == "invalid_up_args"
+
