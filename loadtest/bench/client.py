@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from loadtest.bench.audible import PcmScanner
 from loadtest.bench.metrics import ChunkArrival, StreamError, StreamRecord
 from messages.audio_format import BYTES_PER_SAMPLE, SAMPLE_RATE
 
@@ -105,6 +106,7 @@ class StreamRecorder:
         self.sample_rate = DEFAULT_SAMPLE_RATE
         self.num_bytes = 0
         self._chunks: list[ChunkArrival] = []
+        self._scanner = PcmScanner()
         self._started = False
         self._ended_at: float | None = None
         self._error: StreamError | None = None
@@ -141,7 +143,8 @@ class StreamRecorder:
             raise RuntimeError("record() before the stream ended: call fail() for a stream the client gave up on")
         return StreamRecord(index=self.index, prompt_id=self.prompt_id, started_at=self.started_at,
                             sent_at=self.sent_at, ended_at=self._ended_at, chunks=tuple(self._chunks),
-                            sample_rate=self.sample_rate, request_id=self.request_id, error=self._error)
+                            sample_rate=self.sample_rate, request_id=self.request_id, error=self._error,
+                            first_byte_at=self._scanner.first_byte_at, first_audible=self._scanner.first_audible)
 
     def _on_audio(self, pcm: bytes, at: float) -> None:
         if not self._started:
@@ -150,7 +153,7 @@ class StreamRecorder:
             self._end(at, StreamError("protocol_error", f"a PCM frame of {len(pcm)} bytes is not whole s16 samples"))
         else:
             self.num_bytes += len(pcm)
-            self._chunks.append(ChunkArrival(at=at, num_samples=len(pcm) // BYTES_PER_SAMPLE))
+            self._chunks.append(ChunkArrival(at=at, num_samples=self._scanner.feed(pcm, at)))
 
     def _on_event(self, text: str, at: float) -> None:
         try:

@@ -13,11 +13,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from loadtest.bench.client import stream_request
 from loadtest.bench.metrics import LevelSummary, Slo, StreamRecord, request_metrics, summarize_level
 from loadtest.bench.workload import Level, LoadError, Prompt, RequestShape, prompt_for
+
+if TYPE_CHECKING:  # http_speech imports client, as this module does; the runner only holds one
+    from loadtest.bench.http_speech import HttpSpeechClient
 
 # send(index, deadline) -> the record of request `index`; `deadline` is a perf_counter() time it must end by.
 SendFn = Callable[[int, float], Awaitable[StreamRecord]]
@@ -25,6 +28,8 @@ DoneFn = Callable[[StreamRecord], None]
 # Below this, a request cut by its level's deadline would not even connect: give it a moment to record why.
 _MIN_TIMEOUT_S = 0.05
 _BAR_WIDTH = 20
+TRANSPORTS = ("websocket", "http")
+"""`websocket`: /v1/audio/speech/stream; `http`: POST /v1/audio/speech with raw PCM streamed (http_speech.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +149,11 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A gateway under test: a label for reports and its WebSocket stream URL."""
+    """A gateway under test: a label for reports, the endpoint's URL and the transport it speaks."""
 
     label: str
     url: str
+    transport: str = "websocket"
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +177,18 @@ class LevelResult:
                 "audio_s": metrics.audio_s, "rtf": metrics.rtf, "num_chunks": metrics.num_chunks,
                 "chunk_intervals_s": list(metrics.chunk_intervals_s),
                 "max_underrun_s": metrics.player.max_underrun_s, "num_gaps": metrics.player.num_gaps,
-                "continuous": metrics.is_continuous})
+                "continuous": metrics.is_continuous, **_public_fields(metrics)})
         return rows
+
+
+def _public_fields(metrics) -> dict:
+    """The public method's per-request figures (metrics.py); the underrun fields are None without audible audio."""
+    player = metrics.audible_player
+    return {"ttfb_s": metrics.ttfb_s, "first_playable_s": metrics.first_playable_s,
+            "first_audible_s": metrics.first_audible_s, "audible": player is not None,
+            "underrun_events": None if player is None else player.num_underruns,
+            "stall_s": None if player is None else player.total_underrun_s,
+            "audible_gaps": None if player is None else player.num_gaps}
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +203,7 @@ class LevelRunner:
         request_timeout_s: the most one request may last.
         api_key: sent as a bearer token when set.
         arrival_seed: seeds the Poisson arrivals (each level gets its own stream of the same seed).
+        http: the connection pool of targets whose transport is `http`.
     """
 
     shape: RequestShape
@@ -196,6 +213,7 @@ class LevelRunner:
     request_timeout_s: float
     api_key: str | None = None
     arrival_seed: int = 0
+    http: HttpSpeechClient | None = None
 
     async def run(self, target: Target, level: Level, progress: Progress | None = None) -> LevelResult:
         """Run `level` against `target`."""
@@ -221,10 +239,17 @@ class LevelRunner:
         return [await send(index, perf_counter() + self.request_timeout_s) for index in range(count)]
 
     def _sender(self, target: Target):
+        if target.transport == "http" and self.http is None:
+            raise LoadError(f"target {target.label} speaks HTTP but the runner has no HTTP client")
+
         async def send(index: int, deadline: float) -> StreamRecord:
             prompt = prompt_for(self.sample, index)
             timeout = max(_MIN_TIMEOUT_S, min(self.request_timeout_s, deadline - perf_counter()))
-            return await stream_request(target.url, self.shape.payload(prompt.text, index), index=index,
-                                        prompt_id=prompt.id, timeout_s=timeout, api_key=self.api_key)
+            payload = self.shape.payload(prompt.text, index)
+            if target.transport == "http":
+                return await self.http.request(target.url, payload, index=index, prompt_id=prompt.id,
+                                               timeout_s=timeout)
+            return await stream_request(target.url, payload, index=index, prompt_id=prompt.id, timeout_s=timeout,
+                                        api_key=self.api_key)
 
         return send

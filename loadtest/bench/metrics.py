@@ -10,6 +10,14 @@ The definitions are the ones every report of this project uses:
   buffer runs dry before the next chunk arrives, it waits: that wait is an underrun;
 - playback gap: an underrun longer than 10 ms; a continuous stream has none. The largest underrun is reported too,
   so that other gap definitions can be compared from the same data.
+
+The public open-loop method adds, per request:
+- time to first byte (TTFB): from the start to the first byte of the response body (HTTP) or of the first audio frame
+  (WebSocket); first playable sample: to the first whole sample (the first packet above);
+- first audible sample: to the arrival of the first sample above AUDIBLE_DBFS (audible.py);
+- underrun events and total stall: a player whose clock starts at the first audible sample plays in real time from
+  it; every time its buffer empties at all before the stream has ended is one event, and the waits add up to the
+  stall. The 10 ms gap rule is applied to the same waits and reported beside.
 """
 
 from __future__ import annotations
@@ -20,11 +28,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from loadtest.bench.audible import AudibleSample
+
 GAP_THRESHOLD_S = 0.010
 # Arrival times are floats: a scripted 10 ms stall may compute as 10.000000000002 ms. Differences below this are
 # rounding, not waiting, so they neither count as underruns nor push an underrun over the gap threshold.
 ROUNDING_S = 1e-9
 PERCENTILES = (50, 90, 95, 99)
+OVERLOAD_CODES = frozenset({"queue_full", "too_many_requests"})
+"""The gateway's codes for load it refused; over HTTP they come with status 429."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +61,18 @@ class StreamError:
             (`connect_failed`, `client_timeout`, `protocol_error`, `incomplete_audio`, `connection_closed`).
         message: for a person.
         stage: the mesh stage that failed, when the gateway named one.
+        http_status: the HTTP status of a refused HTTP request (None over the WebSocket, or once audio had begun).
     """
 
     code: str
     message: str
     stage: str | None = None
+    http_status: int | None = None
+
+    @property
+    def is_overload(self) -> bool:
+        """A refusal for load: HTTP 429, or the codes the gateway answers 429 with (the same refusal on a socket)."""
+        return self.http_status == 429 or self.code in OVERLOAD_CODES
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +89,8 @@ class StreamRecord:
         sample_rate: samples per second of the PCM.
         request_id: the id the gateway assigned (None if it never said).
         error: None when the request completed with `audio.done` and every sample it announced.
+        first_byte_at: when the first byte of audio arrived (None if none did).
+        first_audible: where and when the first audible sample arrived (None if none did).
     """
 
     index: int
@@ -81,6 +102,8 @@ class StreamRecord:
     sample_rate: int
     request_id: str | None = None
     error: StreamError | None = None
+    first_byte_at: float | None = None
+    first_audible: AudibleSample | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +125,11 @@ class PlayerResult:
     @property
     def is_continuous(self) -> bool:
         return self.num_gaps == 0
+
+    @property
+    def num_underruns(self) -> int:
+        """Times the buffer emptied at all (the public method's underrun events)."""
+        return len(self.underruns_s)
 
 
 def simulate_player(arrivals: Sequence[tuple[float, float]]) -> PlayerResult:
@@ -127,6 +155,19 @@ def simulate_player(arrivals: Sequence[tuple[float, float]]) -> PlayerResult:
                         total_underrun_s=sum(underruns), num_gaps=gaps)
 
 
+def arrivals_from(chunks: Sequence[ChunkArrival], first_index: int, sample_rate: int) -> list[tuple[float, float]]:
+    """`(arrival time, seconds)` of the audio from sample `first_index` on: the chunk holding that sample counts
+    only its part from there (what a player whose clock starts at that sample has to play)."""
+    arrivals = []
+    position = 0
+    for chunk in chunks:
+        end = position + chunk.num_samples
+        if chunk.num_samples > 0 and end > first_index:
+            arrivals.append((chunk.at, (end - max(position, first_index)) / sample_rate))
+        position = end
+    return arrivals
+
+
 @dataclass(frozen=True, slots=True)
 class RequestMetrics:
     """The per-request figures (seconds throughout).
@@ -141,7 +182,10 @@ class RequestMetrics:
         rtf: latency_s / audio_s (None without audio).
         num_chunks: non-empty chunks received.
         chunk_intervals_s: gaps between consecutive non-empty chunk arrivals.
-        player: the simulated player's experience.
+        player: the simulated player's experience (its clock started at the first chunk).
+        ttfb_s: start -> first byte of audio (None if none arrived).
+        first_audible_s: start -> first audible sample (None if none arrived).
+        audible_player: the public method's player, its clock started at the first audible sample (None without one).
     """
 
     index: int
@@ -156,6 +200,14 @@ class RequestMetrics:
     num_chunks: int
     chunk_intervals_s: tuple[float, ...]
     player: PlayerResult
+    ttfb_s: float | None = None
+    first_audible_s: float | None = None
+    audible_player: PlayerResult | None = None
+
+    @property
+    def first_playable_s(self) -> float | None:
+        """The first whole sample's arrival: the first packet."""
+        return self.first_packet_s
 
     @property
     def is_continuous(self) -> bool:
@@ -175,7 +227,15 @@ def request_metrics(record: StreamRecord) -> RequestMetrics:
         error_code=None if record.error is None else record.error.code,
         first_packet_s=audio[0].at - record.started_at if audio else None, latency_s=latency_s,
         audio_s=audio_s, rtf=latency_s / audio_s if audio_s > 0 else None, num_chunks=len(audio),
-        chunk_intervals_s=intervals, player=simulate_player(arrivals))
+        chunk_intervals_s=intervals, player=simulate_player(arrivals),
+        ttfb_s=_since(record.first_byte_at, record.started_at),
+        first_audible_s=None if record.first_audible is None else record.first_audible.at - record.started_at,
+        audible_player=None if record.first_audible is None else simulate_player(
+            arrivals_from(audio, record.first_audible.index, record.sample_rate)))
+
+
+def _since(moment: float | None, start: float) -> float | None:
+    return None if moment is None else moment - start
 
 
 
@@ -249,6 +309,10 @@ class LevelSummary:
     Distributions (first packet, latency, RTF, max underrun) cover completed requests; chunk intervals pool every
     interval of every completed request. `continuous_share` is over completed requests; goodput counts requests
     that completed within the SLO, so a failed request lowers goodput but not continuity.
+
+    The public method's figures: TTFB, first playable and first audible sample (distributions over completed
+    requests), completed requests with no audible sample, the audible-clock player's underrun events, total stall
+    and 10 ms gaps summed over completed requests, and the requests refused for load (HTTP 429 or its codes).
     """
 
     num_requests: int
@@ -270,6 +334,15 @@ class LevelSummary:
     goodput_count: int
     goodput_share: float | None
     goodput_per_s: float
+    ttfb_s: Summary
+    first_playable_s: Summary
+    first_audible_s: Summary
+    num_inaudible: int
+    num_underrun_events: int
+    num_streams_with_underruns: int
+    total_stall_s: float
+    num_audible_gaps: int
+    num_overloaded: int
 
     def to_dict(self) -> dict:
         fields = {name: getattr(self, name) for name in self.__slots__}
@@ -296,7 +369,22 @@ def summarize_level(records: Sequence[StreamRecord], slo: Slo, num_not_sent: int
         num_gaps=sum(m.player.num_gaps for m in done),
         continuous_share=sum(1 for m in done if m.is_continuous) / len(done) if done else None,
         goodput_count=goodput, goodput_share=goodput / issued if issued else None,
-        goodput_per_s=_rate(goodput, wall_s))
+        goodput_per_s=_rate(goodput, wall_s), **_public_figures(metrics, records))
+
+
+def _public_figures(metrics: Sequence[RequestMetrics], records: Sequence[StreamRecord]) -> dict:
+    """The public open-loop method's figures of one level (LevelSummary's fields from `ttfb_s` on)."""
+    done = [m for m in metrics if m.ok]
+    players = [m.audible_player for m in done if m.audible_player is not None]
+    return {"ttfb_s": summarize([m.ttfb_s for m in done if m.ttfb_s is not None]),
+            "first_playable_s": summarize([m.first_playable_s for m in done if m.first_playable_s is not None]),
+            "first_audible_s": summarize([m.first_audible_s for m in done if m.first_audible_s is not None]),
+            "num_inaudible": sum(1 for m in done if m.audible_player is None),
+            "num_underrun_events": sum(player.num_underruns for player in players),
+            "num_streams_with_underruns": sum(1 for player in players if player.num_underruns),
+            "total_stall_s": sum(player.total_underrun_s for player in players),
+            "num_audible_gaps": sum(player.num_gaps for player in players),
+            "num_overloaded": sum(1 for record in records if record.error is not None and record.error.is_overload)}
 
 
 def _wall_s(records: Sequence[StreamRecord]) -> float:

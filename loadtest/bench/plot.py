@@ -68,7 +68,9 @@ def write_plot(document: dict, path: str | Path) -> Path:
             axis.grid(True, alpha=0.3)
             axis.legend(fontsize="small")
     meta = document["meta"]
-    figure.suptitle(f"voxmesh bench, {document['config']['request']['length']} | {meta['date']} | "
+    public = document.get("public_method") or {}
+    transports = ", ".join(sorted(set((public.get("transports") or {}).values()))) or "websocket"
+    figure.suptitle(f"voxmesh bench ({transports}), {document['config']['request']['length']} | {meta['date']} | "
                     f"commit {(meta['commit'] or 'unknown')[:10]} | {meta['machine']['hostname']}", fontsize="small")
     figure.tight_layout()
     path = Path(path)

@@ -11,8 +11,10 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
+from loadtest.bench.audible import RANDOM_WEIGHTS_NOTE, audible_threshold_label
+from loadtest.bench.gate import Gate, sustained_index
 from loadtest.bench.loadgen import LevelResult, Target
-from loadtest.bench.metrics import LevelSummary
+from loadtest.bench.metrics import LevelSummary, Summary
 from loadtest.bench.stages import STAGES
 from loadtest.bench.workload import REPO_ROOT
 
@@ -99,13 +101,40 @@ def meta(command: str) -> dict:
             "machine": machine()}
 
 
+def max_sustained_rps(results: Sequence[LevelResult], gate: Gate) -> dict:
+    """The public method's headline: the highest open rate that passed the gate with every lower one passing,
+    with its first audible sample's p50/p95/p99 (and TTFB's), or `rps` None when the lowest rate failed."""
+    opened = sorted((result for result in results if result.level.mode == "open"), key=lambda r: r.level.load)
+    index = sustained_index([gate.verdict(result.summary).passed for result in opened])
+    if index is None:
+        return {"rps": None, "first_audible_s": None, "ttfb_s": None}
+    summary = opened[index].summary
+    return {"rps": opened[index].level.load, "first_audible_s": _percentiles(summary.first_audible_s),
+            "ttfb_s": _percentiles(summary.ttfb_s)}
+
+
+def _percentiles(summary: Summary) -> dict:
+    return {"p50": summary.median, "p95": summary.p95, "p99": summary.p99}
+
+
+def figure_labels(transport: str, length_mode: str) -> dict:
+    """What every figure of a target was measured with (the public method's labels)."""
+    return {"transport": transport, "length_mode": length_mode, "audible_threshold": audible_threshold_label(),
+            "audible_note": RANDOM_WEIGHTS_NOTE}
+
+
 def target_section(target: Target, results: Sequence[LevelResult], p95_bound_s: float, warmup: dict,
-                   stages: Sequence[dict | None] | None = None) -> dict:
-    """One target's levels; `stages`, when the run read them, each level's first packets by stage (stages.py)."""
+                   stages: Sequence[dict | None] | None = None, gate: Gate | None = None,
+                   length_mode: str = "natural") -> dict:
+    """One target's levels; `stages`, when the run read them, each level's first packets by stage (stages.py);
+    open levels get the public method's gate verdict."""
+    gate = gate or Gate()
     levels = []
     for number, result in enumerate(results):
-        sustained = is_sustained(result.summary, p95_bound_s) if result.level.mode == "open" else None
-        level = {"level": result.level.to_dict(), "summary": result.summary.to_dict(), "sustained": sustained}
+        is_open = result.level.mode == "open"
+        sustained = is_sustained(result.summary, p95_bound_s) if is_open else None
+        level = {"level": result.level.to_dict(), "summary": result.summary.to_dict(), "sustained": sustained,
+                 "gate": gate.verdict(result.summary).to_dict() if is_open else None}
         requests = result.requests_to_dicts()
         if stages is not None:
             level_stages = dict(stages[number] or {})
@@ -114,8 +143,10 @@ def target_section(target: Target, results: Sequence[LevelResult], p95_bound_s: 
             for request in requests:
                 request["first_packet_stages"] = by_request.get(request["request_id"])
         levels.append({**level, "requests": requests})
-    return {"label": target.label, "url": target.url, "warmup": warmup,
-            "max_sustained_rate": max_sustained_rate(results, p95_bound_s), "levels": levels}
+    return {"label": target.label, "url": target.url, "transport": target.transport, "warmup": warmup,
+            "labels": figure_labels(target.transport, length_mode),
+            "max_sustained_rate": max_sustained_rate(results, p95_bound_s),
+            "max_sustained_rps": max_sustained_rps(results, gate), "levels": levels}
 
 
 def comparison_section(baseline: Target, candidate: Target, baseline_results: Sequence[LevelResult],
@@ -137,7 +168,7 @@ def headline_rows(document: dict) -> Sequence[str]:
             s, spec = level["summary"], level["level"]
             name = f"open {spec['load']:g}/s" if spec["mode"] == "open" else f"closed x{spec['load']:g}"
             fp = s["first_packet_s"]
-            rows.append(f"{target['label']:<10} {name:<14} {s['num_completed']:>3}/{s['num_requests']:<4} "
+            rows.append(f"{target['label']:<10} {name:<14} {s['num_completed']:>3g}/{s['num_requests']:<4g} "
                         f"{s['requests_per_s']:>7.2f} {s['audio_s_per_s']:>8.2f} {_ms(fp['median']):>8} "
                         f"{_ms(fp['p95']):>8} {_share(s['continuous_share']):>7} {s['goodput_per_s']:>9.2f}")
             if level.get("first_packet_stages"):
@@ -145,6 +176,36 @@ def headline_rows(document: dict) -> Sequence[str]:
                             f"{stage_line(level['first_packet_stages'])}")
         rows.append(f"{target['label']}: highest open-loop rate sustained (no errors, no gaps, p95 first packet <= "
                     f"{document['config']['p95_first_packet_bound_s'] * 1000:.0f} ms): {target['max_sustained_rate']}")
+        rows.extend(public_rows(target))
+    return rows
+
+
+def public_rows(target: dict) -> list[str]:
+    """The public method's lines of one target: each open level's audible first audio, underruns and gate, then
+    max sustained rps, all labelled with the transport, the length mode and the audible threshold."""
+    labels = target.get("labels")
+    opened = [level for level in target["levels"] if level["level"]["mode"] == "open"]
+    if labels is None or not opened:
+        return []
+    rows = [f"{target['label']} public method ({labels['transport']}, {labels['length_mode']} length, audible >= "
+            f"{labels['audible_threshold']}; {labels['audible_note']}):"]
+    for level in opened:
+        s = level["summary"]
+        audible, ttfb = s["first_audible_s"], s["ttfb_s"]
+        gate = level["gate"]
+        verdict = "pass" if gate["passed"] else "FAIL " + ",".join(gate["reasons"])
+        rows.append(f"  open {level['level']['load']:g}/s: audible p50/p95/p99 {_ms(audible['median'])}/"
+                    f"{_ms(audible['p95'])}/{_ms(audible['p99'])}, ttfb p95 {_ms(ttfb['p95'])}, underruns "
+                    f"{s['num_underrun_events']:g} (stall {s['total_stall_s'] * 1000:.0f} ms, >10 ms gaps "
+                    f"{s['num_audible_gaps']:g}) | gate {verdict}")
+    best = target["max_sustained_rps"]
+    if best["rps"] is None:
+        rows.append("  max sustained rps: none (the lowest rate failed the gate)")
+    else:
+        audible = best["first_audible_s"] or {"p50": None, "p95": None, "p99": None}
+        spread = f" (trials: min {best['min']:g}, max {best['max']:g})" if "min" in best else ""
+        rows.append(f"  max sustained rps: {best['rps']:g}{spread}, audible first audio p50/p95/p99 "
+                    f"{_ms(audible['p50'])}/{_ms(audible['p95'])}/{_ms(audible['p99'])}")
     return rows
 
 

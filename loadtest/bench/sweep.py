@@ -2,6 +2,9 @@
 
 In comparison mode the two targets (two mesh configurations or topologies) take turns level by level, and the
 order flips every level (A B, B A, A B...) so that neither always runs on a machine warmed, or worn, by the other.
+
+A sweep (`sweep=True`, open levels only, one target) runs the rates in ascending order and stops after the first
+level that fails the public method's gate (gate.py): the rates above it are listed as not run.
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadtest.bench.audible import AUDIBLE_DBFS, AUDIBLE_THRESHOLD, RANDOM_WEIGHTS_NOTE
 from loadtest.bench.client import redacted
+from loadtest.bench.gate import Gate, SweepStop
+from loadtest.bench.http_speech import STREAMED_PCM_FIELDS, HttpSpeechClient
 from loadtest.bench.loadgen import LevelResult, LevelRunner, Progress, Target
-from loadtest.bench.metrics import Slo
+from loadtest.bench.metrics import GAP_THRESHOLD_S, Slo
 from loadtest.bench.stage_reader import StageReader
 from loadtest.bench.report import SCHEMA, comparison_section, meta, target_section
 from loadtest.bench.workload import DEFAULT_PROMPTS, Level, RequestShape, fixed_sample, load_prompts
@@ -49,6 +55,8 @@ class BenchConfig:
         arrival_seed: seed of the Poisson arrival times.
         events_urls: for each target, its mesh's NATS URL (or None): where the stage breakdown of first packets
             is read from (stages.py).
+        gate: the public method's hard gate per open level.
+        sweep: stop at the first open level that fails the gate.
     """
 
     targets: tuple[Target, ...]
@@ -63,6 +71,8 @@ class BenchConfig:
     api_key: str | None = None
     arrival_seed: int = 0
     events_urls: tuple[str | None, ...] = ()
+    gate: Gate = field(default_factory=Gate)
+    sweep: bool = False
 
     def __post_init__(self) -> None:
         labels = [target.label for target in self.targets]
@@ -72,6 +82,9 @@ class BenchConfig:
             raise BenchError("invalid_targets", f"the two targets need different labels, both are {labels[0]!r}")
         if len(self.events_urls) > len(self.targets):
             raise BenchError("invalid_targets", f"{len(self.events_urls)} events URLs for {len(self.targets)} targets")
+        if self.sweep and (len(self.targets) > 1 or any(level.mode != "open" for level in self.levels)):
+            raise BenchError("invalid_targets", "a sweep runs open-loop levels against one gateway (no "
+                                                "--compare-url, --mode open)")
 
     def to_dict(self) -> dict:
         return {"levels": [level.to_dict() for level in self.levels], "request": self.shape.to_dict(),
@@ -79,26 +92,63 @@ class BenchConfig:
                 "prompts_path": str(self.prompts_path), "level_timeout_s": self.level_timeout_s,
                 "request_timeout_s": self.request_timeout_s, "warmup": self.warmup,
                 "arrival_seed": self.arrival_seed, "targets": [target.label for target in self.targets],
-                "events_urls": [None if url is None else redacted(url) for url in self.events_urls]}
+                "events_urls": [None if url is None else redacted(url) for url in self.events_urls],
+                "gate": self.gate.to_dict(), "sweep": self.sweep}
 
 
 async def run_bench(config: BenchConfig, *, command: str, progress: Progress | None = None) -> dict:
     """Run every level at every target and return the JSON document."""
     sample = fixed_sample(load_prompts(config.prompts_path))
-    runner = LevelRunner(shape=config.shape, sample=sample, slo=config.slo, level_timeout_s=config.level_timeout_s,
-                         request_timeout_s=config.request_timeout_s, api_key=config.api_key,
-                         arrival_seed=config.arrival_seed)
     async with contextlib.AsyncExitStack() as stack:
+        http = None
+        if any(target.transport == "http" for target in config.targets):
+            http = await stack.enter_async_context(HttpSpeechClient(config.api_key))
+        runner = LevelRunner(shape=config.shape, sample=sample, slo=config.slo,
+                             level_timeout_s=config.level_timeout_s, request_timeout_s=config.request_timeout_s,
+                             api_key=config.api_key, arrival_seed=config.arrival_seed, http=http)
         readers = {target.label: await stack.enter_async_context(StageReader.open(url))
                    for target, url in zip(config.targets, config.events_urls) if url is not None}
         warmups = {target.label: await _warm_up(runner, target, config.warmup) for target in config.targets}
-        results: dict[str, list[LevelResult]] = {target.label: [] for target in config.targets}
-        for number, level in enumerate(config.levels):
-            order = config.targets if number % 2 == 0 else tuple(reversed(config.targets))
-            for target in order:
-                results[target.label].append(await runner.run(target, level, progress))
+        results, stops = await _run_levels(config, runner, progress)
         stages = {label: await reader.stages(results[label]) for label, reader in readers.items()}
-    return _document(config, command, results, warmups, num_prompts=len(sample), stages=stages)
+    document = _document(config, command, results, warmups, num_prompts=len(sample), stages=stages)
+    if config.sweep:
+        document["sweep"] = _sweep_section(config, results, stops)
+    return document
+
+
+async def _run_levels(config: BenchConfig, runner: LevelRunner,
+                      progress: Progress | None) -> tuple[dict[str, list[LevelResult]], dict[str, SweepStop]]:
+    results: dict[str, list[LevelResult]] = {target.label: [] for target in config.targets}
+    stops = {target.label: SweepStop() for target in config.targets}
+    for number, level in enumerate(config.levels):
+        order = config.targets if number % 2 == 0 else tuple(reversed(config.targets))
+        for target in order:
+            if config.sweep and not stops[target.label].should_run():
+                continue
+            result = await runner.run(target, level, progress)
+            results[target.label].append(result)
+            if level.mode == "open":
+                stops[target.label].record(level.load, config.gate.verdict(result.summary))
+    return results, stops
+
+
+def _sweep_section(config: BenchConfig, results: dict[str, list[LevelResult]], stops: dict[str, SweepStop]) -> dict:
+    (label, stop), = stops.items()
+    ran = {result.level.load for result in results[label]}
+    return {"stopped_at_rps": stop.stopped_at,
+            "not_run_rps": [level.load for level in config.levels if level.load not in ran]}
+
+
+def public_method(config: BenchConfig) -> dict:
+    """How the public open-loop method's figures were taken: every figure of the document is labelled by this."""
+    return {"transports": {target.label: target.transport for target in config.targets},
+            "http_fields": STREAMED_PCM_FIELDS, "length_mode": config.shape.length_mode,
+            "length": config.shape.describe_length(), "audible_threshold_dbfs": AUDIBLE_DBFS,
+            "audible_threshold_s16": AUDIBLE_THRESHOLD, "audible_note": RANDOM_WEIGHTS_NOTE,
+            "underrun_rule": "an event each time the player, its clock started at the first audible sample, finds "
+                             "its buffer empty before the stream ended; stall = the waits added up",
+            "gap_rule_s": GAP_THRESHOLD_S, "gate": config.gate.to_dict()}
 
 
 async def _warm_up(runner: LevelRunner, target: Target, count: int) -> dict:
@@ -114,7 +164,8 @@ async def _warm_up(runner: LevelRunner, target: Target, count: int) -> dict:
 def _document(config: BenchConfig, command: str, results: dict[str, list[LevelResult]], warmups: dict,
               num_prompts: int, stages: dict[str, list[dict | None]]) -> dict:
     bound = config.p95_first_packet_bound_s
-    targets = [target_section(target, results[target.label], bound, warmups[target.label], stages.get(target.label))
+    targets = [target_section(target, results[target.label], bound, warmups[target.label], stages.get(target.label),
+                              gate=config.gate, length_mode=config.shape.length_mode)
                for target in config.targets]
     comparison = None
     if len(config.targets) == 2:
@@ -122,7 +173,7 @@ def _document(config: BenchConfig, command: str, results: dict[str, list[LevelRe
         comparison = comparison_section(baseline, candidate, results[baseline.label], results[candidate.label], bound)
     return {"schema": SCHEMA, "meta": meta(command), "length_mode": config.shape.length_mode,
             "length": config.shape.describe_length(), "config": {**config.to_dict(), "num_prompts": num_prompts},
-            "targets": targets, "comparison": comparison}
+            "public_method": public_method(config), "targets": targets, "comparison": comparison}
 
 
 def write_json(document: dict, path: str | Path) -> Path:

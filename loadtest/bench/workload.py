@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from loadtest.bench.length_mode import describe_realistic, realistic_frames
 from loadtest.bench.reference_voice import PayloadError, ReferenceVoice
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +82,7 @@ class RequestShape:
         temperature: talker sampling temperature; None uses the checkpoint's default.
         seed: request i gets seed + i, so reruns make the same audio.
         reference: a cloned voice's reference audio sent with every request (base checkpoints), or None.
+        realistic_length: realistic-length mode: each request's frames from its text (length_mode.py).
     """
 
     voice: str | None = "ryan"
@@ -91,8 +93,11 @@ class RequestShape:
     temperature: float | None = None
     seed: int = 0
     reference: ReferenceVoice | None = None
+    realistic_length: bool = False
 
     def __post_init__(self) -> None:
+        if self.realistic_length and self.fixed_frames is not None:
+            raise PayloadError("choose one length mode: fixed frames or realistic length, not both")
         for name in ("fixed_frames", "initial_chunk_frames"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -100,10 +105,14 @@ class RequestShape:
 
     @property
     def length_mode(self) -> str:
-        """`fixed` (ignore_eos + max_new_tokens) or `natural` (until the model's EOS)."""
+        """`fixed` (ignore_eos + max_new_tokens), `realistic` (frames from the text) or `natural` (until EOS)."""
+        if self.realistic_length:
+            return "realistic"
         return "natural" if self.fixed_frames is None else "fixed"
 
     def describe_length(self) -> str:
+        if self.realistic_length:
+            return describe_realistic()
         if self.fixed_frames is None:
             return "natural length (until EOS)"
         return f"fixed length: ignore_eos, max_new_tokens={self.fixed_frames} frames"
@@ -116,6 +125,9 @@ class RequestShape:
         body.update({key: value for key, value in optional.items() if value is not None})
         if self.fixed_frames is not None:
             body.update(ignore_eos=True, max_new_tokens=self.fixed_frames)
+        if self.realistic_length:
+            frames = realistic_frames(text)
+            body.update(min_new_tokens=frames, max_new_tokens=frames)
         if self.reference is not None:
             body.update(self.reference.fields())
         return body

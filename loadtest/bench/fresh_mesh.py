@@ -1,0 +1,146 @@
+"""A fresh mesh per trial: `voxmesh up` in a child process with its own empty state directory and a free loopback
+port, ready once it prints its "serving" line (printed after the gateway's /ready answered), stopped as Ctrl-C
+would (SIGINT, then a kill if it outlasts STOP_TIMEOUT_S).
+
+The bench owns `--port` and `--state-dir`; every other `voxmesh up` flag (`--model`, `--device`, `--topology`...)
+is passed through. Without `--model`, each trial's mesh writes the tiny random checkpoint into its state directory
+first (that time is before the mesh is ready, so no figure includes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import random
+import re
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadtest.bench.workload import REPO_ROOT
+
+SERVING = re.compile(r"voxmesh is serving: (\S+)")
+START_TIMEOUT_S = 600.0
+STOP_TIMEOUT_S = 120.0
+OWNED_FLAGS = ("--port", "--state-dir")
+_LOWEST_PORT = 20000
+_TAIL_LINES = 40
+
+
+class MeshStartError(RuntimeError):
+    """The fresh mesh did not start (bad flags, a service that exited, no "serving" line in time).
+
+    Attributes:
+        code: `mesh_failed` or `invalid_up_args`.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def free_port() -> int:
+    """A loopback port free now, below the kernel's ephemeral range: ports there can be taken by any outgoing
+    connection between this check and the gateway's bind, which the mesh's own connections are plenty of."""
+    try:
+        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32768
+    high = first_ephemeral if first_ephemeral > _LOWEST_PORT + 1000 else 32768
+    for _ in range(200):
+        port = random.randrange(_LOWEST_PORT, high)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise MeshStartError("mesh_failed", f"no free loopback port in {_LOWEST_PORT}..{high - 1}")
+
+
+@dataclass(frozen=True, slots=True)
+class MeshLauncher:
+    """Starts `voxmesh up UP_ARGS` meshes.
+
+    Attributes:
+        up_args: flags for `voxmesh up` besides --port and --state-dir.
+        log_dir: where each mesh's output goes (`<name>.log`); None keeps only its last lines, for errors.
+        start_timeout_s: the longest wait for the "serving" line.
+    """
+
+    up_args: tuple[str, ...] = ()
+    log_dir: Path | None = None
+    start_timeout_s: float = START_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        owned = [word for word in self.up_args if word.split("=", 1)[0] in OWNED_FLAGS]
+        if owned:
+            raise MeshStartError("invalid_up_args", f"the bench picks {' and '.join(OWNED_FLAGS)} of each fresh "
+                                                    f"mesh itself; leave out {', '.join(owned)}")
+
+    def command(self, port: int, state_dir: Path) -> list[str]:
+        return [sys.executable, "-m", "services.cli", "up", "--port", str(port), "--state-dir", str(state_dir),
+                *self.up_args]
+
+    @contextlib.asynccontextmanager
+    async def running(self, name: str) -> AsyncIterator[str]:
+        """A new mesh for the body's duration; yields its gateway's URL."""
+        with tempfile.TemporaryDirectory(prefix=f"voxmesh-bench-{name}-") as state:
+            process = await asyncio.create_subprocess_exec(
+                *self.command(free_port(), Path(state)), cwd=REPO_ROOT, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            serving: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+            tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+            log_path = None
+            if self.log_dir is not None:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                log_path = self.log_dir / f"{name}.log"
+            reader = asyncio.create_task(_read_output(process, serving, tail, log_path))
+            try:
+                yield await self._wait_serving(serving, tail)
+            finally:
+                await _stop(process)
+                await reader
+
+    async def _wait_serving(self, serving: asyncio.Future[str | None], tail: Sequence[str]) -> str:
+        try:
+            url = await asyncio.wait_for(asyncio.shield(serving), self.start_timeout_s)
+        except TimeoutError:
+            raise MeshStartError("mesh_failed", f"voxmesh up was not serving within {self.start_timeout_s:.0f} s:\n"
+                                                + "\n".join(tail)) from None
+        if url is None:
+            raise MeshStartError("mesh_failed", "voxmesh up ended before serving:\n" + "\n".join(tail))
+        return url
+
+
+async def _read_output(process: asyncio.subprocess.Process, serving: asyncio.Future[str | None],
+                       tail: collections.deque[str], log_path: Path | None) -> None:
+    """Drain the mesh's output (a full pipe would stall it); resolve `serving` with the gateway's URL, or None when
+    the output ends first."""
+    with contextlib.ExitStack() as stack:
+        log = None if log_path is None else stack.enter_context(log_path.open("w"))
+        async for raw in process.stdout:
+            line = raw.decode(errors="replace")
+            tail.append(line.rstrip())
+            if log is not None:
+                log.write(line)
+            if not serving.done() and (match := SERVING.search(line)):
+                serving.set_result(match.group(1))
+    if not serving.done():
+        serving.set_result(None)
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
