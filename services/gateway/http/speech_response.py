@@ -143,6 +143,8 @@ class _Delivery:
         media_type = sse.MEDIA_TYPE if self._mode == "sse" else self._format.media_type
         headers = {"Content-Type": media_type, "X-Request-Id": self._request_id,
                    "X-Sample-Rate": str(self._sample_rate), **extra}
+        if self._format.raw_bits is not None:  # a headerless format: what a player needs besides the rate
+            headers.update({"X-Channels": "1", "X-Bit-Depth": str(self._format.raw_bits)})
         if self._mode is not None:
             headers["Cache-Control"] = "no-cache"
         await self._send_start(200, headers)

@@ -29,11 +29,14 @@ class AudioFormat:
         name: the API's name for it.
         media_type: the Content-Type of a response in it.
         libsndfile: (major format, subtype) for libsndfile, or None when it is not libsndfile's to encode.
+        raw_bits: bits per sample of a headerless format (its answers say them in `X-Bit-Depth`, with
+            `X-Channels`, as SGLang-Omni's do); None for a format with a header.
     """
 
     name: str
     media_type: str
     libsndfile: tuple[str, str] | None = None
+    raw_bits: int | None = None
 
     @property
     def is_available(self) -> bool:
@@ -48,7 +51,7 @@ class AudioFormat:
 
 FORMATS: dict[str, AudioFormat] = {
     "wav": AudioFormat("wav", "audio/wav"),
-    "pcm": AudioFormat("pcm", "audio/pcm"),
+    "pcm": AudioFormat("pcm", "audio/pcm", raw_bits=16),
     "flac": AudioFormat("flac", "audio/flac", ("FLAC", "PCM_16")),
     "mp3": AudioFormat("mp3", "audio/mpeg"),
     "opus": AudioFormat("opus", "audio/ogg", ("OGG", "OPUS")),
