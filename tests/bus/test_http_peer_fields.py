@@ -5,14 +5,18 @@ answer and in the request that reached the queue), and each bad value gets its s
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import httpx
 import pytest
 
 from services.gateway.requests.body import REFUSED_FIELDS
+from services.random_checkpoint.model_presets import generation_config, preset_config
 from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
-from tests.fixtures.gateway_standin import Plan, expected_pcm
+from tests.fixtures.gateway_standin import MODEL, Plan, expected_pcm
 from tests.http_client import parse_sse
+from tests.reference_audio_files import reference_uri
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -76,12 +80,16 @@ async def test_other_names_and_the_values_that_change_nothing_are_accepted(clien
     accepted = [
         {"speaker": "Vivian"},  # voice's other name
         {"speaker": "eric", "voice": "Eric"},  # both, naming the same voice
+        {"voice": "default"},  # SGLang-Omni's default voice: the model's first speaker
         {"initial_codec_chunk_frames": 3},  # initial_chunk_frames's other name
         {"initial_codec_chunk_frames": 4, "initial_chunk_frames": 4},
         {"task_type": "CustomVoice"},  # what the tiny custom_voice checkpoint does
         {"sample_rate": 24000, "word_timestamps": False, "stream_codec_output": False,
          "suppress_bootstrap_silence": False},
         {name: None for name in REFUSED_FIELDS},  # a client that sends every field it knows, at its default
+        {"speed": None, "language": None, "x_vector_only_mode": None, "voice": None, "seed": None, "model": None,
+         "instructions": None, "max_new_tokens": None, "task_type": None, "stream": None, "stream_format": None,
+         "non_streaming_mode": None, "initial_codec_chunk_frames": None, "sample_rate": None},
     ]
     for body in accepted:
         response = await speak(client, **body)
@@ -89,8 +97,9 @@ async def test_other_names_and_the_values_that_change_nothing_are_accepted(clien
         assert response.content == expected_pcm(CHUNKS)
     speakers = [request.speaker for request in standin.requests]
     first_chunks = [request.initial_chunk_frames for request in standin.requests]
-    assert speakers == ["vivian", "eric", "ryan", "ryan", "ryan", "ryan", "ryan"]
-    assert first_chunks == [None, None, 3, 4, None, None, None]
+    assert speakers == ["vivian", "eric", "ryan", "ryan", "ryan", "ryan", "ryan", "ryan", "ryan"]
+    assert first_chunks == [None, None, None, 3, 4, None, None, None, None]
+    assert (standin.requests[-1].language, standin.requests[-1].text_mode) == ("auto", "non-streaming")
 
 
 REFUSED = [
@@ -110,6 +119,8 @@ REFUSED = [
     ({"initial_codec_chunk_frames": 3, "initial_chunk_frames": 4}, 400, "conflicting_fields",
      "initial_codec_chunk_frames"),
     ({"sample_rate": 8000}, 400, "unsupported_value", "sample_rate"),
+    ({"speed": 1.5}, 400, "unsupported_value", "speed"),
+    ({"language": ""}, 400, "unknown_language", "language"),
     ({"sample_rate": 0}, 400, "out_of_range", "sample_rate"),
     ({"word_timestamps": True}, 400, "unsupported_value", "word_timestamps"),
     ({"stream_codec_output": True}, 400, "unsupported_value", "stream_codec_output"),
@@ -133,3 +144,31 @@ async def test_each_bad_value_gets_its_code_and_nothing_is_queued(client, standi
         assert error["request_id"] == response.headers["x-request-id"]
     assert served.status_code == 200 and served.content == expected_pcm(CHUNKS)
     assert [request.text for request in standin.requests] == ["Undisturbed, please."]  # nothing else was queued
+
+
+@pytest.fixture(scope="module")
+def base_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny preset's config files as a base (voice-cloning) checkpoint."""
+    directory = tmp_path_factory.mktemp("peer-fields-base-model")
+    (directory / "config.json").write_text(json.dumps(preset_config(MODEL, "base")))
+    (directory / "generation_config.json").write_text(json.dumps(generation_config(MODEL)))
+    return directory
+
+
+async def test_a_base_checkpoint_takes_task_type_base_and_the_peers_cloning_fields(standin, served_gateway,
+                                                                                    base_model_dir):
+    standin.plan = Plan(num_chunks=CHUNKS)
+    standin.start_consumer()
+    clone = {"input": "Hello.", "response_format": "pcm", "ref_audio": reference_uri(), "ref_text": "How I sound."}
+    async with served_gateway(model_dir=str(base_model_dir)) as port, httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        cloned = await client.post("/v1/audio/speech", json={**clone, "task_type": "Base", "stream": True,
+                                                             "x_vector_only_mode": None})
+        refused = [await client.post("/v1/audio/speech", json={**clone, **change}) for change in (
+            {"task_type": "CustomVoice"}, {"ref_audio": "https://example.com/me.wav"},
+            {"ref_audio": [reference_uri()]})]
+    assert cloned.status_code == 200 and cloned.content == expected_pcm(CHUNKS), cloned.text
+    assert [(r.json()["error"]["code"], r.json()["error"]["param"]) for r in refused] == [
+        ("task_type_mismatch", "task_type"), ("invalid_ref_audio", "ref_audio"), ("invalid_type", "ref_audio")]
+    assert "base" in refused[0].json()["error"]["message"]
+    assert len(standin.requests) == 1 and standin.requests[0].clone is not None

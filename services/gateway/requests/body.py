@@ -98,6 +98,8 @@ class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
             status); "audio" streams the file's bytes as they are made; "sse" streams server-sent events
             (`speech.audio.delta` with base64 audio, then `speech.audio.done` with usage, or `error`).
         text_mode: as SynthesisFields'; None: `non_streaming_mode`'s, else "non-streaming".
+        speed, language, x_vector_only_mode: as above; null (the peers' default, sent by clients that write every
+            field) is the default (1.0, "auto", false).
         stream: vLLM-Omni's and SGLang-Omni's switch: true streams (the bytes of stream_format "audio" unless
             stream_format says "sse"), false answers the whole file (a stream_format beside it is a conflict).
         non_streaming_mode: vLLM-Omni's name of the text mode: true is "non-streaming", false "streaming".
@@ -113,9 +115,11 @@ class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
     """
 
     response_format: str = "wav"
-    speed: float = 1.0
+    speed: float | None = 1.0
     stream_format: Literal["audio", "sse"] | None = None
     text_mode: TextMode | None = None
+    language: str | None = "auto"
+    x_vector_only_mode: bool | None = False
     stream: bool | None = None
     non_streaming_mode: bool | None = None
     task_type: TaskType | None = None

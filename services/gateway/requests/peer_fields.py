@@ -8,9 +8,11 @@ voxmesh's own before the request runs, or refused with a specific code (nothing 
 - `non_streaming_mode`: the text mode under vLLM-Omni's name (true: "non-streaming", false: "streaming"); beside a
   `text_mode` that says otherwise, `conflicting_fields`. Neither given: "non-streaming" (DEFAULT_TEXT_MODE).
 - `task_type`: must name what the served checkpoint does (`task_type_mismatch` otherwise).
-- `speaker`, `initial_codec_chunk_frames`: other names of `voice` and `initial_chunk_frames`.
+- `speaker`, `initial_codec_chunk_frames`: other names of `voice` and `initial_chunk_frames`; `voice: "default"`
+  (SGLang-Omni's default) is the model's default speaker on a checkpoint with named speakers and none so named.
 - `sample_rate`, `word_timestamps`, `stream_codec_output`, `suppress_bootstrap_silence`: only the value that changes
   nothing is served; any other is `unsupported_value`.
+- `speed`, `language`, `x_vector_only_mode` as null (the peers' default): 1.0, "auto", false.
 The fields other models use (REFUSED_FIELDS) are refused when the body is decoded (body.py).
 """
 
@@ -22,22 +24,29 @@ from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from services.gateway.errors import AdmissionError
 from services.gateway.requests.body import SpeechBody, TaskType, TextMode, VoiceRef
+from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.requests.validation import DEFAULT_TEXT_MODE
+
+DEFAULT_VOICE = "default"  # SGLang-Omni's `voice` when the client names none
 
 # vLLM-Omni's task_type of each checkpoint kind (config.json's tts_model_type).
 TASK_TYPE_OF_MODEL: dict[str, TaskType] = {"custom_voice": "CustomVoice", "voice_design": "VoiceDesign",
                                            "base": "Base"}
 
 
-def resolved(body: SpeechBody, model_type: str) -> SpeechBody:
+def resolved(body: SpeechBody, catalog: VoiceCatalog) -> SpeechBody:
     """`body` with the peer servers' fields turned into voxmesh's (and cleared); AdmissionError when they conflict
-    with voxmesh's fields or ask for what this server cannot do. `model_type` is the served checkpoint's kind."""
-    _check_task_type(body.task_type, model_type)
+    with voxmesh's fields or ask for what this server cannot do. `catalog` is the served checkpoint."""
+    _check_task_type(body.task_type, catalog.model_type)
     _check_no_op_values(body)
     return msgspec.structs.replace(
-        body, stream_format=_stream_format(body), text_mode=_text_mode(body), voice=_voice(body),
-        initial_chunk_frames=_initial_chunk_frames(body), stream=None, non_streaming_mode=None, task_type=None,
-        speaker=None, initial_codec_chunk_frames=None, sample_rate=None)
+        body, stream_format=_stream_format(body), text_mode=_text_mode(body), voice=_voice(body, catalog),
+        initial_chunk_frames=_initial_chunk_frames(body),
+        speed=1.0 if body.speed is None else body.speed,
+        language="auto" if body.language is None else body.language,
+        x_vector_only_mode=bool(body.x_vector_only_mode),
+        stream=None, non_streaming_mode=None, task_type=None, speaker=None, initial_codec_chunk_frames=None,
+        sample_rate=None)
 
 
 def _stream_format(body: SpeechBody) -> str | None:
@@ -62,13 +71,18 @@ def _text_mode(body: SpeechBody) -> TextMode:
     return implied
 
 
-def _voice(body: SpeechBody) -> str | VoiceRef | None:
-    if body.speaker is None:
-        return body.voice
-    if body.voice_name is not None and body.voice_name.lower() != body.speaker.lower():
-        raise AdmissionError(ErrorCode.CONFLICTING_FIELDS, f"speaker {body.speaker!r} and voice "
-                             f"{body.voice_name!r} name different voices: send one of them", param="speaker")
-    return body.speaker
+def _voice(body: SpeechBody, catalog: VoiceCatalog) -> str | VoiceRef | None:
+    voice = body.voice
+    if body.speaker is not None:
+        if body.voice_name is not None and body.voice_name.lower() != body.speaker.lower():
+            raise AdmissionError(ErrorCode.CONFLICTING_FIELDS, f"speaker {body.speaker!r} and voice "
+                                 f"{body.voice_name!r} name different voices: send one of them", param="speaker")
+        voice = body.speaker
+    name = voice.id if isinstance(voice, VoiceRef) else voice
+    named_voices = catalog.speakers
+    if name is not None and name.lower() == DEFAULT_VOICE and named_voices and DEFAULT_VOICE not in named_voices:
+        return None  # SGLang-Omni's default `voice`: the model's default speaker, as an omitted voice is here
+    return voice
 
 
 def _initial_chunk_frames(body: SpeechBody) -> int | None:

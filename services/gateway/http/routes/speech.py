@@ -27,7 +27,7 @@ async def create_speech(request: Request, gateway: GatewayDep, _: Authorized) ->
     """Synthesize `input`; the request runs under the HTTP request's id."""
     try:
         parsed = parse_body(await request.body(), SpeechBody)
-        body = resolved(parsed, gateway.synthesizer.admission.catalog.model_type)
+        body = resolved(parsed, gateway.synthesizer.admission.catalog)
     except GatewayError as error:
         gateway.synthesizer.metrics.refused(error)
         raise
