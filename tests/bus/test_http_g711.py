@@ -1,6 +1,7 @@
-"""G.711 answers over real HTTP (the gateway under uvicorn, the stand-in decode and vocoder on a real nats-server):
-`response_format` ulaw and alaw, whole, streamed and as SSE, are the same 8 kHz bytes, with their media types and
-rate, and decode (with the tests' own G.711 tables) to the whole signal resampled by libsoxr, within companding."""
+"""G.711 answers over real HTTP and the WebSocket (the gateway under uvicorn, the stand-in decode and vocoder on a
+real nats-server): `response_format` ulaw and alaw, whole, streamed and as SSE, and the socket's `pcm_mulaw` and
+`pcm_alaw`, are the same 8 kHz bytes, with their media types and rate, and decode (with the tests' own G.711
+tables) to the whole signal resampled by libsoxr, within companding."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_
 from tests.fixtures.gateway_standin import Plan, expected_pcm
 from tests.http_client import parse_sse, sse_audio
 from tests.support.g711_tables import decode
+from tests.ws_client import ws_connect
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -63,3 +65,24 @@ async def test_sample_rate_must_be_the_formats_rate(client, standin):
         error = response.json()["error"]
         assert (response.status_code, error["code"], error["param"]) == (400, "unsupported_value", "sample_rate")
     assert len(standin.requests) == 1
+
+
+@pytest.mark.parametrize(("ws_format", "law"), [("pcm_mulaw", "ulaw"), ("pcm_alaw", "alaw")])
+async def test_websocket_g711_formats_send_the_bytes_of_the_http_answer(standin, served_gateway, ws_format, law):
+    standin.plan = Plan(num_chunks=CHUNKS)
+    standin.start_consumer()
+    async with served_gateway() as port:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            whole = await speak(http, response_format=law)
+        async with ws_connect(f"ws://127.0.0.1:{port}") as client:
+            await client.send("session.update", voice="ryan", format=ws_format)
+            await client.until("session.updated")
+            await client.send("input.text", text="Hello there.")
+            await client.send("input.done")
+            got = await client.until("audio.done", "error")
+            await client.until("session.done", "error")
+    (start,) = [event for event in got.events if event["type"] == "audio.start"]
+    assert (start["format"], start["sample_rate"]) == (ws_format, 8000)
+    assert got.event["type"] == "audio.done" and got.event["chunk_count"] == CHUNKS
+    assert len(got.frames) == CHUNKS + 1  # one frame a chunk, then the resampling filter's tail
+    assert got.pcm == whole.content  # the same 8 kHz G.711 bytes as a whole HTTP answer
