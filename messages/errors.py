@@ -37,6 +37,10 @@ class ErrorCode(StrEnum):
     CONTROL_CHARACTERS = "control_characters"  # the text holds control characters other than tab and line breaks
     UNSUPPORTED_FORMAT = "unsupported_format"  # an audio response_format this server cannot encode
     UNSUPPORTED_VALUE = "unsupported_value"  # a valid API value this server does not implement (e.g. speed != 1)
+    # Fields of the servers clients migrate from (vLLM-Omni, SGLang-Omni) on the speech body.
+    UNSUPPORTED_FIELD = "unsupported_field"  # a known field of another server that this one cannot honour
+    CONFLICTING_FIELDS = "conflicting_fields"  # two fields that say different things (stream and stream_format...)
+    TASK_TYPE_MISMATCH = "task_type_mismatch"  # a task_type other than what the served checkpoint does
     INVALID_API_KEY = "invalid_api_key"  # API keys are configured and the call carries no valid one
     NOT_FOUND = "not_found"  # no such endpoint or resource
     TEXT_TOO_LONG = "text_too_long"  # text over the character limit (4096)

@@ -37,7 +37,7 @@ async def test_models_list_the_served_model_with_its_fingerprint(served_gateway,
     assert (model.id, model.object, model.owned_by) == ("tiny", "model", "voxmesh")
     assert model.model_extra["fingerprint"] == checkpoint_fingerprint(tiny_checkpoint)
     assert model.model_extra["voices"] == ["ryan", "vivian", "eric"]
-    assert model.model_extra["response_formats"] == ["wav", "pcm", "flac", "mp3", "opus"]
+    assert model.model_extra["response_formats"] == ["wav", "pcm", "flac", "mp3", "opus", "ulaw", "alaw"]
     assert one.model_dump() == model.model_dump()
     assert (unknown.value.status_code, unknown.value.code) == (404, "unknown_model")
 

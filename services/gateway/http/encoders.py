@@ -1,8 +1,9 @@
 """How s16le mono PCM becomes a speech response in its `response_format` (requests/response_formats.py says which
 exist), either as one whole file or as a stream of bytes made while the audio is still being generated.
 
-wav and pcm are written here; flac and opus (in Ogg) are encoded by libsndfile through `soundfile` (its wheels ship
-libsndfile with FLAC and Opus); mp3 by LAME through `lameenc`, which writes plain CBR frames with no Xing header, so
+wav and pcm are written here, ulaw and alaw by g711.py (resampled to 8 kHz, the same bytes streamed or whole);
+flac and opus (in Ogg) are encoded by libsndfile through `soundfile` (its wheels ship libsndfile with FLAC and
+Opus); mp3 by LAME through `lameenc`, which writes plain CBR frames with no Xing header, so
 a streamed mp3 is the same as a whole one (libsndfile's mp3 writer rewrites a Xing frame at the start on close,
 which a stream cannot take back).
 
@@ -21,6 +22,7 @@ import numpy as np
 import soundfile
 
 from messages.audio_format import CHANNELS
+from services.gateway.http.g711 import LAWS, G711Encoder
 from services.gateway.http.wav import BITS_PER_SAMPLE, wav_bytes
 from services.gateway.requests.response_formats import AudioFormat
 
@@ -36,6 +38,9 @@ def encode_whole(fmt: AudioFormat, pcm: bytes, sample_rate: int) -> bytes:
         return pcm
     if fmt.name == "wav":
         return wav_bytes(pcm, sample_rate)
+    if fmt.name in LAWS:
+        encoder = G711Encoder(fmt.name, sample_rate)
+        return encoder.feed(pcm) + encoder.finish()
     if fmt.name == "mp3":
         encoder = _Mp3Encoder(sample_rate)
         return encoder.feed(pcm) + encoder.finish()
@@ -61,6 +66,8 @@ def stream_encoder(fmt: AudioFormat, sample_rate: int) -> StreamEncoder:
         return _RawEncoder()
     if fmt.name == "wav":
         return _WavStreamEncoder(sample_rate)
+    if fmt.name in LAWS:
+        return G711Encoder(fmt.name, sample_rate)
     if fmt.name == "mp3":
         return _Mp3Encoder(sample_rate)
     return _SoundFileStreamEncoder(fmt, sample_rate)

@@ -89,9 +89,17 @@ SPEECH_BODY = {"requestBody": {"required": True, "content": {
 VOICE_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"$ref": _REF.format(name="VoiceBody")}}}}}
 
+_INTEGER = {"type": "integer"}
+
 SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"description": "The audio: a whole file, a byte stream (`stream_format: audio`) or server-sent events "
-                         "(`stream_format: sse`).",
+    200: {"description": "The audio: a whole file, a byte stream (`stream_format: audio`, or `stream: true`) or "
+                         "server-sent events (`stream_format: sse`).",
+          "headers": {
+              "X-Sample-Rate": {"required": True, "schema": _INTEGER,
+                                "description": "Samples per second of the audio (24000; 8000 for ulaw and alaw)."},
+              "X-Channels": {"schema": _INTEGER, "description": "Channels (1), on headerless formats."},
+              "X-Bit-Depth": {"schema": _INTEGER, "description": "Bits per sample, on headerless formats (pcm: 16, "
+                                                                 "ulaw and alaw: 8)."}},
           "content": {**{fmt.media_type: {"schema": {"type": "string", "format": "binary"}}
                          for fmt in FORMATS.values()},
                       # An SSE event as clients parse it: its `data` line holds the JSON of a SpeechEvent.

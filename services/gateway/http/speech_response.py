@@ -34,7 +34,7 @@ from services.gateway.requests.synthesis import Synthesizer
 
 log = logging.getLogger(__name__)
 
-_WHOLE_IN_THREAD = ("flac", "mp3", "opus")  # codecs worth keeping off the event loop for a whole file
+_WHOLE_IN_THREAD = ("flac", "mp3", "opus", "ulaw", "alaw")  # codecs worth keeping off the event loop for a whole file
 
 
 class SpeechResponse(Response):
@@ -142,7 +142,9 @@ class _Delivery:
     async def _start(self, extra: dict[str, str]) -> None:
         media_type = sse.MEDIA_TYPE if self._mode == "sse" else self._format.media_type
         headers = {"Content-Type": media_type, "X-Request-Id": self._request_id,
-                   "X-Sample-Rate": str(self._sample_rate), **extra}
+                   "X-Sample-Rate": str(self._format.sample_rate or self._sample_rate), **extra}
+        if self._format.raw_bits is not None:  # a headerless format: what a player needs besides the rate
+            headers.update({"X-Channels": "1", "X-Bit-Depth": str(self._format.raw_bits)})
         if self._mode is not None:
             headers["Cache-Control"] = "no-cache"
         await self._send_start(200, headers)

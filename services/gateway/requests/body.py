@@ -23,6 +23,8 @@ PosInt = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT)]
 Temperature = Annotated[float, msgspec.Meta(ge=0)]
 TopP = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(gt=0)]
+TextMode = Literal["non-streaming", "streaming"]
+TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
 
 
 class VoiceRef(msgspec.Struct, forbid_unknown_fields=True):
@@ -73,7 +75,7 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     min_new_tokens: NonNegInt | None = None
     ignore_eos: bool = False
     initial_chunk_frames: PosInt | None = None
-    text_mode: Literal["non-streaming", "streaming"] = "non-streaming"
+    text_mode: TextMode = "non-streaming"
     ref_audio: str | None = None
     ref_text: str | None = None
     x_vector_only_mode: bool = False
@@ -85,7 +87,8 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
-    """`POST /v1/audio/speech`.
+    """`POST /v1/audio/speech`: OpenAI's fields, voxmesh's, and those of the servers clients migrate from (vLLM-Omni,
+    SGLang-Omni); peer_fields.py resolves the latter into the former before anything runs.
 
     Attributes:
         response_format: wav (24 kHz mono s16), pcm (raw 24 kHz s16le mono), flac, mp3 or opus (in Ogg).
@@ -94,11 +97,63 @@ class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
         stream_format: None answers the whole file once it is complete (exact length; a failure is an HTTP error
             status); "audio" streams the file's bytes as they are made; "sse" streams server-sent events
             (`speech.audio.delta` with base64 audio, then `speech.audio.done` with usage, or `error`).
+        text_mode: as SynthesisFields'; None: `non_streaming_mode`'s, else "non-streaming".
+        speed, language, x_vector_only_mode: as above; null (the peers' default, sent by clients that write every
+            field) is the default (1.0, "auto", false).
+        stream: vLLM-Omni's and SGLang-Omni's switch: true streams (the bytes of stream_format "audio" unless
+            stream_format says "sse"), false answers the whole file (a stream_format beside it is a conflict).
+        non_streaming_mode: vLLM-Omni's name of the text mode: true is "non-streaming", false "streaming".
+        task_type: what the model does (CustomVoice, VoiceDesign, Base); must be what the served checkpoint does.
+        speaker: vLLM-Omni's and SGLang-Omni's other name of `voice`.
+        initial_codec_chunk_frames: their name of `initial_chunk_frames`.
+        sample_rate: vLLM-Omni's output rate; only the model's own (24000) is served.
+        word_timestamps: vLLM-Omni's per-word timing header; only false is served.
+        stream_codec_output, suppress_bootstrap_silence: SGLang-Omni's switches; only false (their default).
+        speaker_embedding ... stage_params: known fields of other models or servers that this server cannot
+            honour: only null (their default) is accepted; any value is refused with `unsupported_field`
+            (REFUSED_FIELDS says why for each).
     """
 
     response_format: str = "wav"
-    speed: float = 1.0
+    speed: float | None = 1.0
     stream_format: Literal["audio", "sse"] | None = None
+    text_mode: TextMode | None = None
+    language: str | None = "auto"
+    x_vector_only_mode: bool | None = False
+    stream: bool | None = None
+    non_streaming_mode: bool | None = None
+    task_type: TaskType | None = None
+    speaker: str | None = None
+    initial_codec_chunk_frames: NonNegInt | None = None
+    sample_rate: PosInt | None = None
+    word_timestamps: bool = False
+    stream_codec_output: bool | None = None
+    suppress_bootstrap_silence: bool | None = None
+    speaker_embedding: None = None
+    ref_audio_2: None = None
+    ambient_sound: None = None
+    duration_seconds: None = None
+    extra_params: None = None
+    references: None = None
+    token_count: None = None
+    duration_tokens: None = None
+    stage_params: None = None
+
+
+# Known fields of vLLM-Omni's and SGLang-Omni's speech bodies that change the audio in ways this server cannot
+# produce: accepted as null (their default), refused otherwise, with the reason and what to send instead.
+REFUSED_FIELDS: dict[str, str] = {
+    "speaker_embedding": "voices are cloned from audio here: send ref_audio (with x_vector_only_mode: true for the "
+                         "embedding alone), or name a saved voice",
+    "ref_audio_2": "a second speaker is a MOSS-TTSD feature; this model speaks one voice per request",
+    "ambient_sound": "sound effects are a MOSS-SoundEffect feature; this model speaks text",
+    "duration_seconds": "the model sets the audio's length itself; cap it with max_new_tokens (12.5 per second)",
+    "extra_params": "this server passes no free-form parameters to the model; every setting is a named field",
+    "references": "send the reference as ref_audio (a base64 data URI) and its transcript as ref_text",
+    "token_count": "the model sets the audio's length itself; cap it with max_new_tokens",
+    "duration_tokens": "the model sets the audio's length itself; cap it with max_new_tokens",
+    "stage_params": "this server's stages take no per-request overrides; sampling has its own fields",
+}
 
 _AT_FIELD = re.compile(r" - at `\$\.([A-Za-z_][A-Za-z0-9_]*)[^`]*`")
 _NAMED_FIELD = re.compile(r"(?:unknown|required) field `([^`]+)`")
@@ -142,4 +197,7 @@ def validation_error(exc: msgspec.ValidationError, what: str) -> AdmissionError:
     detail = _AT_FIELD.sub("", text)
     message = f"{param}: {detail}" if _AT_FIELD.search(text) else detail
     code = next((code for pattern, code in _CODE_OF_MESSAGE if pattern.search(text)), ErrorCode.INVALID_REQUEST)
+    if param in REFUSED_FIELDS and code == ErrorCode.INVALID_TYPE:  # a value where only null is taken
+        return AdmissionError(ErrorCode.UNSUPPORTED_FIELD, f"{param} is not supported by this server: "
+                              f"{REFUSED_FIELDS[param]}; omit it or send null", param=param)
     return AdmissionError(code, f"invalid {what}: {message}", param=param)

@@ -1,9 +1,9 @@
 """The speech API's response formats: which `response_format` names exist, which this process can encode, and the
 refusal (code `unsupported_format`, before anything is queued) of any other.
 
-wav and pcm are written by the gateway itself; flac and opus (in Ogg) by libsndfile through `soundfile` (builds
-differ in the codecs they carry), mp3 by LAME through `lameenc`; aac has no encoder. How PCM becomes each format is
-services/gateway/http/encoders.py.
+wav and pcm are written by the gateway itself, and ulaw and alaw (G.711 at 8 kHz, http/g711.py); flac and opus (in
+Ogg) by libsndfile through `soundfile` (builds differ in the codecs they carry), mp3 by LAME through `lameenc`; aac
+has no encoder. How PCM becomes each format is services/gateway/http/encoders.py.
 """
 
 from __future__ import annotations
@@ -29,11 +29,16 @@ class AudioFormat:
         name: the API's name for it.
         media_type: the Content-Type of a response in it.
         libsndfile: (major format, subtype) for libsndfile, or None when it is not libsndfile's to encode.
+        raw_bits: bits per sample of a headerless format (its answers say them in `X-Bit-Depth`, with
+            `X-Channels`, as SGLang-Omni's do); None for a format with a header.
+        sample_rate: the rate the format is always in (G.711: 8000); None: the model's own (24000).
     """
 
     name: str
     media_type: str
     libsndfile: tuple[str, str] | None = None
+    raw_bits: int | None = None
+    sample_rate: int | None = None
 
     @property
     def is_available(self) -> bool:
@@ -48,10 +53,12 @@ class AudioFormat:
 
 FORMATS: dict[str, AudioFormat] = {
     "wav": AudioFormat("wav", "audio/wav"),
-    "pcm": AudioFormat("pcm", "audio/pcm"),
+    "pcm": AudioFormat("pcm", "audio/pcm", raw_bits=16),
     "flac": AudioFormat("flac", "audio/flac", ("FLAC", "PCM_16")),
     "mp3": AudioFormat("mp3", "audio/mpeg"),
     "opus": AudioFormat("opus", "audio/ogg", ("OGG", "OPUS")),
+    "ulaw": AudioFormat("ulaw", "audio/basic", raw_bits=8, sample_rate=8000),
+    "alaw": AudioFormat("alaw", "audio/x-alaw-basic", raw_bits=8, sample_rate=8000),
 }
 _NEVER = {"aac": "libsndfile has no AAC encoder"}
 

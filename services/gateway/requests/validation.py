@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from messages.errors import ErrorCode
 from messages.requests import MAX_TEXT_CHARS, SamplingSpec, SynthesisRequest
 from services.gateway.errors import AdmissionError
-from services.gateway.requests.body import SpeechBody, SynthesisFields
+from services.gateway.requests.body import SpeechBody, SynthesisFields, TextMode
 from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.requests.response_formats import audio_format
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
+DEFAULT_TEXT_MODE: TextMode = "non-streaming"  # the reference package's default; the gateway always has the whole text
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +60,7 @@ class AdmissionPolicy:
             speaker=None if self.catalog.model_type == "base" else self._checked_voice(fields.voice_name),
             language=self._checked_language(fields.language),
             instruct=fields.instructions or None,
-            text_mode=fields.text_mode,
+            text_mode=fields.text_mode or DEFAULT_TEXT_MODE,  # None: a SpeechBody not given one
             seed=fields.seed if fields.seed is not None else secrets.randbits(63),
             sampling=SamplingSpec(temperature=fields.temperature, top_k=fields.top_k, top_p=fields.top_p,
                                   repetition_penalty=fields.repetition_penalty),

@@ -30,14 +30,19 @@ class ClientChannel:
         await self.event(ErrorEvent(request_id=error.request_id, code=error.code, message=error.message,
                                     param=error.param, stage=error.stage))
 
-    async def audio(self, audio_format: str, chunk: AudioChunk) -> None:
-        """One chunk: a binary frame of s16le PCM, or an `audio.delta` event carrying it in base64."""
+    async def audio(self, audio_format: str, chunk: AudioChunk, encoded: bytes | None = None) -> None:
+        """One chunk: a binary frame of s16le PCM (or of `encoded`, the chunk in the socket's G.711 format), or an
+        `audio.delta` event carrying it in base64."""
         if audio_format == BASE64_FORMAT:
             await self.event(AudioDelta(request_id=chunk.request_id, seq=chunk.seq,
                                         audio=base64.b64encode(chunk.pcm).decode()))
             return
+        await self.binary(chunk.pcm if encoded is None else encoded)
+
+    async def binary(self, data: bytes) -> None:
+        """A binary frame."""
         async with self._lock:
-            await self._ws.send_bytes(chunk.pcm)
+            await self._ws.send_bytes(data)
 
     async def close(self, code: int, reason: str = "") -> None:
         """Close the socket (after any send in progress)."""

@@ -12,7 +12,8 @@ Client -> server (JSON text messages):
 - A JSON object without `type` is one complete request (the speech fields with `input`), served in turn.
 
 Server -> client: `session.updated`, `audio.start`, the audio (binary frames of s16le PCM, or `audio.delta` events
-with base64 when `format` is `pcm_s16le_base64`), `audio.done`, `error`, `session.done`.
+with base64 when `format` is `pcm_s16le_base64`, or binary frames of G.711 at 8 kHz for `pcm_mulaw` / `pcm_alaw`),
+`audio.done`, `error`, `session.done`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,21 @@ from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode, Stage
 from messages.requests import MAX_TEXT_CHARS
 from services.gateway.errors import AdmissionError
+from services.gateway.http.g711 import G711_RATE
 from services.gateway.requests.body import SynthesisFields, parse_body, too_deep, validation_error
 
 BINARY_FORMAT = "pcm_s16le"
 BASE64_FORMAT = "pcm_s16le_base64"
-AudioFormat = Literal["pcm_s16le", "pcm_s16le_base64"]
+# G.711 at 8 kHz in binary frames (services/gateway/http/g711.py): each chunk's bytes, then one last frame with the
+# resampling filter's tail, before `audio.done`.
+G711_LAW_OF_FORMAT = {"pcm_mulaw": "ulaw", "pcm_alaw": "alaw"}
+AudioFormat = Literal["pcm_s16le", "pcm_s16le_base64", "pcm_mulaw", "pcm_alaw"]
+
+
+def wire_rate(audio_format: str) -> int:
+    """The sample rate of the audio a socket of `audio_format` receives."""
+    return G711_RATE if audio_format in G711_LAW_OF_FORMAT else SAMPLE_RATE
+
 _Tagged = dict(tag_field="type", kw_only=True, forbid_unknown_fields=True)
 
 

@@ -22,15 +22,16 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from services.gateway.errors import GatewayError, RequestFailed
+from services.gateway.http.g711 import G711Encoder
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.body import SynthesisFields
 from services.gateway.requests.synthesis import Synthesizer
 from services.gateway.ws.channel import ClientChannel
 from services.gateway.requests.job_queue import Job, JobQueue
 from services.gateway.ws.orphan_resume import adopt_orphan
-from services.gateway.ws.protocol import (BINARY_FORMAT, AudioDone, AudioStart, Cancel, InputDone, InputFlush,
-                                          InputText, Resume, SessionConfig, SessionDone, SessionUpdate,
-                                          SessionUpdated, parse_client_message)
+from services.gateway.ws.protocol import (BINARY_FORMAT, G711_LAW_OF_FORMAT, AudioDone, AudioStart, Cancel,
+                                          InputDone, InputFlush, InputText, Resume, SessionConfig, SessionDone,
+                                          SessionUpdate, SessionUpdated, parse_client_message, wire_rate)
 from services.gateway.ws.resume import ParkedRequest, ResumeRefused, ResumeRegistry, resumed_stream
 from services.gateway.ws.resume_token import ResumeTokens
 from services.gateway.requests.sentences import SentenceSegmenter
@@ -254,7 +255,8 @@ class SpeechSession:
         if job.is_cancelled:
             return  # cancelled before the client heard of it (the holder cancels it in the mesh)
         self._registry.attach(stream.request_id)
-        await self._channel.event(AudioStart(request_id=stream.request_id, format=job.audio_format, first_seq=job.first_seq,
+        await self._channel.event(AudioStart(request_id=stream.request_id, format=job.audio_format,
+                                    sample_rate=wire_rate(job.audio_format), first_seq=job.first_seq,
                                     resume_token=self._tokens.issue(stream.request_id), **job.describe))
         job.is_announced = True
         try:
@@ -279,13 +281,19 @@ class SpeechSession:
     async def _forward(self, job: Job, stream: AudioStream) -> tuple[int, int]:
         """Send the stream's chunks until its end (none once the client cancelled); (samples sent, rate)."""
         samples, sample_rate = 0, SAMPLE_RATE
+        law = G711_LAW_OF_FORMAT.get(job.audio_format)
+        encoder: G711Encoder | None = None
         async for chunk in stream.chunks():
             if job.is_cancelled:
                 continue  # silence at once; the mesh's terminal follows the cancel
-            await self._channel.audio(job.audio_format, chunk)
+            if law is not None and encoder is None:
+                encoder = G711Encoder(law, chunk.sample_rate)  # a resumed request's filter starts afresh
+            await self._channel.audio(job.audio_format, chunk, None if encoder is None else encoder.feed(chunk.pcm))
             job.next_seq = chunk.seq + 1
             samples += chunk.num_samples
             sample_rate = chunk.sample_rate
+        if encoder is not None and not job.is_cancelled:
+            await self._channel.binary(encoder.finish())  # the filter's tail: the request's last few ms
         return samples, sample_rate
 
     # Leaving.
