@@ -23,9 +23,9 @@ from loadtest.bench.metrics import ChunkArrival, StreamError, StreamRecord
 from messages.audio_format import SAMPLE_RATE
 
 SPEECH_PATH = "/v1/audio/speech"
-STREAMED_PCM_FIELDS: dict = {"response_format": "pcm", "stream_format": "audio"}
-"""The fields that ask the speech endpoint for raw PCM as it is made. Public clients of other servers also send
-`"stream": true`, which this gateway does not accept yet: it belongs here once it does."""
+STREAMED_PCM_FIELDS: dict = {"stream": True, "response_format": "pcm", "stream_format": "audio"}
+"""The fields that ask the speech endpoint for raw PCM as it is made, as public clients of other Qwen3-TTS servers
+send them (`stream: true` and `stream_format: "audio"` mean the same here)."""
 _ERROR_BODY_LIMIT = 64 * 1024
 _REQUEST_SENT = "http11.send_request_body.complete"  # httpcore's trace event once the body is written
 

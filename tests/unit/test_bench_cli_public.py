@@ -31,7 +31,7 @@ def test_the_public_method_flags_build_an_http_sweep_with_a_gate():
 
 
 def test_the_http_body_adds_only_the_fields_the_gateway_accepts():
-    assert STREAMED_PCM_FIELDS == {"response_format": "pcm", "stream_format": "audio"}
+    assert STREAMED_PCM_FIELDS == {"stream": True, "response_format": "pcm", "stream_format": "audio"}
     assert speech_body({"input": "x", "seed": 1}) == {"input": "x", "seed": 1, **STREAMED_PCM_FIELDS}
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soxr
 
-from services.gateway.http.g711 import G711_RATE, G711Encoder, compand
+from services.gateway.requests.g711 import G711_RATE, G711Encoder, compand
 from tests.support.g711_tables import decode
 
 ALL_SAMPLES = np.arange(-32768, 32768, dtype=np.int32)

@@ -22,7 +22,7 @@ import numpy as np
 import soundfile
 
 from messages.audio_format import CHANNELS
-from services.gateway.http.g711 import LAWS, G711Encoder
+from services.gateway.requests.g711 import LAWS, G711Encoder
 from services.gateway.http.wav import BITS_PER_SAMPLE, wav_bytes
 from services.gateway.requests.response_formats import AudioFormat
 

@@ -26,12 +26,12 @@ from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode, Stage
 from messages.requests import MAX_TEXT_CHARS
 from services.gateway.errors import AdmissionError
-from services.gateway.http.g711 import G711_RATE
+from services.gateway.requests.g711 import G711_RATE
 from services.gateway.requests.body import SynthesisFields, parse_body, too_deep, validation_error
 
 BINARY_FORMAT = "pcm_s16le"
 BASE64_FORMAT = "pcm_s16le_base64"
-# G.711 at 8 kHz in binary frames (services/gateway/http/g711.py): each chunk's bytes, then one last frame with the
+# G.711 at 8 kHz in binary frames (services/gateway/requests/g711.py): each chunk's bytes, then one last frame with the
 # resampling filter's tail, before `audio.done`.
 G711_LAW_OF_FORMAT = {"pcm_mulaw": "ulaw", "pcm_alaw": "alaw"}
 AudioFormat = Literal["pcm_s16le", "pcm_s16le_base64", "pcm_mulaw", "pcm_alaw"]

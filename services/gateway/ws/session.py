@@ -22,7 +22,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from services.gateway.errors import GatewayError, RequestFailed
-from services.gateway.http.g711 import G711Encoder
+from services.gateway.requests.g711 import G711Encoder
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.body import SynthesisFields
 from services.gateway.requests.synthesis import Synthesizer
