@@ -1,17 +1,44 @@
-"""Suite-wide set-up: fixture modules, and one torch thread per process (CI has two cores)."""
+"""Suite-wide set-up: fixture modules, the tier markers, and one torch thread per process (CI has two cores).
+
+Every test lives in a tier folder, and the folder is its marker: `pytest tests/unit` and `pytest -m unit` run the
+same tests. The tiers are declared in pyproject.toml's `markers` (so a misspelt `-m` is refused with
+--strict-markers) and in `TIERS` below; a test file outside a tier folder is an error at collection.
+"""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "bus", "mesh", "kernels", "cluster", "deploy")
+
 # Fixture modules, each owned by the part of the system it serves.
 pytest_plugins = [
-    "tests.fixtures.nats_server",
-    "tests.fixtures.tiny_checkpoint",
-    "tests.fixtures.gateway_fixtures",
-    "tests.fixtures.mesh",
+    "tests.support.nats_server",
+    "tests.support.tiny_checkpoint",
+    "tests.support.gateway_fixtures",
+    "tests.support.mesh",
 ]
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier folder a test file lives in, or None for a file outside every tier."""
+    try:
+        first = path.resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        return None
+    return first if first in TIERS else None
+
+
+def pytest_collection_modifyitems(config, items):
+    outside = sorted({str(item.path) for item in items if tier_of(item.path) is None})
+    if outside:
+        raise pytest.UsageError(f"test files outside a tier folder ({', '.join(TIERS)}): {outside}")
+    for item in items:
+        item.add_marker(tier_of(item.path))

@@ -4,9 +4,9 @@
 # they pull gradio and a CUDA torchaudio, which the 12 Hz path never touches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Debian's packages the tests drive: chromium for the web page's browser test (tests/test_web_page.py, through
+# Debian's packages the tests drive: chromium for the web page's browser test (tests/mesh/test_web_page.py, through
 # Playwright, which is told never to download a browser of its own); docker.io and debootstrap for the deployment
-# test (tests/test_docker_deploy.py starts a private engine and debootstraps its base image: no image registry).
+# test (tests/deploy/test_docker_deploy.py starts a private engine and debootstraps its base image: no image registry).
 # kubectl (with kustomize), for the Kubernetes manifests' tests (tests/deploy/test_k8s_*.py), ships on the image.
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)

@@ -1,5 +1,5 @@
 """The fused residual add + RMSNorm + projection (and SwiGLU) kernel against the torch operations it replaces: under
-Triton's interpreter on the CPU (a fresh process: see tests/triton_interpreter.py), and on CUDA where there is one."""
+Triton's interpreter on the CPU (a fresh process: see tests/support/triton_interpreter.py), and on CUDA where there is one."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from tests.triton_interpreter import interpreted
+from tests.support.triton_interpreter import interpreted
 
 SHAPES = ((1, 64, 96), (5, 200, 70), (64, 256, 96), (100, 128, 40))
 """(rows, input width, output width): one row, widths that are no multiple of the blocks, a full decode batch, the

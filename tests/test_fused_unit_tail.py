@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.triton_interpreter import interpreted
+from tests.support.triton_interpreter import interpreted
 
 
 def _torch_tail(h, x, weight, bias1, log_alpha, log_beta, bias2, epsilon):
@@ -51,9 +51,9 @@ def tail_error(device: str, dtype_name: str) -> float:
 @torch.no_grad()
 def decode_error_with_the_tail(device: str) -> float:
     """Largest difference, relative to the audio's peak, between the test codec's chunked decode with every fused pass
-    and the unit tail on, and one with the fused passes off (tests.test_fused_codec_convs.fused_decode_error)."""
+    and the unit tail on, and one with the fused passes off (tests.kernels.test_fused_codec_convs.fused_decode_error)."""
     from services.model.codec import fused_unit_tail
-    from tests.test_fused_codec_convs import fused_decode_error
+    from tests.kernels.test_fused_codec_convs import fused_decode_error
 
     fused_unit_tail.SWITCHED_ON = True
     calls = []

@@ -2,7 +2,7 @@
 
 The 0.6B codec with random weights, 15 frames in chunks of 3, 5 and 7 (histories carried across chunks), in float32
 and bfloat16; and the bias kernel against torch's sums. Writes the differences as JSON (the CPU runs the same
-comparison under Triton's interpreter in tests/test_fused_codec_convs.py).
+comparison under Triton's interpreter in tests/kernels/test_fused_codec_convs.py).
 
     python3 -m loadtest.gpu.fused_codec_check --out check.json
 """

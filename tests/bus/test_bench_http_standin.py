@@ -16,8 +16,8 @@ import pytest
 from loadtest.bench.http_speech import STREAMED_PCM_FIELDS, HttpSpeechClient, speech_url
 from loadtest.bench.metrics import request_metrics
 from messages.errors import ErrorCode, Stage
-from tests.fixtures.gateway_standin import SAMPLES_PER_FRAME, Plan, expected_pcm
-from tests.test_bench_support import SAMPLE_RATE, check_bench_document, run_bench, write_prompts
+from tests.support.gateway_standin import SAMPLES_PER_FRAME, Plan, expected_pcm
+from tests.support.bench_stubs import SAMPLE_RATE, check_bench_document, run_bench, write_prompts
 
 PLAN = Plan(num_chunks=3, frames_per_chunk=2)
 CHUNK_SAMPLES = PLAN.frames_per_chunk * SAMPLES_PER_FRAME

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import soxr
 
-from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
-from tests.fixtures.gateway_standin import Plan, expected_pcm
-from tests.http_client import parse_sse, sse_audio
+from tests.support.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
+from tests.support.gateway_standin import Plan, expected_pcm
+from tests.support.http_client import parse_sse, sse_audio
 from tests.support.g711_tables import decode
-from tests.ws_client import ws_connect
+from tests.support.ws_client import ws_connect
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,10 +13,10 @@ import pytest
 
 from services.gateway.requests.body import REFUSED_FIELDS
 from services.random_checkpoint.model_presets import generation_config, preset_config
-from tests.fixtures.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
-from tests.fixtures.gateway_standin import MODEL, Plan, expected_pcm
-from tests.http_client import parse_sse
-from tests.reference_audio_files import reference_uri
+from tests.support.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
+from tests.support.gateway_standin import MODEL, Plan, expected_pcm
+from tests.support.http_client import parse_sse
+from tests.support.reference_audio_files import reference_uri
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ import pytest
 from loadtest.bench.fresh_mesh import MeshLauncher, MeshStartError
 from loadtest.bench.length_mode import realistic_frames
 from messages.audio_format import FRAMES_PER_SECOND
-from tests.test_bench_support import bench_command, run_bench, run_process
+from tests.support.bench_stubs import bench_command, run_bench, run_process
 
 PROMPTS = {"p0": "Hello there.", "p1": "Good morning, Sam."}
 GATE_REASONS = {"incomplete", "error", "http_429", "underrun", "inaudible", "p95_over_bound"}

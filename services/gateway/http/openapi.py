@@ -3,7 +3,7 @@
 The speech route decodes its body with msgspec, not pydantic, so FastAPI sees no body: the schema of `SpeechBody`
 is generated from the same Struct the route decodes, so the document and the parser never differ. Every error
 answer is documented in OpenAI's shape (`{"error": {...}}`, services/gateway/errors.py), and the audio answers by
-their media types. tests/test_http_fuzz.py holds the gateway to this document with schemathesis.
+their media types. tests/bus/test_http_fuzz.py holds the gateway to this document with schemathesis.
 """
 
 from __future__ import annotations
