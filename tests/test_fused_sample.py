@@ -175,7 +175,7 @@ def _cases() -> list[tuple[int, torch.dtype, str, int]]:
 def compare(device: str) -> dict[str, object]:
     """Counts over every case: draws, agreements with the torch form, rows decided by ties, and how many draws each
     mutant gets wrong."""
-    from services.model import fused_sample
+    from services.kernels import fused_sample
 
     generator = torch.Generator().manual_seed(19)
     totals: Counter = Counter()
@@ -231,7 +231,7 @@ def test_the_fused_sampler_draws_what_the_torch_form_draws_on_cuda():
 def startup_check(device: str) -> dict[str, bool]:
     """The start-up check as the loader runs it: the kernel passes; a kernel that ignores top_k is refused, after
     which `covers` sends that device's draws back to the torch form."""
-    from services.model import fused_sample
+    from services.kernels import fused_sample
 
     passes = fused_sample.check(torch.device(device), (3072, 2048))
     serves_after_pass = fused_sample.covers(2048, torch.device(device))

@@ -16,7 +16,7 @@ from tests.triton_interpreter import interpreted
 @torch.no_grad()
 def compare(device: str, dtype_name: str = "float32") -> dict[str, float]:
     """Largest differences of outputs and caches over a frame's 15 steps (fused vs torch form)."""
-    from services.model.fused_small_attention import small_attention, torch_form
+    from services.kernels.fused_small_attention import small_attention, torch_form
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(5)
@@ -45,7 +45,7 @@ HEADS, KV_HEADS, HEAD_DIM, MAX_LEN, ROWS = 4, 2, 16, 16, 3
 
 def _norms(generator: torch.Generator, start: int, num_new: int, device: str, dtype: torch.dtype):
     """Distinct q and k norms (weights and eps), the new tokens' positions and the RoPE frequencies of a step."""
-    from services.model.fused_small_attention import HeadNorms
+    from services.kernels.fused_small_attention import HeadNorms
     from services.model.layers import Rope
 
     weights = [(1 + 0.5 * torch.randn(HEAD_DIM, generator=generator)).to(device, dtype) for _ in range(2)]
@@ -58,8 +58,8 @@ def compare_projected(device: str, dtype_name: str = "float32") -> dict[str, flo
     """A frame's 15 steps through `small_attention_projected` against `qk_norm_rope` then `small_attention` (steps
     with equal outputs and caches, and the largest difference) and against the torch form (largest differences; all
     differences relative to the largest value)."""
-    from services.model.fused_qk_norm_rope import qk_norm_rope
-    from services.model.fused_small_attention import (reference_heads, relative, small_attention,
+    from services.kernels.fused_qk_norm_rope import qk_norm_rope
+    from services.kernels.fused_small_attention import (reference_heads, relative, small_attention,
                                                       small_attention_projected, torch_form)
 
     dtype = getattr(torch, dtype_name)
@@ -110,7 +110,9 @@ def compare_layer(device: str) -> dict[str, object]:
     (norm and rotation, then the cache's attention), in both dtypes."""
     from types import SimpleNamespace
 
-    from services.model import code_predictor, fused_small_attention
+    from services.model import code_predictor
+
+    from services.kernels import fused_small_attention
     from services.model.layers import FusedRope
     from tests.test_fused_qk_norm_rope import _attention, _forward_before
 
@@ -178,14 +180,14 @@ def test_the_start_up_check_accepts_the_kernel_under_the_interpreter():
 
 
 def verified_here() -> bool:
-    from services.model import fused_small_attention as module
+    from services.kernels import fused_small_attention as module
 
     return module._verified(torch.device("cpu"), torch.float32, heads=4, kv_heads=2, head_dim=16, max_len=16)
 
 
 @pytest.mark.parametrize("kernel", ["raises", "differs", "agrees"])
 def test_the_start_up_check_refuses_a_kernel_that_fails_on_its_device(monkeypatch, caplog, kernel):
-    from services.model import fused_small_attention as module
+    from services.kernels import fused_small_attention as module
 
     monkeypatch.setattr(module, "_refused", set())
     plain = module.torch_form

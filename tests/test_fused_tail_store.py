@@ -18,7 +18,7 @@ def tail_store_mismatches(device: str) -> int:
     """Elements where the kernel's pool differs from the torch form's: conv histories ([B, C, L], samples dense and
     channels dense) and K/V windows ([B, heads, L, dim]), rows of every length, a padding row sent to a sink slot, and
     the pool's other rows untouched."""
-    from services.model.codec.fused_tail_store import store_tails
+    from services.kernels.codec.fused_tail_store import store_tails
 
     generator = torch.Generator().manual_seed(5)
     mismatches = 0
@@ -80,7 +80,7 @@ def test_tail_store_on_cuda():
 
 
 def test_tail_store_refuses_a_pool_of_another_shape():
-    from services.model.codec.fused_tail_store import store_tails
+    from services.kernels.codec.fused_tail_store import store_tails
 
     with pytest.raises(ValueError, match="store_tails needs"):
         store_tails(torch.zeros(2, 3, 10), 4, 1, torch.ones(2, dtype=torch.long), torch.arange(2),

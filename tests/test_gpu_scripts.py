@@ -193,7 +193,7 @@ def test_gemm_choice_names_each_projection_shape_the_engine_runs_once(tmp_path):
 
 def test_skinny_linear_sweep_offers_only_launch_shapes_that_fit_its_weights():
     from loadtest.gpu.skinny_linear_sweep import SHAPES, candidate_configs
-    from services.model.skinny_linear import fits
+    from services.kernels.skinny_linear import fits
 
     for out_features, in_features in SHAPES:
         configs = candidate_configs(out_features, in_features)

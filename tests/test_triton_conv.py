@@ -16,8 +16,8 @@ def conv_error(device: str, dtype_name: str) -> float:
     """Largest difference of `causal_conv` from `F.conv1d` over the same buffer, relative to the output's peak: taps
     and dilations of the vocoder's units, channels in and out few and many (not multiples of a tile), both layouts,
     with and without a bias, the buffer a view into a wider one."""
-    from services.model.codec.layout import channels_dense
-    from services.model.codec.triton_conv import ConvTile, causal_conv
+    from services.kernels.codec.layout import channels_dense
+    from services.kernels.codec.triton_conv import ConvTile, causal_conv
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(11)
@@ -46,7 +46,8 @@ def conv_error(device: str, dtype_name: str) -> float:
 def decode_error_with_the_conv(device: str) -> float:
     """Largest difference, relative to the audio's peak, between the test codec's chunked decode with every fused pass
     and this convolution on, and one with the fused passes off (tests.test_fused_codec_convs.fused_decode_error)."""
-    from services.model.codec import causal_conv, triton_conv
+    from services.model.codec import causal_conv
+    from services.kernels.codec import triton_conv
     from tests.test_fused_codec_convs import fused_decode_error
 
     switched_on, triton_conv.SWITCHED_ON = triton_conv.SWITCHED_ON, True
@@ -102,7 +103,7 @@ def test_the_triton_conv_on_cuda():
 
 
 def test_the_triton_conv_refuses_a_buffer_shorter_than_its_history():
-    from services.model.codec.triton_conv import causal_conv
+    from services.kernels.codec.triton_conv import causal_conv
 
     with pytest.raises(ValueError, match="dilation 3"):
         causal_conv(torch.zeros((1, 4, 10)), torch.zeros((4, 4, 7)), 3)
@@ -111,7 +112,7 @@ def test_the_triton_conv_refuses_a_buffer_shorter_than_its_history():
 
 
 def test_the_triton_conv_serves_only_when_switched_on_and_the_conv_fits(monkeypatch):
-    from services.model.codec import triton_conv
+    from services.kernels.codec import triton_conv
 
     full, weight = torch.zeros((1, 4, 20)), torch.zeros((6, 4, 7))
     monkeypatch.setattr(triton_conv, "SWITCHED_ON", False)
@@ -126,7 +127,7 @@ def test_the_triton_conv_serves_only_when_switched_on_and_the_conv_fits(monkeypa
 
 
 def test_each_conv_gets_the_launch_shape_that_won_on_the_card():
-    from services.model.codec.triton_conv import ConvTile, tile_for
+    from services.kernels.codec.triton_conv import ConvTile, tile_for
 
     assert tile_for(384, 384) == tile_for(192, 192) == ConvTile(128, 128, 64, 8, 3)
     assert tile_for(96, 96) == ConvTile(128, 128, 32, 8, 3)

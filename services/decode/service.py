@@ -97,7 +97,8 @@ async def serve_with_engine(settings: DecodeSettings, service: str, build: Engin
 def load_engine(settings: DecodeSettings) -> tuple[Engine, ServedModel]:
     """(On the engine thread.) Load the checkpoint and build the engine with the settings' limits."""
     torch.set_num_threads(settings.torch_threads)
-    model = load_model(settings.model_dir, dtype=DTYPES[settings.dtype], device=settings.device)
+    model = load_model(settings.model_dir, dtype=DTYPES[settings.dtype], device=settings.device,
+                       choices=settings.kernel_choices())
     config, generation = load_config(model.directory)
     stage = StageConfig(StageKind.TALKER, recompute_preemption=settings.preemption_mode)
     engine = Engine(model, settings.engine_config(), stage)

@@ -17,13 +17,12 @@ the torch form serves; the CPU tests check the kernels under Triton's interprete
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from services.model.triton_support import compiles_for, tl, triton
+from services.kernels.triton_support import compiles_for, tl, triton
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,16 +160,13 @@ def partial_sums(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig) ->
 
 GATED = SkinnyConfig(block_n=32, block_k=128, split_k=1, num_warps=4, num_stages=4)
 """The gated launch: 32 columns of gate and of up a program (the 64 a program of the fastest gate/up shape)."""
-GATED_ON = os.environ.get("VOXMESH_GATED_GEMM", "1") == "1"
-"""Whether the gated kernel serves where it can (`VOXMESH_GATED_GEMM=0`: the GEMM, then `silu * up`). On an H200 it
-took the engine's graphs at batch 64 from 1.06 + 2.96 to 1.02 + 2.87 ms (loadtest/RESULTS-GPU.md, 2026-12-04)."""
 
 
 def serves_gated(x: torch.Tensor, gate_up: torch.Tensor) -> bool:
-    """Whether `gated_silu` serves `silu(x @ gate.T) * (x @ up.T)` for the fused gate/up weight [2I, K]: switched on,
-    on CUDA, at most `MAX_ROWS` rows, whole tiles."""
+    """Whether `gated_silu` serves `silu(x @ gate.T) * (x @ up.T)` for the fused gate/up weight [2I, K]: on CUDA, at
+    most `MAX_ROWS` rows, whole tiles (whether it may is the caller's choice: the `gated_gemm` setting)."""
     half = gate_up.shape[0] // 2
-    return (GATED_ON and compiles_for(x.device) and half % GATED.block_n == 0
+    return (compiles_for(x.device) and half % GATED.block_n == 0
             and fits(x, gate_up, GATED))
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from services.model.codec import layout
-from services.model.triton_support import tl, triton
+from services.kernels.codec import layout
+from services.kernels.triton_support import tl, triton
 
 if triton is not None:
 

@@ -28,17 +28,12 @@ against 569.43 / 539.81 / 542.72 with (loadtest/RESULTS-GPU.md, 2026-12-04).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
-from services.model.codec import layout
-from services.model.triton_support import dot_precision, tl, triton
-
-SWITCHED_ON = os.environ.get("VOXMESH_TRITON_CONV", "1") == "1"
-"""Whether the vocoder's multi-tap convolutions run here where they can (`VOXMESH_TRITON_CONV=0`: cuDNN's)."""
-
+from services.kernels.codec import layout
+from services.kernels.triton_support import dot_precision, tl, triton
 
 @dataclass(frozen=True, slots=True)
 class ConvTile:
@@ -94,9 +89,10 @@ if triton is not None:
 
 
 def serves(full: torch.Tensor, weight: torch.Tensor, groups: int) -> bool:
-    """Whether `causal_conv` takes this convolution: switched on, ungrouped, more than one tap, at most `MAX_CHANNELS`
+    """Whether `causal_conv` takes this convolution (whether it may is the caller's choice: the `triton_conv`
+    setting): ungrouped, more than one tap, at most `MAX_CHANNELS`
     input channels, an input buffer the fused kernels read (`layout.readable`), channels that match."""
-    return (SWITCHED_ON and groups == 1 and weight.dim() == 3 and weight.shape[2] > 1 and full.dim() == 3
+    return (groups == 1 and weight.dim() == 3 and weight.shape[2] > 1 and full.dim() == 3
             and full.shape[1] == weight.shape[1] <= MAX_CHANNELS and layout.readable(full))
 
 

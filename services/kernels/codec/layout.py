@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from services.model.triton_support import tl, triton
+from services.kernels.triton_support import tl, triton
 
 TILE = 1024
 """Elements a fused kernel's program handles."""
