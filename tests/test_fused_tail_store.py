@@ -55,14 +55,19 @@ def ragged_direct_decode_error(device: str) -> float:
     from tests.fixtures.ragged_streams import decode_ragged, ragged_schedules
 
     torch.set_num_threads(1)
-    slot_pool.compiles_for = lambda _device: True  # this process only: the interpreter runs the kernel on the CPU
-    with tempfile.TemporaryDirectory() as directory:
-        save_reference_tokenizer(Path(directory), WINDOWED_DECODER, seed=0)
-        decoder = load_codec_decoder(directory, device=device)
-    schedules = ragged_schedules(3, 5)
-    codes = [random_codes(sum(s), 16, WINDOWED_DECODER["codebook_size"], seed=50 + n) for n, s in enumerate(schedules)]
-    slots = SlotDecoder(decoder, max_streams=3, max_rows=4, capture=False)
-    audio = decode_ragged(slots, [slots.acquire() for _ in codes], codes, schedules)
+    compiles_for = slot_pool.compiles_for
+    slot_pool.compiles_for = lambda _device: True  # the interpreter runs the kernel on the CPU; put back after
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            save_reference_tokenizer(Path(directory), WINDOWED_DECODER, seed=0)
+            decoder = load_codec_decoder(directory, device=device)
+        schedules = ragged_schedules(3, 5)
+        codes = [random_codes(sum(s), 16, WINDOWED_DECODER["codebook_size"], seed=50 + n)
+                 for n, s in enumerate(schedules)]
+        slots = SlotDecoder(decoder, max_streams=3, max_rows=4, capture=False)
+        audio = decode_ragged(slots, [slots.acquire() for _ in codes], codes, schedules)
+    finally:
+        slot_pool.compiles_for = compiles_for
     return max(float((streamed - decoder.decode(c)).abs().max()) for streamed, c in zip(audio, codes))
 
 
