@@ -74,27 +74,11 @@ def snake_with_bias_error(device: str) -> float:
     return worst
 
 
-def _decode(decoder, codes: torch.Tensor, fused: bool) -> torch.Tensor:
-    """15 frames decoded in chunks of 3, 5 and 7 with the vocoder's fused paths forced on or off (on the CPU: under
-    Triton's interpreter); the switch is put back after."""
-    from services.model.codec import vocoder
-
-    compiles_for = vocoder.compiles_for
-    vocoder.compiles_for = lambda device: fused  # the one switch the fused paths read
-    try:
-        state, pieces, start = decoder.new_stream(), [], 0
-        for size in (3, 5, 7):
-            pieces.append(decoder.decode_chunk(state, codes[start : start + size]).float())
-            start += size
-        return torch.cat(pieces)
-    finally:
-        vocoder.compiles_for = compiles_for
-
-
 @torch.no_grad()
 def fused_decode_error(device: str) -> float:
     """Largest difference, relative to the audio's peak, between a codec decode with the fused passes forced on and
     one with them off: the windowed test decoder, 15 frames in chunks of 3, 5 and 7 (histories carried across)."""
+    from loadtest.gpu.fused_codec_check import decode
     from services.model.codec import load_codec_decoder
     from tests.fixtures.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
 
@@ -102,7 +86,7 @@ def fused_decode_error(device: str) -> float:
         save_reference_tokenizer(Path(scratch), WINDOWED_DECODER, seed=0)
         decoder = load_codec_decoder(Path(scratch), device=device)
     codes = random_codes(15, 16, WINDOWED_DECODER["codebook_size"], seed=5).to(device)
-    plain, fused = _decode(decoder, codes, False), _decode(decoder, codes, True)
+    plain, fused = decode(decoder, codes, False), decode(decoder, codes, True)
     assert plain.shape == fused.shape
     return float((fused - plain).abs().max() / plain.abs().max())
 
