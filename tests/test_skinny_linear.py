@@ -1,4 +1,4 @@
-"""The skinny-GEMM kernel and the deferred projections (`services/model/skinny_linear.py`): the kernel against torch's
+"""The skinny-GEMM kernel and the deferred projections (`services/kernels/skinny_linear.py`): the kernel against torch's
 GEMM, the norm that adds a projection's partial sums against the one that adds its rounded output, and decoder layers
 run with their o_proj and down_proj deferred against the same layers without. Under Triton's interpreter on the CPU
 (a fresh process: see tests/triton_interpreter.py), and compiled on CUDA where there is one."""
