@@ -20,7 +20,7 @@ import torch
 from torch.nn import functional as F
 
 from loadtest.gpu.gpu_common import checked_launch_us, keep, write_sweep
-from services.model.triton_decode import decode_attention
+from services.kernels.triton_decode import decode_attention
 
 LAUNCHES = 100
 HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE, LAYERS = 16, 8, 128, 16, 2

@@ -25,7 +25,7 @@ from triton.runtime.errors import OutOfResources
 
 from loadtest.gpu.gpu_common import graphed_us_per_call, measure_ceilings
 from loadtest.gpu.gpu_micro import environment
-from services.model.skinny_linear import SkinnyConfig, fits, launch
+from services.kernels.skinny_linear import SkinnyConfig, fits, launch
 
 SHAPES = ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (3072, 1024))
 """The 0.6B engine's projections: fused q/k/v, o_proj, fused gate/up, down_proj, a predictor head, the codec head."""

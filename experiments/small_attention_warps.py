@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from loadtest.gpu.gpu_common import checked_launch_us, keep, write_sweep
-from services.model import fused_small_attention
+from services.kernels import fused_small_attention
+from services.model import small_attention
 
 
 LAUNCHES = 100
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         for num_new, start in ((2, 0), (1, 8)):
             q = torch.randn((rows, num_new, heads, head_dim), device=device, dtype=dtype)
             k, v = (torch.randn((rows, num_new, kv_heads, head_dim), device=device, dtype=dtype) for _ in range(2))
-            want = fused_small_attention.torch_form(cache.clone(), start, q, k, v, head_dim**-0.5)
+            want = small_attention.torch_form(cache.clone(), start, q, k, v, head_dim**-0.5)
             for warps in args.warps:
                 # The new entries' cache writes repeat the same values: every launch of the graph computes the same.
                 error, per_launch_us = checked_launch_us(lambda: fused_small_attention.small_attention(

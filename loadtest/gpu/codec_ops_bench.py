@@ -18,8 +18,9 @@ import torch
 from torch.nn import functional as F
 
 from loadtest.gpu.gpu_common import graphed_us_per_call
-from services.model.codec import causal_conv, fused_snake, layout, triton_conv
-from services.model.codec.vocoder import SnakeBeta
+from services.kernels.codec import fused_snake, layout, triton_conv
+from services.model.codec import causal_conv
+from services.model.codec.vocoder import ResidualUnit, SnakeBeta
 
 CALLS = 20
 SAMPLES_PER_FRAME = 1920

@@ -17,8 +17,8 @@ import torch
 
 from loadtest.gpu.gpu_models import build_codec
 from services.model.codec import vocoder
-from services.model.codec.fused_bias import add_bias
-from services.model.triton_support import compiles_for
+from services.kernels.codec.fused_bias import add_bias
+from services.kernels.triton_support import compiles_for
 
 
 def decode(decoder, codes: torch.Tensor, fused: bool) -> torch.Tensor:

@@ -23,7 +23,7 @@ from services.model.layers import RMSNorm, fuse_projections
 from services.model.loader import TTSModel, check_fused_kernels
 from services.model.talker import Talker
 from services.model.text_tokenizer import TextTokenizer
-from services.model.triton_support import compiles_for
+from services.kernels.triton_support import compiles_for
 from services.random_checkpoint.codec_presets import codec_preset
 from services.random_checkpoint.codec_weights import init_decoder
 from services.random_checkpoint.model_presets import generation_config, num_regular_text_tokens, preset_config

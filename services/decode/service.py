@@ -102,7 +102,8 @@ async def serve_with_engine(settings: DecodeSettings, service: str, build: Engin
 def load_checkpoint(settings: DecodeSettings) -> tuple[TTSModel, ServedModel]:
     """(On the engine thread.) Load the checkpoint's model, configuration and tokenizer."""
     torch.set_num_threads(settings.torch_threads)
-    model = load_model(settings.model_dir, dtype=DTYPES[settings.dtype], device=settings.device)
+    model = load_model(settings.model_dir, dtype=DTYPES[settings.dtype], device=settings.device,
+                       choices=settings.kernel_choices())
     config, generation = load_config(model.directory)
     served = ServedModel(settings.model_name, config, generation, TextTokenizer.from_dir(settings.model_dir))
     return model, served

@@ -108,7 +108,7 @@ def sample_codebook0(
     logits = apply_repetition_penalty(logits, seen, repetition_penalty)
     # The per-row penalty is applied above; the processor adds EOS and control-id suppression only.
     process = TalkerLogitsProcessor.for_config(model.config.talker, repetition_penalty=1.0)
-    return sample(process(logits, seen, num_frames, min_new_frames), talker_rows, codebook=0)
+    return sample(process(logits, seen, num_frames, min_new_frames), talker_rows, codebook=0, kernels=model.kernels)
 
 
 def predict_rest(model: TTSModel, hidden: torch.Tensor, first: torch.Tensor,
@@ -118,6 +118,6 @@ def predict_rest(model: TTSModel, hidden: torch.Tensor, first: torch.Tensor,
     `predictor_rows` from the rows' seeds and frame indices, so its draws are these draws)."""
 
     def choose(scores: torch.Tensor, codebook: int) -> torch.Tensor:
-        return sample(scores, predictor_rows, codebook)
+        return sample(scores, predictor_rows, codebook, kernels=model.kernels)
 
     return model.code_predictor.predict(hidden, first, choose)

@@ -40,10 +40,9 @@ from services.engine.sampler_columns import (FRAME, KEYS, MIN_FRAMES, NUM_FRAMES
 from services.engine.slot_params import SlotParams
 from services.engine.talker_graphs import buckets
 from services.engine.errors import EngineError
-from services.model import fused_row_keys, fused_sample
+from services.model.kernel_choices import KernelVerdicts
 from services.model.loader import TTSModel
-from services.model.sampling import RowSampling, SamplingParams, row_keys
-from services.model.triton_support import compiles_for
+from services.model.sampling import RowSampling, SamplingParams, row_keys, row_keys_into
 from services.model.talker_logits import MIN_NEW_TOKENS
 
 TOP_K_CAP = 128
@@ -73,20 +72,21 @@ def _keeps_more_than_the_cap(max_top_k: int | None) -> bool:
     return max_top_k is None or max_top_k > TOP_K_CAP
 
 
-def sampling_mode(rows: RowSampling, vocab_size: int, device: torch.device) -> str:
-    """The mode a side's rows need: FUSED where none uses top-p and the fused sampler serves on `device`."""
-    return _mode(rows.uses_top_p, rows.max_top_k, vocab_size, device)
+def sampling_mode(rows: RowSampling, vocab_size: int, kernels: KernelVerdicts) -> str:
+    """The mode a side's rows need: FUSED where none uses top-p and the fused sampler serves (the model's `kernels`
+    verdicts)."""
+    return _mode(rows.uses_top_p, rows.max_top_k, vocab_size, kernels)
 
 
-def params_mode(params: Sequence[SamplingParams], vocab_size: int, device: torch.device) -> str:
+def params_mode(params: Sequence[SamplingParams], vocab_size: int, kernels: KernelVerdicts) -> str:
     """`sampling_mode` of the rows these parameters would build, read from the parameters on the host."""
     top_ks = [p.top_k for p in params]
     return _mode(any(p.top_p < 1.0 for p in params), None if 0 in top_ks else max(top_ks, default=0), vocab_size,
-                 device)
+                 kernels)
 
 
-def _mode(uses_top_p: bool, max_top_k: int | None, vocab_size: int, device: torch.device) -> str:
-    if not uses_top_p and compiles_for(device) and fused_sample.covers(vocab_size, device):
+def _mode(uses_top_p: bool, max_top_k: int | None, vocab_size: int, kernels: KernelVerdicts) -> str:
+    if not uses_top_p and kernels.samples_whole_rows(vocab_size):
         return FUSED
     return WHOLE if _keeps_more_than_the_cap(max_top_k) else CAPPED
 
@@ -133,8 +133,7 @@ class PaddedFrameSampler:
         """Prepare (capture) now the graphs requests take, so that no step after start-up pays for a capture: both
         sides fused (the released defaults have no top-p) where the fused sampler serves, and every mix of the
         top-p modes; a mix of a fused side with a top-p side is prepared when a step first needs it."""
-        device = self.model.device
-        fused = compiles_for(device) and all(fused_sample.covers(size, device) for size in self._vocab_sizes())
+        fused = all(self.model.kernels.samples_whole_rows(size) for size in self._vocab_sizes())
         pairs = [(talker, predictor) for talker in (CAPPED, WHOLE) for predictor in (CAPPED, WHOLE)]
         for rows in self.row_buckets:
             for key in [(rows, FUSED, FUSED)] * fused + [(rows, *pair) for pair in pairs]:
@@ -160,9 +159,9 @@ class PaddedFrameSampler:
         if rows is None:
             raise FrameBucketError(f"{count} rows fit no frame bucket (largest {self.row_buckets[-1]}); "
                                    "check `bucket(rows)` first and sample such a step eagerly")
-        device, (talker_vocab, predictor_vocab) = self.model.device, self._vocab_sizes()
-        key: GraphKey = (rows, sampling_mode(talker_rows, talker_vocab, device),
-                         sampling_mode(predictor_rows, predictor_vocab, device))
+        kernels, (talker_vocab, predictor_vocab) = self.model.kernels, self._vocab_sizes()
+        key: GraphKey = (rows, sampling_mode(talker_rows, talker_vocab, kernels),
+                         sampling_mode(predictor_rows, predictor_vocab, kernels))
         self._stage(hidden, seen, num_frames, penalty, talker_rows, predictor_rows, min_new_frames)
         step = self.graphs.get(key)
         if step is None:
@@ -186,7 +185,7 @@ class PaddedFrameSampler:
         ints = self.ints[:count]
         ints[:, NUM_FRAMES : FRAME + 1] = frames[:, None]
         ints[:, PER_REQUEST_INTS] = slot_params.ints.index_select(0, slots)
-        fused_row_keys.row_keys(ints[:, SEED], frames, out=ints[:, KEYS : KEYS + 2])
+        row_keys_into(ints[:, SEED], frames, out=ints[:, KEYS : KEYS + 2])
         torch.index_select(slot_params.floats, 0, slots, out=self.floats[:count])
         key: GraphKey = (rows, *modes)
         step = self.graphs.get(key)

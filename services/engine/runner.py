@@ -106,8 +106,8 @@ class ModelRunner:
         with every stream in the step."""
         talker, device = self.model.config.talker, self.model.device
         defaults = SamplingParams()
-        modes = (params_mode([defaults], talker.vocab_size, device),
-                 params_mode([defaults], talker.code_predictor.vocab_size, device))
+        modes = (params_mode([defaults], talker.vocab_size, self.model.kernels),
+                 params_mode([defaults], talker.code_predictor.vocab_size, self.model.kernels))
         for count in ROW_COUNT_CLASSES:
             if self.frame_sampler.bucket(count) is None:
                 continue
@@ -243,8 +243,9 @@ class ModelRunner:
             # Every per-row value is on the device already (the slot's parameters, its penalty row): few launches.
             self.slot_params.hold(slots, seqs)
             talker = self.model.config.talker
-            modes = (params_mode([s.params for s in seqs], talker.vocab_size, device),
-                     params_mode([s.predictor_params for s in seqs], talker.code_predictor.vocab_size, device))
+            modes = (params_mode([s.params for s in seqs], talker.vocab_size, self.model.kernels),
+                     params_mode([s.predictor_params for s in seqs], talker.code_predictor.vocab_size,
+                                 self.model.kernels))
             codes = sampler.run_from_slots(hidden, index, self.seen.table, self.slot_params, modes)
             self.seen.mark(slot_index, codes)
             return codes

@@ -12,7 +12,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from services.model import fused_small_attention
+from services.kernels import fused_small_attention
+from services.model import small_attention
 from services.model.config import CodePredictorConfig, TalkerConfig
 from services.model.layers import DecoderStack
 
@@ -30,8 +31,10 @@ def greedy(logits: torch.Tensor, codebook: int) -> torch.Tensor:
 class _DenseCache:
     """The `Attend` of one predict call: a [layers, 2, B, Hkv, S, D] cache filled left to right."""
 
-    def __init__(self, cfg: CodePredictorConfig, rows: int, like: torch.Tensor) -> None:
+    def __init__(self, cfg: CodePredictorConfig, rows: int, like: torch.Tensor, fused: bool) -> None:
         d = cfg.decoder
+        self.fused = fused
+        """Whether the fused kernel may serve (the model's start-up verdict on its device)."""
         shape = (d.num_layers, 2, rows, d.num_kv_heads, cfg.num_code_groups, d.head_dim)
         self.kv = torch.empty(shape, dtype=like.dtype, device=like.device)
         self.scale = d.head_dim**-0.5
@@ -39,15 +42,15 @@ class _DenseCache:
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         # q [B, n, Hq, D], k and v [B, n, Hkv, D]; one launch where the fused kernel serves, the torch form elsewhere
-        if fused_small_attention.serves(q.device, q.dtype) and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1:
+        if self.fused and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1:
             return fused_small_attention.small_attention(self.kv[layer], self.start, q, k, v, self.scale)
-        return fused_small_attention.torch_form(self.kv[layer], self.start, q, k, v, self.scale)
+        return small_attention.torch_form(self.kv[layer], self.start, q, k, v, self.scale)
 
     def attend_projected(self, layer: int, qkv: torch.Tensor, num_heads: int,
                          norms: fused_small_attention.HeadNorms) -> torch.Tensor | None:
         """Attention straight from the projection's output qkv [B, n, width], q and k normed and rotated in the same
         launch (see `AttendsProjected`); None where that kernel does not serve: the layer norms and rotates first."""
-        if not fused_small_attention.serves(qkv.device, qkv.dtype):
+        if not self.fused:
             return None
         return fused_small_attention.small_attention_projected(self.kv[layer], self.start, qkv, num_heads, norms,
                                                                self.scale)
@@ -77,11 +80,14 @@ class CodePredictor(nn.Module):
         )
         self.first_embedding = nn.Embedding(talker_cfg.vocab_size, talker_hidden)
         """The talker's codec embedding (E0): the second input row is E0(codebook 0)."""
+        self.fused_attention = False
+        """Whether the fused attention kernel serves (`kernels.fused_small_attention`): the loader sets the start-up
+        check's verdict on the model's device."""
 
     def predict(self, hidden: torch.Tensor, first_codes: torch.Tensor, choose: ChooseCodes = greedy) -> torch.Tensor:
         """Codebooks 1..groups-1 [B, groups-1] for talker hidden states [B, talker_hidden] and codebook 0 [B]."""
         rows = hidden.shape[0]
-        cache = _DenseCache(self.cfg, rows, hidden)
+        cache = _DenseCache(self.cfg, rows, hidden, self.fused_attention)
         x = torch.stack((hidden, self.first_embedding(first_codes)), dim=1)
         codes = []
         for j in range(self.cfg.num_code_groups - 1):

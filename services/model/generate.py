@@ -75,7 +75,8 @@ class _FrameSampler:
         device = logits.device
         floor = None if self.min_new_frames is None else torch.tensor([self.min_new_frames], device=device)
         scores = self.process(logits, self.seen, torch.tensor([frame], device=device), floor)
-        first = sample(scores, RowSampling.build([self.talker], [self.seed], [frame], device), codebook=0)
+        first = sample(scores, RowSampling.build([self.talker], [self.seed], [frame], device), codebook=0,
+                       kernels=self.model.kernels)
         self.seen[0, first[0]] = True
         return first
 
@@ -86,7 +87,7 @@ class _FrameSampler:
 
         def choose(scores: torch.Tensor, codebook: int) -> torch.Tensor:
             seen_logits.append(scores.float())
-            return sample(scores, rows, codebook)
+            return sample(scores, rows, codebook, kernels=self.model.kernels)
 
         codes = self.model.code_predictor.predict(hidden, first, choose)[0]
         if self.trace is not None:

@@ -16,13 +16,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from services.model import (fused_norm_linear, fused_norm_rope, fused_qk_norm_rope, fused_rms_norm, fused_silu_mul,
-                            skinny_linear)
+from services.kernels import fused_norm_rope, fused_qk_norm_rope, fused_rms_norm, fused_silu_mul, skinny_linear
+from services.kernels.fused_qk_norm_rope import KvDestination
+from services.kernels.fused_small_attention import HeadNorms
+from services.kernels.skinny_linear import SplitSum
+from services.kernels.triton_support import compiles_for
 from services.model.config import DecoderConfig
-from services.model.fused_qk_norm_rope import KvDestination
-from services.model.fused_small_attention import HeadNorms
-from services.model.skinny_linear import SplitSum
-from services.model.triton_support import compiles_for
 
 _ACTIVATIONS = {
     "silu": F.silu,
@@ -251,17 +250,22 @@ class MLP(nn.Module):
         self.act = _ACTIVATIONS[hidden_act]
         self.gate_up: torch.Tensor | None = None
         """The fused gate/up weight (`fuse_projections`), or None: two GEMMs."""
+        self.gated_gemm = False
+        """Whether the projection and the activation may run as one kernel (`skinny_linear.gated_silu`), as
+        `fuse_projections` was told."""
 
-    def fuse_projections(self) -> None:
+    def fuse_projections(self, gated_gemm: bool = True) -> None:
         """Compute gate and up with one GEMM from now on (and, for silu on CUDA, the activation and product with one
-        kernel): three launches fewer a layer."""
+        kernel): three launches fewer a layer. `gated_gemm`: where it fits, the GEMM and the activation as one
+        kernel (the `gated_gemm` setting)."""
         self.gate_up = fused_linear_weights((self.gate_proj, self.up_proj))[0]
+        self.gated_gemm = gated_gemm
 
     def forward(self, x: torch.Tensor, deferred: bool = False) -> torch.Tensor | SplitSum:
         """With `deferred`, down_proj's partial sums where the split kernel serves it (as `SelfAttention.forward`)."""
         if not serves(self.gate_up, x):
             activated = self.act(self.gate_proj(x)) * self.up_proj(x)
-        elif deferred and self.act is F.silu and skinny_linear.serves_gated(x, self.gate_up):
+        elif deferred and self.gated_gemm and self.act is F.silu and skinny_linear.serves_gated(x, self.gate_up):
             activated = skinny_linear.gated_silu(x, self.gate_up)  # the projection and the activation in one launch
         else:
             gate_up = F.linear(x, self.gate_up)
@@ -275,11 +279,14 @@ class MLP(nn.Module):
         return self.down_proj(activated)
 
 
-def fuse_projections(module: nn.Module) -> None:
-    """Fuse the projections of every attention and MLP inside `module` that read the same input (see each)."""
+def fuse_projections(module: nn.Module, gated_gemm: bool = True) -> None:
+    """Fuse the projections of every attention and MLP inside `module` that read the same input (see each);
+    `gated_gemm` goes to each MLP's."""
     for part in module.modules():
-        if isinstance(part, (SelfAttention, MLP)):
+        if isinstance(part, SelfAttention):
             part.fuse_projections()
+        elif isinstance(part, MLP):
+            part.fuse_projections(gated_gemm)
 
 
 class DecoderLayer(nn.Module):
@@ -299,31 +306,15 @@ class DecoderLayer(nn.Module):
         """`forward` with each residual add done by the norm that reads its result (one fused launch): takes the
         residual stream x and the previous layer's MLP output not yet added (`pending`, None for the first layer);
         returns this layer's (stream, MLP output to add)."""
-        attention, mlp = self.self_attn, self.mlp
         first, second = self.input_layernorm, self.post_attention_layernorm
-        # `serves` first: off by default, it ends the check at once
-        fused_mlp = (mlp.gate_up is not None and fused_norm_linear.serves(x, mlp.gate_up) and mlp.act is F.silu
-                     and second.weight.dtype == x.dtype)
-        if (attention.qkv is not None and fused_norm_linear.serves(x, attention.qkv[0]) and attention.qkv[1] is None
-                and attention.takes_projection(x, rope) and first.weight.dtype == x.dtype
-                and not isinstance(pending, SplitSum)):
-            # add, norm and q/k/v projection in one launch (`fused_norm_linear.py`)
-            x, qkv = fused_norm_linear.add_norm_linear(x, pending, first.weight, first.eps, attention.qkv[0])
-            attended = attention.from_projection(qkv, rope, layer, attend, deferred=not fused_mlp)
+        if pending is None:
+            normed = first(x)
         else:
-            if pending is None:
-                normed = first(x)
-            else:
-                x, normed = fused_rms_norm.add_rms_norm(x, pending, first.weight, first.eps)
-            attended = attention(normed, rope, layer, attend, deferred=not fused_mlp)
-        if fused_mlp:
-            # add, norm, gate/up projection and silu(gate) * up in one launch
-            x, activated = fused_norm_linear.add_norm_linear(x, attended, second.weight, second.eps, mlp.gate_up,
-                                                             gated=True)
-            return x, mlp.down_proj(activated)
+            x, normed = fused_rms_norm.add_rms_norm(x, pending, first.weight, first.eps)
+        attended = self.self_attn(normed, rope, layer, attend, deferred=True)
         # o_proj's and down_proj's outputs go only to the norm after them: their partial sums do (`skinny_linear`)
         x, normed = fused_rms_norm.add_rms_norm(x, attended, second.weight, second.eps)
-        return x, mlp(normed, deferred=True)
+        return x, self.mlp(normed, deferred=True)
 
 
 class DecoderStack(nn.Module):

@@ -14,12 +14,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from services.model import checkpoint, fused_sample, fused_small_attention
+from services.kernels.triton_support import compiles_for
+from services.model import checkpoint, sampling_check, small_attention
 from services.model.code_predictor import CodePredictor
 from services.model.config import GenerationDefaults, TalkerConfig, TTSConfig, load_config
+from services.model.kernel_choices import KernelChoices, KernelVerdicts
 from services.model.layers import fuse_projections
 from services.model.talker import Talker
-from services.model.triton_support import compiles_for
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -33,6 +34,8 @@ class TTSModel:
     code_predictor: CodePredictor
     speaker_encoder: dict[str, torch.Tensor] | None
     """Base checkpoints only: the speaker encoder's weights by checkpoint name, parsed and shape-checked."""
+    kernels: KernelVerdicts = KernelVerdicts()
+    """What the start-up checks of the fused kernels decided on this device (`check_fused_kernels`)."""
 
     @property
     def device(self) -> torch.device:
@@ -58,8 +61,10 @@ def _fill(module: nn.Module, names: dict[str, str], tensors: dict[str, torch.Ten
     module.eval()
 
 
-def load_model(directory: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> TTSModel:
-    """Load and validate a checkpoint directory; raises `CheckpointError` naming the file and tensor at fault."""
+def load_model(directory: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+               choices: KernelChoices = KernelChoices()) -> TTSModel:
+    """Load and validate a checkpoint directory, its layers taking the kernels `choices` allow; raises
+    `CheckpointError` naming the file and tensor at fault."""
     directory = Path(directory)
     device = torch.device(device)
     config, generation = load_config(directory)
@@ -78,19 +83,23 @@ def load_model(directory: str | Path, dtype: torch.dtype = torch.float32, device
     tensors = checkpoint.load_tensors(stored, list(expected), dtype, device)
     _fill(talker, talker_names, tensors)
     _fill(predictor, predictor_names, tensors)
+    kernels = KernelVerdicts()
     if compiles_for(device):  # fewer launches where they cost the most; the CPU keeps the reference's exact form
-        fuse_projections(talker)
-        fuse_projections(predictor)
-        check_fused_kernels(config.talker, device, dtype)
+        fuse_projections(talker, choices.gated_gemm)
+        fuse_projections(predictor, choices.gated_gemm)
+        kernels = check_fused_kernels(config.talker, device, dtype)
+        predictor.fused_attention = kernels.small_attention
     encoder = {n: t for n, t in tensors.items() if n.startswith("speaker_encoder.")} if config.speaker_encoder else None
-    return TTSModel(directory, config, generation, talker, predictor, encoder)
+    return TTSModel(directory, config, generation, talker, predictor, encoder, kernels)
 
 
-def check_fused_kernels(talker: TalkerConfig, device: torch.device, dtype: torch.dtype) -> None:
+def check_fused_kernels(talker: TalkerConfig, device: torch.device, dtype: torch.dtype) -> KernelVerdicts:
     """Check once, on the device, the fused kernels that are not checked elsewhere at start-up (the code predictor's
-    attention, the sampler): one that fails there is refused and the torch form serves (logged)."""
+    attention, the sampler): the verdicts, for the model to keep; one that fails there is not taken, and the torch
+    form serves (logged)."""
     cfg = talker.code_predictor
     decoder = cfg.decoder
-    fused_small_attention.check(device, dtype, decoder.num_heads, decoder.num_kv_heads, decoder.head_dim,
-                                cfg.num_code_groups)
-    fused_sample.check(device, (talker.vocab_size, cfg.vocab_size))
+    return KernelVerdicts(
+        whole_row_sampler=sampling_check.check(device, (talker.vocab_size, cfg.vocab_size)),
+        small_attention=small_attention.check(device, dtype, decoder.num_heads, decoder.num_kv_heads,
+                                              decoder.head_dim, cfg.num_code_groups))

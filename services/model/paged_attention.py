@@ -21,10 +21,10 @@ import torch
 from torch.nn import functional as F
 
 from services.model.attention_batch import AttentionBatch
-from services.model import triton_decode
-from services.model.fused_qk_norm_rope import KvDestination
+from services.kernels import triton_decode
+from services.kernels.fused_qk_norm_rope import KvDestination
 from services.model.paged_decode import DecodeLayout, decode_kernel, is_decode_only
-from services.model.triton_support import compiles_for
+from services.kernels.triton_support import compiles_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,14 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from services.model import fused_draw, fused_gumbel, fused_sample
-from services.model.triton_support import compiles_for
+from services.kernels import fused_draw, fused_gumbel, fused_row_keys, fused_sample
+from services.kernels.triton_support import compiles_for
+from services.model.kernel_choices import KernelVerdicts
 from services.model.uploads import upload
 
 _MASK32 = 0xFFFFFFFF
-# Distinct odd constants decorrelate the hash lanes and the key fields.
-_LANE_SEEDS = (0x9E3779B9, 0x85EBCA6B)
-_FIELD_SALTS = (0x27D4EB2F, 0x165667B1, 0xC2B2AE3D, 0x61C88647)
+_LANE_SEEDS, _FIELD_SALTS = fused_gumbel.LANE_SEEDS, fused_gumbel.FIELD_SALTS
 
 
 class SamplingParamsError(ValueError):
@@ -190,6 +189,15 @@ def row_keys(seed: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
     return torch.stack(_key_lanes(seed, frame), dim=1)
 
 
+def row_keys_into(seed: torch.Tensor, frame: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """`row_keys(seed, frame)` written into `out` (int64 [B, 2], any strides; a new tensor when None), returned: in
+    one launch where the kernels compile for the device (`kernels.fused_row_keys`), else the torch form."""
+    if compiles_for(seed.device):
+        return fused_row_keys.row_keys(seed, frame, out=out)
+    keys = row_keys(seed, frame)
+    return keys if out is None else out.copy_(keys)
+
+
 def _key_lanes(seed, frame) -> list:
     """The two hash lanes of `row_keys`, over int64 tensors or int64 numpy arrays alike (the same bits)."""
     fields = (seed & _MASK32, (seed >> 32) & _MASK32, frame & _MASK32)
@@ -256,19 +264,21 @@ def _candidates(scaled: torch.Tensor, rows: RowSampling) -> tuple[torch.Tensor, 
     return values, ids
 
 
-def sample(logits: torch.Tensor, rows: RowSampling, codebook: int) -> torch.Tensor:
+def sample(logits: torch.Tensor, rows: RowSampling, codebook: int,
+           kernels: KernelVerdicts = KernelVerdicts()) -> torch.Tensor:
     """Draw one token per row: LongTensor [B].
 
     Greedy rows (temperature 0) take the argmax of the raw logits. Other rows apply temperature,
     top-k, top-p, then a Gumbel-max draw keyed by (seed, frame, codebook, vocab id): the result of
-    a row does not depend on the other rows, their order or the batch size.
+    a row does not depend on the other rows, their order or the batch size. `kernels`: the model's start-up
+    verdicts (whether the whole-row sampler may draw rows without top-p).
     """
     if logits.dim() != 2 or logits.shape[0] != rows.num_rows:
         raise SamplingParamsError(f"logits must be [B, V] with B == {rows.num_rows} rows, got {tuple(logits.shape)}")
     if codebook < 0:
         raise SamplingParamsError(f"codebook must be >= 0, got {codebook}")
     if (compiles_for(logits.device) and not rows.uses_top_p and not rows.is_all_greedy
-            and fused_sample.covers(logits.shape[1], logits.device)):
+            and kernels.samples_whole_rows(logits.shape[1])):
         # Without top-p a draw needs only which tokens are the top k, not their order: one launch, no sort.
         keys = rows.keys if rows.keys is not None else row_keys(rows.seed, rows.frame)
         return fused_sample.sample(logits, rows.temperature, rows.top_k, keys, _codebook_salts(codebook))

@@ -68,7 +68,7 @@ class PaddedRestPredictor:
         """Prepare (capture) every bucket's graph of the default requests' mode now: no step after start-up pays for
         it; other modes are prepared when a step first needs them."""
         default = RowSampling.build([SamplingParams()], [0], [0], self.model.device)
-        mode = sampling_mode(default, self._vocab_size(), self.model.device)
+        mode = sampling_mode(default, self._vocab_size(), self.model.kernels)
         for rows in self.row_buckets:
             self._step((rows, mode))
 
@@ -83,7 +83,7 @@ class PaddedRestPredictor:
         if bucket is None:
             return predict_rest(self.model, hidden, c0, rows)
         self._stage(hidden, c0, rows)
-        mode = sampling_mode(rows, self._vocab_size(), self.model.device)
+        mode = sampling_mode(rows, self._vocab_size(), self.model.kernels)
         return self._step((bucket, mode))()[:count]
 
     def _stage(self, hidden: torch.Tensor, c0: torch.Tensor, rows: RowSampling) -> None:

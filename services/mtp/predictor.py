@@ -17,6 +17,7 @@ from messages.errors import ErrorCode
 from messages.mtp import StepRequest
 from services.engine.model_ops import predict_rest
 from services.model.checkpoint_summary import checkpoint_fingerprint
+from services.model.kernel_choices import KernelChoices
 from services.model.loader import TTSModel, load_model
 from services.model.sampling import SamplingParamsError
 from services.mtp.errors import StepRefused
@@ -34,10 +35,12 @@ class LoadedPredictor:
     """The graphed steps (CUDA), or None: every step eager."""
 
     @staticmethod
-    def load(model_dir: str | Path, dtype: torch.dtype, device: str, graph_rows: int | None = None) -> LoadedPredictor:
-        """(On the worker thread.) Load the checkpoint; CheckpointError names the file at fault. On CUDA with
-        `graph_rows`, capture the steps of up to that many rows now, before the replica serves."""
-        model = load_model(model_dir, dtype=dtype, device=device)
+    def load(model_dir: str | Path, dtype: torch.dtype, device: str, graph_rows: int | None = None,
+             choices: KernelChoices = KernelChoices()) -> LoadedPredictor:
+        """(On the worker thread.) Load the checkpoint, its layers taking the kernels `choices` allow; CheckpointError
+        names the file at fault. On CUDA with `graph_rows`, capture the steps of up to that many rows now, before the
+        replica serves."""
+        model = load_model(model_dir, dtype=dtype, device=device, choices=choices)
         padded = None
         if graph_rows is not None and model.device.type == "cuda":
             padded = PaddedRestPredictor(model, graph_rows)

@@ -58,7 +58,7 @@ async def serve(settings: MtpSettings, stop: asyncio.Event) -> None:
     try:
         graph_rows = settings.max_step_rows if settings.cuda_graphs else None
         predictor = await worker.run(LoadedPredictor.load, settings.model_dir, DTYPES[settings.dtype],
-                                     settings.device, graph_rows)
+                                     settings.device, graph_rows, settings.kernel_choices())
         await run_service(settings, SERVICE, functools.partial(build_mtp, settings, predictor, worker), stop)
     finally:
         worker.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from services.model.kernel_choices import KernelChoices
 from services.runtime.settings_schema import SettingsError, setting
 
 
@@ -41,9 +42,20 @@ class CommonSettings:
              "engine thread and the vocoder's codec thread wait that long for the event loop, so a short interval "
              "keeps their launches from waiting on it", env="VOXMESH_SWITCH_INTERVAL_MS")
     log_level: str = setting("INFO", "logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    triton_conv: bool = setting(True, "on CUDA, the vocoder's multi-tap convolutions of at most 384 input channels "
+                                "run in the Triton kernel (off: cuDNN's); read by the services that load the codec")
+    gated_gemm: bool = setting(True, "on CUDA, a decode step's MLP gate/up projection and silu(gate) * up run as one "
+                               "Triton kernel (off: the GEMM, then the fused activation); read by the services that "
+                               "load the talker")
     health_dir: str | None = setting(None, "directory where each service of this process records its micro service "
                                      "id while it serves; `voxmesh health` asks exactly those (the image sets "
                                      "/tmp/voxmesh-health)")
+
+
+    def kernel_choices(self) -> KernelChoices:
+        """The code-path switches the model loaders take (read once here, passed down: the model reads no
+        environment)."""
+        return KernelChoices(triton_conv=self.triton_conv, gated_gemm=self.gated_gemm)
 
 
 def check_common(settings: CommonSettings) -> None:

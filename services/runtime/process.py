@@ -64,6 +64,7 @@ def main(service: str, argv: list[str] | None = None) -> int:
     from services.bus.logs import configure_logging
 
     configure_logging(service, settings.log_level)
+    logging.getLogger(__name__).info("%s settings: %s", service, settings_lib.describe(settings))
     from services.runtime.tracing import TracingConfigError, configure_tracing
 
     try:

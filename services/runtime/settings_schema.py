@@ -91,6 +91,12 @@ def resolve(cls: type[T], args: argparse.Namespace | None = None, environ: dict[
     return cls(**values)
 
 
+def describe(settings: Any) -> str:
+    """Every setting's value as `name=value`, secrets left out: the start-up log line of a service."""
+    return " ".join(f"{field.name}={getattr(settings, field.name)!r}" for field in dataclasses.fields(settings)
+                    if not field.metadata.get("secret"))
+
+
 def _read_secret_file(path: str, variable: str) -> str:
     try:
         with open(path, encoding="utf-8") as handle:

@@ -112,6 +112,7 @@ async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
 
     # One codec slot per stream the replica admits: its table holds max_streams, its re-decodes max_redecodes.
     return await CodecWorker.load(load_codec_decoder, codec_dir(settings), settings.device, _DTYPES[settings.dtype],
+                                  settings.kernel_choices(),
                                   max_streams=settings.max_streams + settings.max_redecodes, max_batch=max_batch,
                                   batch_across_requests=settings.codec_batching,
                                   primed_voices=settings.primed_voices, primes_voices=clones_voices(settings),

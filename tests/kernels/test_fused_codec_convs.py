@@ -18,8 +18,8 @@ from tests.support.triton_interpreter import interpreted
 def bias_mismatches(device: str, dtype_name: str) -> int:
     """Elements where `add_bias` differs from torch's `residual + (y + bias)` (each sum rounded to the dtype): y dense,
     y a trimmed view (a transposed conv's output), with and without a residual, rows shorter than a tile and longer."""
-    from services.model.codec.fused_bias import add_bias
-    from services.model.codec.layout import TILE, channels_dense
+    from services.kernels.codec.fused_bias import add_bias
+    from services.kernels.codec.layout import TILE, channels_dense
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(3)
@@ -49,7 +49,7 @@ def bias_mismatches(device: str, dtype_name: str) -> int:
 def snake_with_bias_error(device: str) -> float:
     """Largest relative difference of `snake_beta(x, bias=b, out=view)` from SnakeBeta's torch form of x + b, written
     into the part of a wider buffer after a history, which it must leave alone."""
-    from services.model.codec.fused_snake import snake_beta
+    from services.kernels.codec.fused_snake import snake_beta
     from services.model.codec.vocoder import _SNAKE_EPSILON, SnakeBeta
 
     generator = torch.Generator().manual_seed(4)
@@ -111,7 +111,7 @@ def test_the_fused_codec_passes_on_cuda():
 
 
 def test_add_bias_refuses_a_residual_of_another_shape():
-    from services.model.codec.fused_bias import add_bias
+    from services.kernels.codec.fused_bias import add_bias
 
     with pytest.raises(ValueError, match="residual"):
         add_bias(torch.zeros((1, 2, 8)), torch.zeros(2), torch.zeros((1, 2, 9)))

@@ -31,7 +31,7 @@ def _columns(*tensors: torch.Tensor) -> list[torch.Tensor]:
 @torch.no_grad()
 def compare(device: str) -> dict[str, int]:
     """How many of a few hundred draws the fused kernel and the torch form agree on, and how many were drawn."""
-    from services.model.fused_draw import draw
+    from services.kernels.fused_draw import draw
 
     generator = torch.Generator().manual_seed(11)
     agreed = drawn = distinct = 0

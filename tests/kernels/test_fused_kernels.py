@@ -16,7 +16,7 @@ from tests.support.triton_interpreter import interpreted
 def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """Largest differences of the kernels from the torch expressions, on fresh random inputs (the keyed Gumbel
     noise's hash is checked draw for draw in test_fused_draw.py)."""
-    from services.model.fused_rms_norm import rms_norm
+    from services.kernels.fused_rms_norm import rms_norm
     from services.model.layers import RMSNorm
 
     generator = torch.Generator().manual_seed(3)
@@ -40,7 +40,7 @@ def compare(device: str, dtype: torch.dtype = torch.float32) -> dict[str, float]
 def _add_rms_norm_error(device: str, dtype: torch.dtype, generator: torch.Generator) -> float:
     """Largest relative difference of the fused residual add + norm from `x + delta` then the norm (the sum must be
     the add's exactly: it is the residual stream the next layer reads)."""
-    from services.model.fused_rms_norm import add_rms_norm
+    from services.kernels.fused_rms_norm import add_rms_norm
     from services.model.layers import RMSNorm
 
     worst = 0.0
@@ -62,7 +62,7 @@ def _deferred_stack_error(device: str, dtype: torch.dtype, generator: torch.Gene
     """Largest relative difference of a decoder stack run layer by layer with the residual adds deferred into the
     norms (`DecoderLayer.forward_deferred`, the path on CUDA) from the plain layers (two layers, dense attention)."""
     from services.model.config import DecoderConfig
-    from services.model.fused_rms_norm import add_rms_norm
+    from services.kernels.fused_rms_norm import add_rms_norm
     from services.model.layers import DecoderStack
 
     cfg = DecoderConfig(hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
@@ -93,7 +93,7 @@ def _deferred_stack_error(device: str, dtype: torch.dtype, generator: torch.Gene
 def _silu_mul_error(device: str, dtype: torch.dtype, generator: torch.Generator) -> float:
     """Largest relative difference of the fused `silu(gate) * up` from the torch form, rows of a fused gate/up
     output (a width over one block, and one that is no power of two)."""
-    from services.model.fused_silu_mul import silu_mul
+    from services.kernels.fused_silu_mul import silu_mul
 
     worst = 0.0
     for shape in ((3, 2 * 1500), (2, 2, 2 * 40)):
@@ -109,7 +109,7 @@ def _norm_rope_error(device: str, dtype: torch.dtype, generator: torch.Generator
     """Largest relative difference of the fused norm + RoPE from the torch form: a talker-shaped step (one position
     per token, read from a strided column as the padded step's metadata keeps them) and a code-predictor-shaped one
     (rows repeating two positions), positions up to 4000."""
-    from services.model.fused_norm_rope import norm_rope
+    from services.kernels.fused_norm_rope import norm_rope
     from services.model.layers import RMSNorm, Rope, apply_rope
 
     worst = 0.0

@@ -47,7 +47,7 @@ def _column(pairs: torch.Tensor, device: str) -> torch.Tensor:
 
 def _two_launches(inputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q and k as the layer made them before (one `norm_rope` each), and v: the kernel's oracle."""
-    from services.model.fused_norm_rope import norm_rope
+    from services.kernels.fused_norm_rope import norm_rope
 
     qkv, num_heads, head_dim = inputs["qkv"], inputs["num_heads"], inputs["head_dim"]
     q_width = num_heads * head_dim
@@ -61,7 +61,7 @@ def _two_launches(inputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 @torch.no_grad()
 def compare_plain(device: str) -> list[str]:
     """The cases where plain mode's q or k differ from `norm_rope`'s by any bit (empty: none)."""
-    from services.model.fused_qk_norm_rope import qk_norm_rope
+    from services.kernels.fused_qk_norm_rope import qk_norm_rope
 
     generator = torch.Generator().manual_seed(11)
     failures = []
@@ -78,7 +78,7 @@ def compare_plain(device: str) -> list[str]:
 def compare_store(device: str) -> list[str]:
     """The cases where store mode's pool differs from `write_kv`'s anywhere, or its q from `norm_rope`'s (empty: none).
     The pool is random, so a write to a wrong place shows; the talker's [T, width] rows only."""
-    from services.model.fused_qk_norm_rope import KvDestination, qk_norm_rope_into_pool
+    from services.kernels.fused_qk_norm_rope import KvDestination, qk_norm_rope_into_pool
     from services.model.paged_attention import write_kv
 
     generator = torch.Generator().manual_seed(12)
@@ -241,7 +241,7 @@ def _check_layer(report: dict[str, object]) -> None:
 @pytest.mark.parametrize("kernel_name", ["REFERENCE", "DECODE", "TOKEN", "FUSED_DECODE"])
 def test_only_a_triton_attention_kernel_lets_the_fused_kernel_write_the_pool(kernel_name):
     from services.model.attention_batch import AttentionBatch
-    from services.model.fused_qk_norm_rope import KvDestination
+    from services.kernels.fused_qk_norm_rope import KvDestination
 
     lengths = torch.tensor([3, 5])
     batch = AttentionBatch(positions=lengths - 1, slot_mapping=torch.tensor([2, 12]), query_start=torch.arange(3),

@@ -15,7 +15,7 @@ SEEDS = [0, 1, -1, 7, -3, 2**40, 2**63 - 1, -(2**63), 0x9E3779B9, -0x85EBCA6B]
 def compare(device: str) -> dict[str, int]:
     """How many rows' keys the kernel and the torch form agree on, over seeds of every sign and size and frames up to
     past 2**32, with the inputs as strided columns of a wider table (as the sampling graph passes them)."""
-    from services.model.fused_row_keys import row_keys
+    from services.kernels.fused_row_keys import row_keys
 
     generator = torch.Generator().manual_seed(5)
     random_seeds = torch.randint(-(2**62), 2**62, (150,), generator=generator, dtype=torch.int64) * 2
@@ -44,7 +44,7 @@ def test_the_fused_row_keys_equal_the_torch_form_under_the_interpreter():
 
 def test_without_a_compiler_the_torch_form_serves():
     seeds, frames = torch.tensor([3, -9]), torch.tensor([0, 12])
-    from services.model.fused_row_keys import row_keys
+    row_keys = sampling.row_keys_into  # the model's seam: the kernel where it compiles, the torch form here
 
     assert torch.equal(row_keys(seeds, frames), sampling.row_keys(seeds, frames))
     out = torch.zeros((2, 3), dtype=torch.int64)

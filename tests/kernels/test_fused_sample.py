@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from services.model import sampling
+from services.model.kernel_choices import KernelVerdicts
 from tests.support.triton_interpreter import interpreted
 
 VOCABS = (2048, 3072, 1000)
@@ -175,7 +176,7 @@ def _cases() -> list[tuple[int, torch.dtype, str, int]]:
 def compare(device: str) -> dict[str, object]:
     """Counts over every case: draws, agreements with the torch form, rows decided by ties, and how many draws each
     mutant gets wrong."""
-    from services.model import fused_sample
+    from services.kernels import fused_sample
 
     generator = torch.Generator().manual_seed(19)
     totals: Counter = Counter()
@@ -193,7 +194,8 @@ def compare(device: str) -> dict[str, object]:
         totals["agreed"] += int((got == expected).sum())
         totals["straddling ties"] += _straddling_ties(logits, rows)
         with mock.patch.object(sampling, "compiles_for", lambda _: True):  # `sample` as it runs on CUDA
-            through_sample = sampling.sample(logits.to(device), device_rows, codebook).cpu()
+            through_sample = sampling.sample(logits.to(device), device_rows, codebook,
+                                             kernels=KernelVerdicts(whole_row_sampler=True)).cpu()
         totals["sample agreed"] += int((through_sample == expected).sum())
         if device != "cpu":
             checked, agreed = _graphs_form_agreement(logits.to(device), device_rows, codebook, expected)
@@ -229,12 +231,13 @@ def test_the_fused_sampler_draws_what_the_torch_form_draws_on_cuda():
 
 
 def startup_check(device: str) -> dict[str, bool]:
-    """The start-up check as the loader runs it: the kernel passes; a kernel that ignores top_k is refused, after
-    which `covers` sends that device's draws back to the torch form."""
-    from services.model import fused_sample
+    """The start-up check as the loader runs it: the kernel passes; a kernel that ignores top_k is refused; the
+    verdicts, as the model keeps them, send the draws to the kernel or back to the torch form."""
+    from services.kernels import fused_sample
+    from services.model import sampling_check
 
-    passes = fused_sample.check(torch.device(device), (3072, 2048))
-    serves_after_pass = fused_sample.covers(2048, torch.device(device))
+    passes = sampling_check.check(torch.device(device), (3072, 2048))
+    serves_after_pass = KernelVerdicts(whole_row_sampler=passes).samples_whole_rows(2048)
     real = fused_sample.sample
 
     def ignores_top_k(logits, temperature, top_k, keys, salts):
@@ -242,11 +245,11 @@ def startup_check(device: str) -> dict[str, bool]:
 
     fused_sample.sample = ignores_top_k
     try:
-        refuses = not fused_sample.check(torch.device(device), (2048,))
+        refuses = not sampling_check.check(torch.device(device), (2048,))
     finally:
         fused_sample.sample = real
     return {"passes": passes, "serves_after_pass": serves_after_pass, "refuses_a_broken_kernel": refuses,
-            "serves_after_refusal": fused_sample.covers(2048, torch.device(device))}
+            "serves_after_refusal": KernelVerdicts(whole_row_sampler=not refuses).samples_whole_rows(2048)}
 
 
 def test_the_start_up_check_passes_the_kernel_and_refuses_a_broken_one_under_the_interpreter():

@@ -16,7 +16,8 @@ from tests.support.triton_interpreter import interpreted
 @torch.no_grad()
 def compare(device: str, dtype_name: str = "float32") -> dict[str, float]:
     """Largest differences of outputs and caches over a frame's 15 steps (fused vs torch form)."""
-    from services.model.fused_small_attention import small_attention, torch_form
+    from services.kernels.fused_small_attention import small_attention
+    from services.model.small_attention import torch_form
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(5)
@@ -45,7 +46,7 @@ HEADS, KV_HEADS, HEAD_DIM, MAX_LEN, ROWS = 4, 2, 16, 16, 3
 
 def _norms(generator: torch.Generator, start: int, num_new: int, device: str, dtype: torch.dtype):
     """Distinct q and k norms (weights and eps), the new tokens' positions and the RoPE frequencies of a step."""
-    from services.model.fused_small_attention import HeadNorms
+    from services.kernels.fused_small_attention import HeadNorms
     from services.model.layers import Rope
 
     weights = [(1 + 0.5 * torch.randn(HEAD_DIM, generator=generator)).to(device, dtype) for _ in range(2)]
@@ -58,9 +59,9 @@ def compare_projected(device: str, dtype_name: str = "float32") -> dict[str, flo
     """A frame's 15 steps through `small_attention_projected` against `qk_norm_rope` then `small_attention` (steps
     with equal outputs and caches, and the largest difference) and against the torch form (largest differences; all
     differences relative to the largest value)."""
-    from services.model.fused_qk_norm_rope import qk_norm_rope
-    from services.model.fused_small_attention import (reference_heads, relative, small_attention,
-                                                      small_attention_projected, torch_form)
+    from services.kernels.fused_qk_norm_rope import qk_norm_rope
+    from services.kernels.fused_small_attention import small_attention, small_attention_projected
+    from services.model.small_attention import reference_heads, relative, torch_form
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(9)
@@ -110,18 +111,17 @@ def compare_layer(device: str) -> dict[str, object]:
     (norm and rotation, then the cache's attention), in both dtypes."""
     from types import SimpleNamespace
 
-    from services.model import code_predictor, fused_small_attention
+    from services.model import code_predictor
     from services.model.layers import FusedRope
     from tests.kernels.test_fused_qk_norm_rope import _attention, _forward_before
 
-    fused_small_attention.serves = lambda device, dtype: True
     cfg = SimpleNamespace(decoder=SimpleNamespace(num_layers=3, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM),
                           num_code_groups=MAX_LEN)
     generator = torch.Generator().manual_seed(17)
     report: dict[str, object] = {}
     for dtype in (torch.float32, torch.bfloat16):
         attention = _attention(dtype, generator, device)
-        caches = [code_predictor._DenseCache(cfg, ROWS, torch.zeros((), dtype=dtype, device=device)) for _ in "ab"]
+        caches = [code_predictor._DenseCache(cfg, ROWS, torch.zeros((), dtype=dtype, device=device), fused=True) for _ in "ab"]
         plain_calls = []
         equal_steps = 0
         for step in range(15):
@@ -178,16 +178,16 @@ def test_the_start_up_check_accepts_the_kernel_under_the_interpreter():
 
 
 def verified_here() -> bool:
-    from services.model import fused_small_attention as module
+    from services.model import small_attention
 
-    return module._verified(torch.device("cpu"), torch.float32, heads=4, kv_heads=2, head_dim=16, max_len=16)
+    return small_attention.check(torch.device("cpu"), torch.float32, heads=4, kv_heads=2, head_dim=16, max_len=16)
 
 
 @pytest.mark.parametrize("kernel", ["raises", "differs", "agrees"])
 def test_the_start_up_check_refuses_a_kernel_that_fails_on_its_device(monkeypatch, caplog, kernel):
-    from services.model import fused_small_attention as module
+    from services.kernels import fused_small_attention as kernel_module
+    from services.model import small_attention as module
 
-    monkeypatch.setattr(module, "_refused", set())
     plain = module.torch_form
 
     def raises(*args):
@@ -199,10 +199,10 @@ def test_the_start_up_check_refuses_a_kernel_that_fails_on_its_device(monkeypatc
     def projected(cache, start, qkv, num_heads, norms, scale):  # the torch form of the one-launch kernel
         return plain(cache, start, *module.reference_heads(qkv, num_heads, cache.shape[-1], norms), scale)
 
-    monkeypatch.setattr(module, "small_attention", {"raises": raises, "differs": differs, "agrees": plain}[kernel])
-    monkeypatch.setattr(module, "small_attention_projected", projected)
-    device = torch.device("cpu")  # the check itself is device-agnostic; `check` runs it only where the kernel serves
-    served = module._verified(device, torch.float32, heads=4, kv_heads=2, head_dim=16, max_len=16)
-    assert served is (kernel == "agrees")
-    assert ((str(device), torch.float32) in module._refused) is (kernel != "agrees")
+    monkeypatch.setattr(kernel_module, "small_attention",
+                        {"raises": raises, "differs": differs, "agrees": plain}[kernel])
+    monkeypatch.setattr(kernel_module, "small_attention_projected", projected)
+    device = torch.device("cpu")  # the check itself is device-agnostic; the loader runs it where the kernels compile
+    served = module.check(device, torch.float32, heads=4, kv_heads=2, head_dim=16, max_len=16)
+    assert served is (kernel == "agrees")  # the verdict is returned, for the loader to keep: nothing global changes
     assert ("the torch form serves" in caplog.text) is (kernel != "agrees")

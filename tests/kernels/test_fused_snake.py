@@ -14,8 +14,8 @@ def snake_error(device: str, dtype_name: str = "float32") -> float:
     """Largest relative difference of `snake_beta` from `SnakeBeta`'s torch expression: a dense activation, one
     longer than a tile, a strided one (samples sliced out of a wider row, as a transposed conv's output is), and
     short rows (several in one program, the last program partly empty)."""
-    from services.model.codec.fused_snake import snake_beta
-    from services.model.codec.layout import TILE
+    from services.kernels.codec.fused_snake import snake_beta
+    from services.kernels.codec.layout import TILE
     from services.model.codec.vocoder import _SNAKE_EPSILON, SnakeBeta
 
     dtype = getattr(torch, dtype_name)
@@ -48,7 +48,7 @@ def test_fused_snake_equals_the_torch_expression_on_cuda():
 
 
 def test_snake_beta_refuses_an_activation_neither_samples_nor_channels_dense():
-    from services.model.codec.fused_snake import snake_beta
+    from services.kernels.codec.fused_snake import snake_beta
 
     x = torch.zeros((1, 4, 8))[:, ::2, ::2]  # neither samples nor channels dense
     with pytest.raises(ValueError, match="dense"):

@@ -18,7 +18,7 @@ def tail_store_mismatches(device: str) -> int:
     """Elements where the kernel's pool differs from the torch form's: conv histories ([B, C, L], samples dense and
     channels dense) and K/V windows ([B, heads, L, dim]), rows of every length, a padding row sent to a sink slot, and
     the pool's other rows untouched."""
-    from services.model.codec.fused_tail_store import store_tails
+    from services.kernels.codec.fused_tail_store import store_tails
 
     generator = torch.Generator().manual_seed(5)
     mismatches = 0
@@ -55,14 +55,19 @@ def ragged_direct_decode_error(device: str) -> float:
     from tests.support.ragged_streams import decode_ragged, ragged_schedules
 
     torch.set_num_threads(1)
-    slot_pool.compiles_for = lambda _device: True  # this process only: the interpreter runs the kernel on the CPU
-    with tempfile.TemporaryDirectory() as directory:
-        save_reference_tokenizer(Path(directory), WINDOWED_DECODER, seed=0)
-        decoder = load_codec_decoder(directory, device=device)
-    schedules = ragged_schedules(3, 5)
-    codes = [random_codes(sum(s), 16, WINDOWED_DECODER["codebook_size"], seed=50 + n) for n, s in enumerate(schedules)]
-    slots = SlotDecoder(decoder, max_streams=3, max_rows=4, capture=False)
-    audio = decode_ragged(slots, [slots.acquire() for _ in codes], codes, schedules)
+    compiles_for = slot_pool.compiles_for
+    slot_pool.compiles_for = lambda _device: True  # the interpreter runs the kernel on the CPU; put back after
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            save_reference_tokenizer(Path(directory), WINDOWED_DECODER, seed=0)
+            decoder = load_codec_decoder(directory, device=device)
+        schedules = ragged_schedules(3, 5)
+        codes = [random_codes(sum(s), 16, WINDOWED_DECODER["codebook_size"], seed=50 + n)
+                 for n, s in enumerate(schedules)]
+        slots = SlotDecoder(decoder, max_streams=3, max_rows=4, capture=False)
+        audio = decode_ragged(slots, [slots.acquire() for _ in codes], codes, schedules)
+    finally:
+        slot_pool.compiles_for = compiles_for
     return max(float((streamed - decoder.decode(c)).abs().max()) for streamed, c in zip(audio, codes))
 
 
@@ -80,7 +85,7 @@ def test_tail_store_on_cuda():
 
 
 def test_tail_store_refuses_a_pool_of_another_shape():
-    from services.model.codec.fused_tail_store import store_tails
+    from services.kernels.codec.fused_tail_store import store_tails
 
     with pytest.raises(ValueError, match="store_tails needs"):
         store_tails(torch.zeros(2, 3, 10), 4, 1, torch.ones(2, dtype=torch.long), torch.arange(2),

@@ -1,4 +1,4 @@
-"""The skinny-GEMM kernel and the deferred projections (`services/model/skinny_linear.py`): the kernel against torch's
+"""The skinny-GEMM kernel and the deferred projections (`services/kernels/skinny_linear.py`): the kernel against torch's
 GEMM, the norm that adds a projection's partial sums against the one that adds its rounded output, and decoder layers
 run with their o_proj and down_proj deferred against the same layers without. Under Triton's interpreter on the CPU
 (a fresh process: see tests/support/triton_interpreter.py), and compiled on CUDA where there is one."""
@@ -19,7 +19,7 @@ SHAPES = ((1, 64, 256), (5, 128, 512), (16, 64, 1024), (64, 96, 512), (40, 32, 2
 def compare_kernel(device: str, dtype_name: str) -> dict[str, object]:
     """The largest difference of the kernel's product from torch's, relative to its largest value, over SHAPES and
     launch shapes with and without a split reduction; and whether the partial sums add up to the unsplit product."""
-    from services.model.skinny_linear import SkinnyConfig, fits, launch, partial_sums
+    from services.kernels.skinny_linear import SkinnyConfig, fits, launch, partial_sums
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(3)
@@ -44,8 +44,8 @@ def compare_kernel(device: str, dtype_name: str) -> dict[str, object]:
 def compare_split_norm(device: str, dtype_name: str) -> dict[str, object]:
     """`add_rms_norm` given partial sums against `add_rms_norm` given their sum rounded to the dtype (what a GEMM
     returns): equal to the last bit, residual stream and normed rows."""
-    from services.model import fused_rms_norm
-    from services.model.skinny_linear import DEFERRED, partial_sums
+    from services.kernels import fused_rms_norm
+    from services.kernels.skinny_linear import DEFERRED, partial_sums
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(4)
@@ -73,7 +73,7 @@ def compare_layers(device: str, dtype_name: str) -> dict[str, object]:
     and down_proj, then also the gated kernel the MLP's gate/up, against the same with both off: the partial sums
     handed on, the gated launches, and the largest differences of the final hidden states relative to their largest
     value."""
-    from services.model import skinny_linear
+    from services.kernels import skinny_linear
     from services.model.config import DecoderConfig
     from services.model.layers import DecoderStack, fuse_projections
 
@@ -134,7 +134,7 @@ def compare_layers(device: str, dtype_name: str) -> dict[str, object]:
 def compare_gated(device: str, dtype_name: str) -> dict[str, object]:
     """The gated kernel against the two launches it replaces (the gate/up GEMM, then `silu(gate) * up`): the largest
     difference relative to the largest value, over row counts of one, a few and a decode batch."""
-    from services.model.skinny_linear import GATED, fits, gated_silu
+    from services.kernels.skinny_linear import GATED, fits, gated_silu
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(6)

@@ -16,8 +16,8 @@ def conv_error(device: str, dtype_name: str) -> float:
     """Largest difference of `causal_conv` from `F.conv1d` over the same buffer, relative to the output's peak: taps
     and dilations of the vocoder's units, channels in and out few and many (not multiples of a tile), both layouts,
     with and without a bias, the buffer a view into a wider one."""
-    from services.model.codec.layout import channels_dense
-    from services.model.codec.triton_conv import ConvTile, causal_conv
+    from services.kernels.codec.layout import channels_dense
+    from services.kernels.codec.triton_conv import ConvTile, causal_conv
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(11)
@@ -46,10 +46,10 @@ def conv_error(device: str, dtype_name: str) -> float:
 def decode_error_with_the_conv(device: str) -> float:
     """Largest difference, relative to the audio's peak, between the test codec's chunked decode with every fused pass
     and this convolution on, and one with the fused passes off (tests.kernels.test_fused_codec_convs.fused_decode_error)."""
-    from services.model.codec import causal_conv, triton_conv
+    from services.model.codec import causal_conv
+    from services.kernels.codec import triton_conv
     from tests.kernels.test_fused_codec_convs import fused_decode_error
 
-    switched_on, triton_conv.SWITCHED_ON = triton_conv.SWITCHED_ON, True
     compiles_for = causal_conv.compiles_for
     causal_conv.compiles_for = lambda device: True  # the fused decode's switch, for the convolutions too
     calls = []
@@ -62,7 +62,7 @@ def decode_error_with_the_conv(device: str) -> float:
     try:
         error = fused_decode_error(device)
     finally:
-        triton_conv.causal_conv, triton_conv.SWITCHED_ON = convolve, switched_on
+        triton_conv.causal_conv = convolve
         causal_conv.compiles_for = compiles_for
     assert calls, "no convolution took the Triton kernel"
     return error
@@ -102,7 +102,7 @@ def test_the_triton_conv_on_cuda():
 
 
 def test_the_triton_conv_refuses_a_buffer_shorter_than_its_history():
-    from services.model.codec.triton_conv import causal_conv
+    from services.kernels.codec.triton_conv import causal_conv
 
     with pytest.raises(ValueError, match="dilation 3"):
         causal_conv(torch.zeros((1, 4, 10)), torch.zeros((4, 4, 7)), 3)
@@ -110,13 +110,10 @@ def test_the_triton_conv_refuses_a_buffer_shorter_than_its_history():
         causal_conv(torch.zeros((1, 8, 40))[:, ::2, ::2], torch.zeros((4, 4, 7)), 1)
 
 
-def test_the_triton_conv_serves_only_when_switched_on_and_the_conv_fits(monkeypatch):
-    from services.model.codec import triton_conv
+def test_the_triton_conv_serves_only_the_convs_that_fit():
+    from services.kernels.codec import triton_conv
 
     full, weight = torch.zeros((1, 4, 20)), torch.zeros((6, 4, 7))
-    monkeypatch.setattr(triton_conv, "SWITCHED_ON", False)
-    assert not triton_conv.serves(full, weight, 1)
-    monkeypatch.setattr(triton_conv, "SWITCHED_ON", True)
     assert triton_conv.serves(full, weight, 1)
     assert not triton_conv.serves(full, weight, 2)  # grouped
     assert not triton_conv.serves(full, torch.zeros((6, 4, 1)), 1)  # one tap: a plain product
@@ -126,8 +123,31 @@ def test_the_triton_conv_serves_only_when_switched_on_and_the_conv_fits(monkeypa
 
 
 def test_each_conv_gets_the_launch_shape_that_won_on_the_card():
-    from services.model.codec.triton_conv import ConvTile, tile_for
+    from services.kernels.codec.triton_conv import ConvTile, tile_for
 
     assert tile_for(384, 384) == tile_for(192, 192) == ConvTile(128, 128, 64, 8, 3)
     assert tile_for(96, 96) == ConvTile(128, 128, 32, 8, 3)
     assert tile_for(96, 1) == ConvTile(128, 64, 32, 4, 3)  # the output conv's one channel
+
+
+@pytest.mark.parametrize("switched_on", [True, False])
+def test_the_codec_loader_hands_the_setting_to_every_convolution(tmp_path, switched_on):
+    """The `triton_conv` setting reaches the convolutions through the loader (nothing reads the environment), and a
+    convolution switched off keeps cuDNN's path even where the kernel would serve."""
+    from services.kernels.codec import triton_conv
+    from services.model.codec import causal_conv, load_codec_decoder
+    from services.model.kernel_choices import KernelChoices
+    from tests.support.codec_reference import WINDOWED_DECODER, save_reference_tokenizer
+
+    save_reference_tokenizer(tmp_path, WINDOWED_DECODER, seed=0)
+    decoder = load_codec_decoder(tmp_path, choices=KernelChoices(triton_conv=switched_on))
+    convs = [m for m in decoder.modules() if isinstance(m, causal_conv.StreamingConv)]
+    assert convs and all(conv.triton_conv is switched_on for conv in convs)
+    conv = next(m for m in convs if isinstance(m, causal_conv.CausalConv1d) and m.conv.kernel_size[0] > 1)
+    full = torch.zeros((1, conv.conv.in_channels, conv.history_len + 40))
+    taken = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(causal_conv, "compiles_for", lambda device: True)
+        patch.setattr(triton_conv, "causal_conv", lambda *args, **kwargs: taken.append(1) or "kernel")
+        result = conv.convolve(full)
+    assert isinstance(result, str) is switched_on and bool(taken) is switched_on

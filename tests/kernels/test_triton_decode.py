@@ -28,7 +28,7 @@ CASES = [
 
 def compare(device: str, dtype: torch.dtype = torch.float32) -> float:
     """Largest |fused - torch| over CASES (relative to the output's scale); raises on NaN or a shape mismatch."""
-    from services.model import triton_decode
+    from services.kernels import triton_decode
 
     generator = torch.Generator().manual_seed(7)
     worst = 0.0
@@ -77,8 +77,8 @@ def test_fused_kernel_equals_the_torch_kernel_under_the_interpreter():
 
 
 def test_the_kernel_serves_cuda_tensors_only_and_the_torch_kernels_the_rest():
-    from services.model import triton_decode
-    from services.model.triton_support import compiles_for
+    from services.kernels import triton_decode
+    from services.kernels.triton_support import compiles_for
 
     assert triton_decode.triton is not None, "Triton is a test dependency (pyproject's test extra)"
     assert not compiles_for(torch.device("cpu")) and compiles_for(torch.device("cuda"))

@@ -1,125 +1,99 @@
-"""Architecture checks over the source tree, read with `ast` (no import runs).
-
-The import graph: every `import` and `from ... import` of a module, wherever it stands (at the top, inside a
-function, under `if TYPE_CHECKING:`), as an edge to the module it names. A circle hidden by an import inside a
-function, or by one that only a type checker runs, is still a circle: the two modules cannot be read or moved
-apart, so the graph does not tell those imports from the others.
-"""
+"""Architecture checks over the source tree, read with `ast` (no module is imported): plain functions of a root
+folder, so that a test can run them on the repository and on a temporary tree with a planted violation."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-
-def module_name(root: Path, path: Path) -> str:
-    """`root/a/b/c.py` -> `a.b.c`; `root/a/b/__init__.py` -> `a.b`."""
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+SOURCE_PACKAGES = ("services", "messages")
 
 
-def source_modules(root: Path, packages: Iterable[str]) -> dict[str, Path]:
-    """Every module of the given top-level packages under `root`, by dotted name."""
-    modules: dict[str, Path] = {}
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One place that breaks a rule: the file (relative to the root, POSIX form), its line and what is there."""
+
+    path: str
+    line: int
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.what}"
+
+
+def python_files(root: Path, packages: Iterable[str] = SOURCE_PACKAGES) -> Iterator[tuple[str, ast.Module]]:
+    """(path relative to `root`, parsed module) of every .py file under the given top-level packages."""
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):
             if "__pycache__" not in path.parts:
-                modules[module_name(root, path)] = path
-    return modules
+                yield path.relative_to(root).as_posix(), ast.parse(path.read_text(encoding="utf-8"), str(path))
 
 
-def _known_prefix(name: str, modules: dict[str, Path]) -> str | None:
-    """The longest leading part of `name` that is one of `modules` (`a.b.func` -> `a.b`)."""
-    parts = name.split(".")
-    for end in range(len(parts), 0, -1):
-        candidate = ".".join(parts[:end])
-        if candidate in modules:
-            return candidate
-    return None
+_ENVIRONMENT_NAMES = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})
 
 
-def _from_base(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
-    """The absolute module a `from X import ...` reads from, relative imports resolved against `importer`."""
-    if node.level == 0:
-        return node.module or ""
-    package = importer.split(".") if is_package else importer.split(".")[:-1]
-    anchor = package[: len(package) - (node.level - 1)]
-    return ".".join(anchor + ([node.module] if node.module else []))
+def environment_reads(root: Path, packages: Iterable[str] = SOURCE_PACKAGES) -> list[Finding]:
+    """Every place that reaches the process environment: `os.environ` (read, copied or handed on), `os.getenv`, and
+    `from os import environ` or `getenv`. A parameter that happens to be called `environ` is no read: its caller
+    passed a mapping in."""
+    findings = []
+    for path, tree in python_files(root, packages):
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr in _ENVIRONMENT_NAMES
+                    and isinstance(node.value, ast.Name) and node.value.id == "os"):
+                findings.append(Finding(path, node.lineno, f"os.{node.attr}"))
+            elif isinstance(node, ast.ImportFrom) and node.module == "os":
+                for alias in node.names:
+                    if alias.name in _ENVIRONMENT_NAMES:
+                        findings.append(Finding(path, node.lineno, f"from os import {alias.name}"))
+    return findings
 
 
-def imported_modules(importer: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules among `modules` that `importer` (at `path`) imports, from any place in its source."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    is_package = path.name == "__init__.py"
-    found: set[str] = set()
+def _imported_modules(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import anywhere in the module (inside functions and `if TYPE_CHECKING:` too)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                found.add(_known_prefix(alias.name, modules) or "")
-        elif isinstance(node, ast.ImportFrom):
-            base = _from_base(node, importer, is_package)
-            for alias in node.names:
-                # `from package import module` imports the module; `from module import name` the module itself.
-                submodule = f"{base}.{alias.name}"
-                found.add(submodule if submodule in modules else _known_prefix(base, modules) or "")
-    found.discard("")
-    return found
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
 
 
-def import_graph(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
-    """Each module of `packages` under `root` -> the modules of those packages it imports."""
-    modules = source_modules(root, packages)
-    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+def _is_triton_jit(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return isinstance(target, ast.Attribute) and target.attr in ("jit", "autotune", "heuristics") and (
+        isinstance(target.value, ast.Name) and target.value.id == "triton")
 
 
-def _components(graph: dict[str, set[str]]) -> Iterator[list[str]]:
-    """Tarjan's strongly connected components, iteratively (no recursion limit on a deep chain)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    for start in sorted(graph):
-        if start in index:
+def triton_uses(root: Path, packages: Iterable[str] = SOURCE_PACKAGES) -> list[Finding]:
+    """Every import of triton (or of a module of it) and every function decorated `@triton.jit` (or autotune,
+    heuristics) under the given packages."""
+    findings = []
+    for path, tree in python_files(root, packages):
+        for line, module in _imported_modules(tree):
+            if module == "triton" or module.startswith("triton."):
+                findings.append(Finding(path, line, f"import {module}"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for decorator in node.decorator_list:
+                    if _is_triton_jit(decorator):
+                        findings.append(Finding(path, node.lineno, f"@triton kernel {node.name}"))
+    return findings
+
+
+def imports_outside(root: Path, package: str, allowed: Iterable[str]) -> list[Finding]:
+    """Imports of the `services` and `messages` trees made by modules of `package` (a folder path like
+    `services/kernels`) that name no module of `allowed` (dotted prefixes)."""
+    prefixes = tuple(allowed)
+    findings = []
+    top = package.split("/", 1)[0]
+    for path, tree in python_files(root, (top,)):
+        if not path.startswith(package + "/"):
             continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, successors = work[-1]
-            advanced = False
-            for successor in successors:
-                if successor not in index:
-                    index[successor] = low[successor] = len(index)
-                    stack.append(successor)
-                    on_stack.add(successor)
-                    work.append((successor, iter(sorted(graph.get(successor, ())))))
-                    advanced = True
-                    break
-                if successor in on_stack:
-                    low[node] = min(low[node], index[successor])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                yield sorted(component)
-
-
-def import_cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
-    """Every import circle: each group of modules that import one another, and each module that imports itself."""
-    cycles = [tuple(component) for component in _components(graph)
-              if len(component) > 1 or component[0] in graph.get(component[0], ())]
-    return sorted(cycles)
+        for line, module in _imported_modules(tree):
+            first = module.split(".", 1)[0]
+            if first in SOURCE_PACKAGES and not any(module == p or module.startswith(p + ".") for p in prefixes):
+                findings.append(Finding(path, line, f"import {module}"))
+    return findings

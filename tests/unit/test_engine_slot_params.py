@@ -43,9 +43,9 @@ def _expected(model, seqs: list[Sequence], hidden, seen_rows, frames: list[int])
 
 
 def _modes(model, seqs: list[Sequence]) -> tuple[str, str]:
-    config, cpu = model.config.talker, torch.device("cpu")
-    return (params_mode([s.params for s in seqs], config.vocab_size, cpu),
-            params_mode([s.predictor_params for s in seqs], config.code_predictor.vocab_size, cpu))
+    config, kernels = model.config.talker, model.kernels
+    return (params_mode([s.params for s in seqs], config.vocab_size, kernels),
+            params_mode([s.predictor_params for s in seqs], config.code_predictor.vocab_size, kernels))
 
 
 @torch.inference_mode()
@@ -109,12 +109,12 @@ def test_a_slot_is_written_once_per_request_seated_there(tiny, monkeypatch):
 
 
 def test_the_mode_read_from_parameters_is_the_mode_of_the_built_rows(tiny):
-    model, cpu = tiny, torch.device("cpu")
+    model = tiny
     vocab = model.config.talker.vocab_size
     modes = []
     for params in ([GREEDY], [SamplingParams(top_k=0)], [SamplingParams(), SamplingParams(top_p=0.5)],
                    [SamplingParams(top_k=500), GREEDY]):
         rows = RowSampling.build(params, [1] * len(params), [0] * len(params))
-        modes.append(params_mode(params, vocab, cpu))
-        assert modes[-1] == sampling_mode(rows, vocab, cpu)
+        modes.append(params_mode(params, vocab, model.kernels))
+        assert modes[-1] == sampling_mode(rows, vocab, model.kernels)
     assert modes == [CAPPED, WHOLE, CAPPED, WHOLE]

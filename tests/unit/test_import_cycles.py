@@ -1,7 +1,7 @@
 """No import circles among the modules of services/, messages/ and loadtest/.
 
 Every import counts: at the top of a module, inside a function, and under `if TYPE_CHECKING:` (tests/support/
-architecture.py). An import moved into a function still ties the two modules together; it only hides the circle.
+import_graph.py). An import moved into a function still ties the two modules together; it only hides the circle.
 """
 
 from __future__ import annotations
@@ -9,21 +9,13 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from tests.support.architecture import import_cycles, import_graph
+from tests.support.import_graph import import_cycles, import_graph
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("services", "messages", "loadtest")
 
-# The two model circles that the kernels branch removes (it moves every Triton kernel into services/kernels/, a
-# leaf). Delete this set, and its use below, once that branch is merged: the check then allows no circle at all.
-KNOWN_UNTIL_KERNELS_MERGE = {
-    ("services.model.fused_sample", "services.model.sampling"),
-    ("services.model.fused_small_attention", "services.model.layers"),
-}
-
-
 def test_the_source_tree_has_no_import_circle():
-    cycles = set(import_cycles(import_graph(REPO, PACKAGES))) - KNOWN_UNTIL_KERNELS_MERGE
+    cycles = set(import_cycles(import_graph(REPO, PACKAGES)))
     assert not cycles, "import circles (every import counts, in functions and under TYPE_CHECKING too):\n" + "\n".join(
         " <-> ".join(cycle) for cycle in sorted(cycles))
 

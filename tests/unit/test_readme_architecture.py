@@ -159,7 +159,8 @@ def test_a_wrong_readme_fails_each_check():
 def test_a_folder_nested_under_the_wrong_parent_fails():
     """Indentation is the parent: `codec/` moved under engine/ names services/engine/codec, which does not exist."""
     lines = README.splitlines(keepends=True)
-    codec = next(i for i, line in enumerate(lines) if line.startswith("    codec/ "))
+    model = next(i for i, line in enumerate(lines) if line.startswith("  model/ "))
+    codec = next(i for i, line in enumerate(lines) if line.startswith("    codec/ ") and i > model)
     engine = next(i for i, line in enumerate(lines) if line.startswith("  engine/ "))
     moved = lines[:codec] + lines[codec + 1:]
     moved.insert(engine + 1, lines[codec])

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from services.model.codec import layout, triton_conv
+from services.kernels.codec import layout, triton_conv
 from services.model.codec.stream_state import StreamRows
-from services.model.triton_support import compiles_for
+from services.kernels.triton_support import compiles_for
 
 Writer = Callable[[torch.Tensor, torch.Tensor], object]
 """`write(x, out)`: puts an elementwise function of x into `out` (same shape, a view into a convolution's input)."""
@@ -35,6 +35,9 @@ class StreamingConv(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.history_slot: int | None = None
+        self.triton_conv = True
+        """Whether the Triton convolution (`kernels.codec.triton_conv`) may serve this one on CUDA (the loader sets
+        it from the `triton_conv` setting)."""
 
     def _with_history(self, x: torch.Tensor, stream: StreamRows) -> torch.Tensor:
         """Prepend the stored history to `x` and store the new tail for the next chunk."""
@@ -78,7 +81,7 @@ class CausalConv1d(StreamingConv):
         conv = self.conv
         if full.is_cuda and conv.groups == 1 and full.shape[-1] - self.history_len <= GEMM_FORM_MAX_OUTPUTS:
             return _as_gemm(conv, full, bias=bias)
-        if compiles_for(full.device) and triton_conv.serves(full, conv.weight, conv.groups):
+        if self.triton_conv and compiles_for(full.device) and triton_conv.serves(full, conv.weight, conv.groups):
             return triton_conv.causal_conv(full, conv.weight, conv.dilation[0], conv.bias if bias else None)
         if layout.channels_dense(full):
             return F.conv2d(full.unsqueeze(2), channels_last_weight(conv), conv.bias if bias else None,

@@ -15,7 +15,9 @@ from safetensors import safe_open
 
 from services.model.codec.config import CodecConfig
 from services.model.codec.decoder import CodecDecoder
+from services.model.codec.causal_conv import StreamingConv
 from services.model.codec.errors import CodecCheckpointError
+from services.model.kernel_choices import KernelChoices
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -27,9 +29,11 @@ ENCODE_ONLY_TENSORS = frozenset(
 
 
 def load_codec_decoder(
-    speech_tokenizer_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    speech_tokenizer_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+    choices: KernelChoices = KernelChoices(),
 ) -> CodecDecoder:
-    """Build a `CodecDecoder` from `<dir>/config.json` and its safetensors, on `device` in `dtype`."""
+    """Build a `CodecDecoder` from `<dir>/config.json` and its safetensors, on `device` in `dtype`, its convolutions
+    taking the kernels `choices` allow."""
     directory = Path(speech_tokenizer_dir)
     config = CodecConfig.from_dir(directory)
     with torch.device("meta"):
@@ -42,6 +46,9 @@ def load_codec_decoder(
     model.quantizer.refresh_table()
     model = model.to(device=device, dtype=dtype).eval()
     model.pre_transformer.fuse_projections()  # after the move: the fused weights live where the model runs
+    for conv in model.modules():
+        if isinstance(conv, StreamingConv):
+            conv.triton_conv = choices.triton_conv
     return model
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 
 from services.model.codec.errors import CodecError, CodecInputError
-from services.model.codec.fused_tail_store import store_tails
+from services.kernels.codec.fused_tail_store import store_tails
 from services.model.codec.stream_state import StreamLayout
-from services.model.triton_support import compiles_for
+from services.kernels.triton_support import compiles_for
 
 
 class SlotsExhausted(CodecError):

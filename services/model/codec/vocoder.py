@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from services.model.codec import fused_bias, fused_snake, fused_unit_tail, layout
+from services.kernels.codec import fused_bias, fused_snake, layout
+from services.kernels.triton_support import compiles_for
 from services.model.codec.causal_conv import CausalConv1d, CausalConvTranspose1d
 from services.model.codec.config import CodecConfig
 from services.model.codec.stream_state import StreamRows
-from services.model.triton_support import compiles_for
 
 _RESIDUAL_DILATIONS = (1, 3, 9)
 # Guards 1 / exp(beta) against division by zero, as the reference does.
@@ -59,8 +59,6 @@ class ResidualUnit(nn.Module):
         """The same sums in four passes over the activation and two convolutions: act1 writes into conv1's input
         buffer after its history (no concatenation), conv1's bias rides in act2, conv2's in the residual add."""
         h = self.conv1.forward_written(x, stream, self.act1.write, bias=False)
-        if fused_unit_tail.serves(h, x, self.conv2.conv.weight, self.conv1.conv.bias, self.conv2.conv.bias):
-            return self.tail_in_one(h, x)
         return self.tail_in_passes(h, x)
 
     def tail_in_passes(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -68,12 +66,6 @@ class ResidualUnit(nn.Module):
         s = layout.empty_as(h)
         self.act2.write(h, s, bias=self.conv1.conv.bias)
         return _add_bias(self.conv2.convolve(s, bias=False), self.conv2.conv.bias, residual=x)
-
-    def tail_in_one(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """`tail_in_passes` as one kernel (`fused_unit_tail`)."""
-        conv2 = self.conv2.conv
-        return fused_unit_tail.unit_tail(h, x, conv2.weight, self.conv1.conv.bias, self.act2.alpha, self.act2.beta,
-                                         conv2.bias, _SNAKE_EPSILON)
 
 
 class VocoderBlock(nn.Module):

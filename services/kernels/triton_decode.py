@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from services.model.triton_support import tl, triton
+from services.kernels.triton_support import tl, triton
 
 
 if triton is not None:
@@ -84,9 +84,7 @@ def decode_attention(q: torch.Tensor, pool: torch.Tensor, layer: int, tables: to
     `token_rows` [T] the table row of each token (None: token t reads row t, one token per row as in decode).
     `block_n` (cache entries a loop step reads) and `num_warps` are the launch's tuning knobs
     (`loadtest/gpu/decode_attention_tuning.py` times them on the GPU). The defaults are that sweep's best at the
-    0.6B talker's shapes on an H200 (64 rows, 64-512 cached tokens; 2026-12-03): one warp and 32 entries a step,
-    29-35% faster than four warps (e.g. 39.8 against 56.2 us a launch at 256 tokens;
-    `decode_attention_tuning_h200_2026-12-03_a45f4ef.json`).
+    0.6B talker's shapes (64 rows, 64-512 cached tokens): one warp and 32 entries a step.
     """
     rows, num_heads, head_dim = q.shape
     block_size, kv_heads = pool.shape[3], pool.shape[4]

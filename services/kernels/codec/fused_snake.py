@@ -1,9 +1,8 @@
 """SnakeBeta as one Triton kernel on CUDA: `x + sin(x * e^alpha)^2 / (e^beta + eps)` in one read and one write.
 
 The torch form is five launches over the whole activation (a broadcast multiply that takes torch's slow generic
-elementwise path, the sine, the square, the scale, the add), and the vocoder runs 29 activations at audio rate: on
-the H200 they were 40% of a graphed codec call (64 streams x 8 frames: 16.5 of 41.6 ms,
-`loadtest/gpu/gpu_codec_slots.py`'s kernel table). Here each element is read once and the arithmetic is float32,
+elementwise path, the sine, the square, the scale, the add), and the vocoder runs 29 activations at audio rate, a
+large share of a graphed codec call (`loadtest/gpu/gpu_codec_slots.py`'s kernel table). Here each element is read once and the arithmetic is float32,
 rounded once to the activation's dtype (the torch form rounds after every step in bf16, so the two agree to the
 dtype's precision, not bit for bit; the codec's parity criterion is in tests/unit/test_codec_parity.py). Off CUDA the
 torch form in `vocoder.SnakeBeta` serves; the CPU tests check this kernel under Triton's interpreter.
@@ -13,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from services.model.codec import layout
-from services.model.triton_support import tl, triton
+from services.kernels.codec import layout
+from services.kernels.triton_support import tl, triton
 
 if triton is not None:
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from services.model import fused_gumbel
-from services.model.triton_support import tl, triton
+from services.kernels import fused_gumbel
+from services.kernels.triton_support import tl, triton
 
 if triton is not None:
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from services.model.triton_support import tl, triton
+from services.kernels.triton_support import tl, triton
 
 
 if triton is not None:
-    from services.model.fused_qk_norm_rope import norm_rope_head
+    from services.kernels.fused_qk_norm_rope import norm_rope_head
 
     @triton.jit
     def _norm_rope_kernel(x_ptr, weight_ptr, positions_ptr, inv_freq_ptr, out_ptr, stride_token, stride_head,

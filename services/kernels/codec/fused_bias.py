@@ -1,8 +1,8 @@
 """A convolution's bias (and the residual after it) as one Triton pass on CUDA: `residual + (y + bias)`.
 
 torch adds a cuDNN convolution's bias in a pass of its own, a broadcast over [B, C, 1, T] that takes torch's generic
-elementwise path (a third of the bandwidth): on the H200, 64 streams x 8 frames, those adds were 4.9 of a 25-ms codec
-call, and the residual adds after them another 0.9 (`loadtest/gpu/gpu_codec_slots.py`'s op table). Here the
+elementwise path (a third of the bandwidth), and the residual add after it another (`loadtest/gpu/gpu_codec_slots.py`'s
+op table shows their share of a codec call). Here the
 convolution runs without its bias and this kernel adds it, with the residual when one follows, in one read of each
 input and one write. Each sum is rounded to the dtype as the separate adds round it, so the result is the torch
 form's, bit for bit. Off CUDA the torch form serves; the CPU tests check this kernel under Triton's interpreter.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from services.model.codec import layout
-from services.model.triton_support import tl, triton
+from services.kernels.codec import layout
+from services.kernels.triton_support import tl, triton
 
 if triton is not None:
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from services.model.triton_support import tl, triton
+from services.kernels.triton_support import tl, triton
 
 BLOCK = 1024
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.model.triton_support import tl, triton
+from services.kernels.triton_support import tl, triton
 
 
 @dataclass(frozen=True, slots=True)

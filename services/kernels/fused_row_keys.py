@@ -1,4 +1,4 @@
-"""`sampling.row_keys` in one Triton launch: each row's two 32-bit hash lanes of (seed, frame).
+"""`sampling.row_keys` in one Triton launch (`sampling.row_keys_into` takes it on CUDA): each row's two 32-bit hash lanes of (seed, frame).
 
 The torch form is ~100 elementwise operations on a [B] tensor (the 32-bit multiplies emulated in 16-bit halves);
 inside the sampling graph each would be a kernel of its own, and on the host the numpy form costs a few hundred
@@ -8,12 +8,10 @@ keys are equal to the bit.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from services.model import fused_gumbel
-from services.model.triton_support import compiles_for, tl, triton
+from services.kernels import fused_gumbel
+from services.kernels.triton_support import tl, triton
 
 if triton is not None:
 
@@ -42,24 +40,16 @@ if triton is not None:
 
 
 def row_keys(seed: torch.Tensor, frame: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """int64 [B, 2], equal to `sampling.row_keys(seed, frame)`: the fused kernel where it compiles for the device
-    (or under the interpreter, for `seed` on the CPU), else the torch form. seed and frame: int64 [B], any stride;
-    `out`: where to write them (int64 [B, 2], any strides, e.g. two columns of a wider table), returned."""
-    from services.model import sampling  # sampling imports the fused kernels; the constants live there
-
+    """int64 [B, 2], equal to `sampling.row_keys(seed, frame)` (on the CPU only under Triton's interpreter). seed and
+    frame: int64 [B], any stride; `out`: where to write them (int64 [B, 2], any strides, e.g. two columns of a wider
+    table), returned."""
     rows = int(seed.shape[0])
     if out is None:
         out = torch.empty((rows, 2), dtype=torch.int64, device=seed.device)
-    if triton is None or not (compiles_for(seed.device) or _interpreting()):
-        return out.copy_(sampling.row_keys(seed, frame))
     if rows == 0:
         return out
     block = 64
     _row_keys_kernel[(triton.cdiv(rows, block),)](
         seed, frame, out, rows, seed.stride(0), frame.stride(0), out.stride(0), out.stride(1),
-        *sampling._LANE_SEEDS, *sampling._FIELD_SALTS[:3], *fused_gumbel.HASH_MULTIPLIERS, BLOCK=block)
+        *fused_gumbel.LANE_SEEDS, *fused_gumbel.FIELD_SALTS[:3], *fused_gumbel.HASH_MULTIPLIERS, BLOCK=block)
     return out
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"

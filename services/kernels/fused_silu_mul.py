@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from services.model.triton_support import tl, triton
+from services.kernels.triton_support import tl, triton
 
 BLOCK = 1024
 """Columns a program handles: rows are split across programs along their width as well."""

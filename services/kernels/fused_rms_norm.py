@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from services.model.skinny_linear import SplitSum
-from services.model.triton_support import tl, triton
+from services.kernels.skinny_linear import SplitSum
+from services.kernels.triton_support import tl, triton
 
 
 if triton is not None:

@@ -10,32 +10,24 @@ reads them; the first program of each kv head group stores the new keys and valu
 `small_attention_projected` takes the fused q/k/v projection's output instead and norms and rotates q and k itself
 (`fused_qk_norm_rope.norm_rope_head`, the same arithmetic as the separate launch): one launch a layer, not two.
 
-Off CUDA the torch form serves; the CPU tests check this kernel under Triton's interpreter. Where it runs, the loader
-checks it once against the torch form on the model's device (`check`) and falls back to the torch form, saying so,
-should it fail there.
+The torch form and the start-up check that compares the two on the model's device are the model's
+(`services/model/small_attention.py`); the CPU tests check this kernel under Triton's interpreter.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
-from torch.nn import functional as F
 
-from services.model.triton_support import tl, triton
-
-log = logging.getLogger(__name__)
+from services.kernels.triton_support import tl, triton
 
 NUM_WARPS = 1
-"""Warps per program (one row and query head: a [16, head_dim] tile); loadtest/gpu/small_attention_warps.py times
-the choices on the GPU."""
+"""Warps per program (one row and query head: a [16, head_dim] tile)."""
 
-_refused: set[tuple[str, torch.dtype]] = set()
-"""(device, dtype) where the start-up check failed: the torch form serves there."""
 
 if triton is not None:
-    from services.model.fused_qk_norm_rope import norm_rope_head
+    from services.kernels.fused_qk_norm_rope import norm_rope_head
 
     @triton.jit
     def _small_attention_kernel(q_ptr, k_ptr, v_ptr, cache_ptr, out_ptr, start, scale,
@@ -150,90 +142,3 @@ def _launch(cache: torch.Tensor, start: int, q: torch.Tensor, k: torch.Tensor, v
         inv_freq, NUM_NEW=num_new, GROUP=heads // kv_heads, HEAD_DIM=head_dim,
         MAX_LEN=triton.next_power_of_2(max_len), PROJECTED=norms is not None, num_warps=num_warps)
     return out
-
-
-def torch_form(cache: torch.Tensor, start: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               scale: float) -> torch.Tensor:
-    """What `small_attention` computes, in torch (the path off CUDA, and the check's reference)."""
-    num_new = q.shape[1]
-    end = start + num_new
-    cache[0, :, :, start:end] = k.transpose(1, 2)
-    cache[1, :, :, start:end] = v.transpose(1, 2)
-    out = F.scaled_dot_product_attention(
-        q.transpose(1, 2), cache[0, :, :, :end], cache[1, :, :, :end], is_causal=start == 0 and num_new > 1,
-        scale=scale, enable_gqa=k.shape[2] != q.shape[2])
-    return out.transpose(1, 2)
-
-
-def serves(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the kernel serves tensors of `dtype` on `device` (CUDA, and not refused by `check`)."""
-    return triton is not None and device.type == "cuda" and (str(device), dtype) not in _refused
-
-
-def check(device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, max_len: int) -> bool:
-    """Run the kernel once against the torch form on `device` (at load time, before any graph is captured); on an
-    error or a mismatch, refuse it there (the torch form serves) and say so. Returns whether it serves."""
-    return serves(device, dtype) and _verified(device, dtype, heads, kv_heads, head_dim, max_len)
-
-
-def reference_heads(qkv: torch.Tensor, num_heads: int, head_dim: int,
-                    norms: HeadNorms) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q and k [B, n, H, D] normed and rotated by the torch form (the layers' arithmetic), and v, from qkv [B, n,
-    width]: what `small_attention_projected` reads, made the way the layer made it before."""
-    from services.model.layers import Rope, apply_rope  # layers imports this module
-
-    kv_width = (qkv.shape[-1] - num_heads * head_dim) // 2
-    q, k, v = (part.view(*qkv.shape[:2], -1, head_dim)
-               for part in qkv.split((num_heads * head_dim, kv_width, kv_width), dim=-1))
-    cos, sin = Rope.tables_of(norms.positions, norms.inv_freq, qkv.dtype)
-
-    def normed_rotated(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
-        weight, eps = norm
-        wide = x.float()
-        return apply_rope(weight * (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype), cos, sin)
-
-    return normed_rotated(q, norms.q_norm), normed_rotated(k, norms.k_norm), v
-
-
-def _verified(device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int,
-              max_len: int) -> bool:
-    """Both kernel forms against the torch form on small random inputs; refused (and logged) on an error or a
-    difference past the dtype's tolerance."""
-    generator = torch.Generator(device=device).manual_seed(0)
-    qkv = torch.randn((3, 2, (heads + 2 * kv_heads) * head_dim), generator=generator, device=device).to(dtype)
-    norm_weights = [1 + 0.5 * torch.randn(head_dim, generator=generator, device=device).to(dtype) for _ in range(2)]
-    inv_freq = 1.0 / 1e6 ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
-    scale, worst = head_dim**-0.5, 0.0
-    try:
-        plain, projected, torch_cache = (torch.zeros((2, 3, kv_heads, max_len, head_dim), dtype=dtype, device=device)
-                                         for _ in range(3))
-        # The steps the code predictor runs: two tokens at position 0, then one that reads them from the cache. (A
-        # later step of two tokens is no case of it: the torch form is not causal there, the kernel is.)
-        for start, num_new in ((0, 2), (2, 1)):
-            step = qkv[:, :num_new]
-            norms = HeadNorms((norm_weights[0], 1e-6), (norm_weights[1], 1e-6),
-                              torch.arange(start, start + num_new, device=device), inv_freq)
-            q, k, v = reference_heads(step, heads, head_dim, norms)
-            want = torch_form(torch_cache, start, q, k, v, scale)
-            for got, cache in ((small_attention(plain, start, q, k, v, scale), plain),
-                               (small_attention_projected(projected, start, step, heads, norms, scale), projected)):
-                worst = max(worst, relative(got, want), relative(cache, torch_cache))
-    except Exception:  # noqa: BLE001 - a kernel that cannot run here must not take the replica down
-        log.exception("the fused code-predictor attention failed its start-up check on %s; the torch form serves",
-                      device)
-        _refused.add((str(device), dtype))
-        return False
-    # bfloat16: q and k rounded a step apart move the softmax by a few percent; a wrong kernel is off by its whole size
-    tolerance = 1e-4 if dtype == torch.float32 else 0.1
-    if worst > tolerance:
-        log.warning("the fused code-predictor attention differs from the torch form by %.3g of its largest value on "
-                    "%s (tolerance %g); the torch form serves", worst, device, tolerance)
-        _refused.add((str(device), dtype))
-        return False
-    return True
-
-
-def relative(got: torch.Tensor, want: torch.Tensor) -> float:
-    """The largest difference over the largest value of `want`: the normed and rotated heads reach a few units, where
-    bfloat16's rounding steps (which the kernel and torch's sin and cos take differently) are a few hundredths."""
-    return float((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30))

@@ -1,8 +1,7 @@
-"""Triton where it is installed, and the one rule for when the model's fused kernels run.
+"""The kernels' support module: Triton where it is installed, and the one rule for when the fused kernels run.
 
-Fused kernels serve CUDA tensors; everywhere else the plain torch form they replace is the path (the CPU tests check
-each kernel against that form under Triton's interpreter, in a process of their own: the interpreter is chosen when
-Triton is imported).
+Fused kernels serve CUDA tensors; everywhere else the model's plain torch form is the path (the CPU tests check each
+kernel against that form under Triton's interpreter, in a process that imported Triton with it on).
 """
 
 from __future__ import annotations

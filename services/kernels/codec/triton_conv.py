@@ -1,10 +1,8 @@
 """The vocoder's dilated causal convolutions as one Triton implicit-GEMM kernel on CUDA.
 
-A residual unit's k=7 dilated convolution is most of the codec's device time: ~6 of a ~12-ms graphed call of 64
-streams x 8 frames on the H200, cuDNN's channels-last kernels reaching 180-360 TFLOP/s on ~130-170 GFLOP a unit
-(`loadtest/gpu/codec_ops_bench.py`, 2026-12-02: 695 us for the last block's 96-channel units, whose products are
-127 GFLOP), a quarter to under half of the card's peak. The convolution is a matrix product whose operand rows are
-the input shifted by each tap: output row (b, t) = sum over taps j of input row (b, t + j * dilation) times the tap's
+A residual unit's k=7 dilated convolution is most of the codec's device time, and cuDNN's channels-last kernels
+reach well under half of the card's peak on it. The convolution is a matrix product whose operand rows are the input
+shifted by each tap: output row (b, t) = sum over taps j of input row (b, t + j * dilation) times the tap's
 [C_in, C_out] weight. Here a program owns BLOCK_M output rows and BLOCK_N output channels, and for each tap loads
 its rows of the input (channels dense, so each row is one contiguous read) and the tap's weight tile, and
 accumulates their products on the tensor cores in float32; the input's rows are read once per tap, from L2 after
@@ -12,32 +10,22 @@ the first.
 
 The input is the convolution's buffer with its history in front (`StreamingConv._with_history_written`), so the
 streaming logic is untouched. The weight is laid out tap-major ([taps, C_in, C_out]) per call, a copy of a few MB, as
-`causal_conv.channels_last_weight` does for cuDNN. On by default on CUDA (`VOXMESH_TRITON_CONV=0` switches it off);
-the CPU tests check it under Triton's interpreter.
+`causal_conv.channels_last_weight` does for cuDNN. The model takes it on CUDA where the `triton_conv` setting allows
+(on by default); the CPU tests check it under Triton's interpreter.
 
-Where it serves is the card's answer (`codec_ops_bench`, H200, 64 streams x 8 frames, 2026-12-04, against cuDNN's
-channels-last kernels, the serving form): the 384-, 192- and 96-channel units 326 / 424 / 386 us against 473 / 682 /
-697, the output conv 162 against 227; the first block's 768-channel units lost at dilation 1 (272 against 217) and
-won by 11% at 9, so they stay with cuDNN (`MAX_CHANNELS`), as do the latent-rate convs (the GEMM form, 9-96 us).
-In the graphed 64 x 8 codec call that is 13.66 -> 12.97 ms, and the slot decoder's warm-up 102 -> 35 s (cuDNN's
-benchmark mode no longer searches the audio-rate convs); in the whole mesh at c=64, three same-lease pairs, the
-vocoder's call p50 12.2-12.7 -> 10.2-11.9 ms, the mesh serving after 23-27 s instead of 47-53 (once Triton's
-compile cache is warm: a fresh machine's first mesh took 53-56 s), audio-s/s 537.97 / 549.59 / 540.22 without
-against 569.43 / 539.81 / 542.72 with (loadtest/RESULTS-GPU.md, 2026-12-04).
+Where it serves is the card's answer (`loadtest/gpu/codec_ops_bench.py` against cuDNN's channels-last kernels; the
+figures are in loadtest/RESULTS-GPU.md): the 384-, 192- and 96-channel units and the output conv; the first block's
+768-channel units stay with cuDNN (`MAX_CHANNELS`), as do the latent-rate convs (the GEMM form).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
-from services.model.codec import layout
-from services.model.triton_support import dot_precision, tl, triton
-
-SWITCHED_ON = os.environ.get("VOXMESH_TRITON_CONV", "1") == "1"
-"""Whether the vocoder's multi-tap convolutions run here where they can (`VOXMESH_TRITON_CONV=0`: cuDNN's)."""
+from services.kernels.codec import layout
+from services.kernels.triton_support import dot_precision, tl, triton
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +44,7 @@ MAX_CHANNELS = 384
 
 
 def tile_for(c_in: int, c_out: int) -> ConvTile:
-    """The launch shape that won on the H200 for a conv of these channels (the module's note): 64-channel reduction
+    """The launch shape that won on the card for a conv of these channels (the module's note): 64-channel reduction
     steps where the inputs are many, 32 for the last block's 96, narrow columns for the one-channel output conv."""
     if c_out < 16:
         return ConvTile(block_m=128, block_n=64, block_k=32, num_warps=4)
@@ -94,9 +82,10 @@ if triton is not None:
 
 
 def serves(full: torch.Tensor, weight: torch.Tensor, groups: int) -> bool:
-    """Whether `causal_conv` takes this convolution: switched on, ungrouped, more than one tap, at most `MAX_CHANNELS`
+    """Whether `causal_conv` takes this convolution (whether it may is the caller's choice: the `triton_conv`
+    setting): ungrouped, more than one tap, at most `MAX_CHANNELS`
     input channels, an input buffer the fused kernels read (`layout.readable`), channels that match."""
-    return (SWITCHED_ON and groups == 1 and weight.dim() == 3 and weight.shape[2] > 1 and full.dim() == 3
+    return (groups == 1 and weight.dim() == 3 and weight.shape[2] > 1 and full.dim() == 3
             and full.shape[1] == weight.shape[1] <= MAX_CHANNELS and layout.readable(full))
 
 

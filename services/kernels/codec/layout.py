@@ -2,7 +2,7 @@
 
 Samples dense (stride 1 on T, torch's default) is what torch's 1-D convolutions make; channels dense (stride 1 on C,
 "channels-last") is what cuDNN's fast convolution kernels read and write, so an activation kept channels-dense skips
-the two transposes cuDNN otherwise adds around every convolution (on the H200, 3.1 of a 16.7-ms codec call). The
+the two transposes cuDNN otherwise adds around every convolution. The
 fused kernels read either; a program's tile runs along whichever axis is dense, so its loads stay coalesced.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from services.model.triton_support import tl, triton
+from services.kernels.triton_support import tl, triton
 
 TILE = 1024
 """Elements a fused kernel's program handles."""

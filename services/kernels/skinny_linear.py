@@ -1,29 +1,27 @@
 """`x @ w.T` for a few rows (a decode step's, <= 64) in Triton: fewer launches for the projections of a step.
 
-At 64 rows a projection reads its weight once and does little arithmetic with it. On an H200 each takes a fixed
-~3.4 us (its launch, ramp and tail) plus its weight's bytes at the card's rate, whichever library runs it (cuBLAS,
-cuBLASLt or TunableOp's pick); cuBLAS runs the narrow outputs (o_proj and down_proj: 1024 columns, too few tiles to
-occupy the card) split, with a reduce launch of its own (loadtest/RESULTS-GPU.md, 2026-12-03, seventh session). What
-a step can save is launches.
+At 64 rows a projection reads its weight once and does little arithmetic with it: its time is a fixed cost (launch,
+ramp and tail) plus its weight's bytes at the card's rate, whichever library runs it, and cuBLAS runs the narrow
+outputs (o_proj and down_proj: too few tiles to occupy the card) split, with a reduce launch of its own. What a step
+can save is launches (the measurements are in loadtest/RESULTS-GPU.md).
 
 Here a program owns `BLOCK_N` output columns of all rows and a slice of the reduction; with `split_k` > 1 the
 slices' float32 partial sums go to a workspace [split_k, rows, N] and a second launch adds them and rounds to the
 output dtype. A layer's o_proj and down_proj skip that launch: their output is only ever added to the residual stream
 by the norm that follows (`DecoderLayer.forward_deferred`), so `deferred_linear` hands that norm the partial sums
 (`SplitSum`) and it adds them itself (`fused_rms_norm.add_rms_norm`). `gated_silu` is the MLP's gate/up projection
-with `silu(gate) * up` in its epilogue (VOXMESH_GATED_GEMM=0 switches it off). Off CUDA
+with `silu(gate) * up` in its epilogue (the `gated_gemm` setting chooses it). Off CUDA
 the torch form serves; the CPU tests check the kernels under Triton's interpreter.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from services.model.triton_support import compiles_for, tl, triton
+from services.kernels.triton_support import compiles_for, tl, triton
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +97,8 @@ MAX_ROWS = 64
 """The most rows the kernels serve: a decode step's at the engine's usual 64 streams."""
 
 DEFERRED = SkinnyConfig(block_n=32, block_k=128, split_k=4, num_warps=4, num_stages=4)
-"""The launch of a deferred projection: the fastest for o_proj (1024 x 2048) and down_proj (1024 x 3072) at 16 and 64
-rows on the H200 (`loadtest/gpu/skinny_linear_sweep.py`)."""
+"""The launch of a deferred projection: the sweep's fastest for o_proj (1024 x 2048) and down_proj (1024 x 3072) at 16
+and 64 rows (`loadtest/gpu/skinny_linear_sweep.py`)."""
 DEFERRED_MAX_OUT = 2048
 """Wider outputs have tiles enough to fill the card unsplit: cuBLAS serves them as fast (the same sweep)."""
 
@@ -161,16 +159,13 @@ def partial_sums(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig) ->
 
 GATED = SkinnyConfig(block_n=32, block_k=128, split_k=1, num_warps=4, num_stages=4)
 """The gated launch: 32 columns of gate and of up a program (the 64 a program of the fastest gate/up shape)."""
-GATED_ON = os.environ.get("VOXMESH_GATED_GEMM", "1") == "1"
-"""Whether the gated kernel serves where it can (`VOXMESH_GATED_GEMM=0`: the GEMM, then `silu * up`). On an H200 it
-took the engine's graphs at batch 64 from 1.06 + 2.96 to 1.02 + 2.87 ms (loadtest/RESULTS-GPU.md, 2026-12-04)."""
 
 
 def serves_gated(x: torch.Tensor, gate_up: torch.Tensor) -> bool:
-    """Whether `gated_silu` serves `silu(x @ gate.T) * (x @ up.T)` for the fused gate/up weight [2I, K]: switched on,
-    on CUDA, at most `MAX_ROWS` rows, whole tiles."""
+    """Whether `gated_silu` serves `silu(x @ gate.T) * (x @ up.T)` for the fused gate/up weight [2I, K]: on CUDA, at
+    most `MAX_ROWS` rows, whole tiles (whether it may is the caller's choice: the `gated_gemm` setting)."""
     half = gate_up.shape[0] // 2
-    return (GATED_ON and compiles_for(x.device) and half % GATED.block_n == 0
+    return (compiles_for(x.device) and half % GATED.block_n == 0
             and fits(x, gate_up, GATED))
 
 

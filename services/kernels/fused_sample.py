@@ -18,14 +18,10 @@ the result is defined whatever the ties, and a row's token depends on nothing bu
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
-from services.model import fused_gumbel
-from services.model.triton_support import tl, triton
-
-log = logging.getLogger(__name__)
+from services.kernels import fused_gumbel
+from services.kernels.triton_support import tl, triton
 
 MAX_VOCAB = 16384
 """The widest row one program holds in registers; wider rows keep the torch form's path."""
@@ -108,44 +104,9 @@ if triton is not None:
         tl.store(out_ptr + row, tl.where(is_sampled, drawn, greedy).to(tl.int64))
 
 
-_refused: set[str] = set()
-"""Devices where the start-up check failed: the torch form serves there."""
-
-
-def covers(vocab_size: int, device: torch.device) -> bool:
-    """Whether `sample` takes rows of `vocab_size` logits on `device` (one program holds a whole row, and the
-    start-up check did not refuse the kernel there)."""
-    return 0 < vocab_size <= MAX_VOCAB and str(device) not in _refused
-
-
-def check(device: torch.device, vocab_sizes: tuple[int, ...]) -> bool:
-    """Draw with the kernel and with the torch form on `device` (at load time, before any graph is captured): bf16
-    logits with ties at the cut, mixed top_k and temperatures, greedy rows; on an error or a single different token,
-    refuse the kernel there (the torch form serves) and say so. Returns whether it serves."""
-    from services.model import sampling
-
-    generator = torch.Generator().manual_seed(5)
-    params = [sampling.SamplingParams(temperature=t, top_k=k, top_p=1.0)
-              for t, k in ((0.9, 50), (0.0, 50), (1.3, 5), (0.7, 0), (0.9, 1), (0.5, 100))]
-    try:
-        for vocab_size in vocab_sizes:
-            rows = sampling.RowSampling.build(params, list(range(len(params))), [3] * len(params), device)
-            logits = (4 * torch.randn((len(params), vocab_size), generator=generator)).to(torch.bfloat16)
-            for codebook in (0, 9):
-                got = sample(logits.to(device), rows.temperature, rows.top_k, rows.keys,
-                             sampling._codebook_salts(codebook)).cpu()
-                cpu_rows = sampling.RowSampling.build(params, list(range(len(params))), [3] * len(params))
-                want = sampling.sample(logits, cpu_rows, codebook)  # the torch form (the CPU never takes the kernel)
-                if not torch.equal(got, want):
-                    log.warning("the fused sampler drew %s where the torch form drew %s on %s; the torch form "
-                                "serves", got.tolist(), want.tolist(), device)
-                    _refused.add(str(device))
-                    return False
-    except Exception:  # noqa: BLE001 - a kernel that cannot run here must not take the replica down
-        log.exception("the fused sampler failed its start-up check on %s; the torch form serves", device)
-        _refused.add(str(device))
-        return False
-    return True
+def covers(vocab_size: int) -> bool:
+    """Whether `sample` takes rows of `vocab_size` logits (one program holds a whole row)."""
+    return 0 < vocab_size <= MAX_VOCAB
 
 
 def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, keys: torch.Tensor,

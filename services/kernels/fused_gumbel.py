@@ -7,12 +7,15 @@ operations, the multiplies emulated in 16-bit halves), so the fused draw's noise
 
 from __future__ import annotations
 
-
-from services.model.triton_support import tl, triton
+from services.kernels.triton_support import tl, triton
 
 HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
 """The mixer's multipliers ('lowbias32'), as `sampling._hash32` uses them; passed as arguments so that the
 kernel sees them as 64-bit values, never as a signed 32-bit literal."""
+LANE_SEEDS = (0x9E3779B9, 0x85EBCA6B)
+"""Distinct odd constants that decorrelate the two hash lanes of a row key (`sampling.row_keys`)."""
+FIELD_SALTS = (0x27D4EB2F, 0x165667B1, 0xC2B2AE3D, 0x61C88647)
+"""Distinct odd constants that decorrelate the fields of a key (seed low, seed high, frame; codebook)."""
 
 
 
