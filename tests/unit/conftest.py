@@ -13,7 +13,10 @@ import os
 import pytest
 
 # Programs a unit test may run: static analysis over the source tree, no server, no network.
-STATIC_CHECKERS = {"lint-imports": "import-linter's contracts (tests/unit/test_architecture.py)"}
+STATIC_CHECKERS = {
+    "lint-imports": "import-linter's contracts (tests/unit/test_architecture.py)",
+    "git": "the tracked files that the README's folder tree must list (tests/unit/test_readme_architecture.py)",
+}
 
 
 class TierViolation(RuntimeError):
