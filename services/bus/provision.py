@@ -19,6 +19,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from messages.streams import BucketSpec, BusConfig, ConsumerSpec, ObjectStoreSpec, StreamSpec
+from services.bus.ack_retry import retrying
 from services.bus.errors import NotProvisioned, ProvisionConflict
 
 log = logging.getLogger(__name__)
@@ -40,13 +41,17 @@ def object_store_stream(store: str) -> str:
 
 async def provision(js: JetStreamContext, config: BusConfig) -> None:
     """Create or update the streams, the consumers and the bucket of `config`."""
+    # Each step is idempotent, so a step that meets a cluster still forming (503: no meta leader yet, or too few
+    # servers known for N replicas) or a reconnect is simply tried again.
+    replicas = config.stream_replicas
     for stream in config.streams():
-        await _ensure_stream(js, stream, config.stream_replicas)
+        await retrying(lambda: _ensure_stream(js, stream, replicas), f"provision stream {stream.name}")
     for consumer in config.consumers():
-        await js.add_consumer(consumer.stream, consumer_config(consumer))
-    await _ensure_bucket(js, config.bucket(), config.stream_replicas)
+        await retrying(lambda: js.add_consumer(consumer.stream, consumer_config(consumer)),
+                       f"provision consumer {consumer.durable}")
+    await retrying(lambda: _ensure_bucket(js, config.bucket(), replicas), "provision the bucket")
     for store in config.object_stores():
-        await _ensure_object_store(js, store, config.stream_replicas)
+        await retrying(lambda: _ensure_object_store(js, store, replicas), f"provision object store {store.name}")
     log.info("provisioned streams %s, %d consumers, bucket %s, object stores %s, %d replica(s) each",
              [s.name for s in config.streams()], len(config.consumers()), config.bucket().name,
              [o.name for o in config.object_stores()], config.stream_replicas)

@@ -24,6 +24,9 @@ from services.runtime.settings_schema import setting
 class ProvisionSettings(CommonSettings):
     max_queued_requests: int = setting(256, "bound of the REQUESTS queue; beyond it the gateway answers 429")
     storage: str = setting("file", "JetStream storage for streams and bucket", choices=("file", "memory"))
+    stream_replicas: int = setting(1, "copies of every stream, the KV bucket and the object stores, each on its own "
+                                   "server of a JetStream cluster (3 or 5 on a cluster: a quorum stores every "
+                                   "publish); an existing one is changed in place")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -57,14 +60,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_lib.resolve(ProvisionSettings, args)
         config = BusConfig(models=(settings.model_name,), num_partitions=settings.num_partitions,
-                           max_queued_requests=settings.max_queued_requests, storage=settings.storage)
+                           max_queued_requests=settings.max_queued_requests, storage=settings.storage,
+                           stream_replicas=settings.stream_replicas)
     except (settings_lib.SettingsError, InvalidConfig) as error:
         print(f"voxmesh provision: {error}", file=sys.stderr)
         return 2
     if args.create_model_if_missing and settings.model_dir:
         _create_model(Path(settings.model_dir))
     asyncio.run(_provision(settings, config))
-    print(f"provisioned {settings.nats_url}: model {settings.model_name}, {settings.num_partitions} partitions")
+    print(f"provisioned {settings.nats_url}: model {settings.model_name}, {settings.num_partitions} partitions, "
+          f"{settings.stream_replicas} replica(s)")
     return 0
 
 

@@ -20,6 +20,10 @@ def settings_markdown() -> str:
         else:
             parts += [f"\n### {name}\n", f"Every {parent} setting above, and:\n",
                       markdown_table(cls, skip=settings[parent])]
+    from services.cli.provision import ProvisionSettings
+
+    parts += ["\n### provision\n", "`voxmesh provision` (the one administrative step): every setting of \"every service\" "
+              "above, and:\n", markdown_table(ProvisionSettings, skip=CommonSettings)]
     return "\n".join(parts) + "\n"
 
 
