@@ -50,7 +50,7 @@ DEFAULT_RETRY = AckRetry()
 def is_transient(exc: BaseException) -> bool:
     """Whether `exc` is what a publish meets during a leader election or a reconnect (worth the same retry)."""
     if isinstance(exc, APIError):  # before nats.errors.Error: every APIError is one, most are final
-        return exc.code == SERVICE_UNAVAILABLE
+        return getattr(exc, "code", None) == SERVICE_UNAVAILABLE  # some (KeyNotFoundError) never set it
     return isinstance(exc, (nats.errors.TimeoutError, asyncio.TimeoutError, nats.errors.NoRespondersError,
                             NoStreamResponseError, nats.errors.ConnectionReconnectingError))
 

@@ -12,6 +12,7 @@ from nats.js.kv import KeyValue
 from messages import DecodeError, decode, encode, subjects
 from messages.base import Message
 from messages.records import CancelRecord
+from services.bus.ack_retry import retrying
 from services.bus.errors import OwnershipConflict
 
 log = logging.getLogger(__name__)
@@ -27,9 +28,12 @@ class Versioned(Generic[R]):
 
 
 async def read_record(kv: KeyValue, key: str, kind: type[R]) -> Versioned[R] | None:
-    """The current record under `key`, or None when absent or deleted. DecodeError if it is not a `kind`."""
+    """The current record under `key`, or None when absent or deleted. DecodeError if it is not a `kind`.
+
+    From the bucket's stream leader when `kv` comes from `open_bucket` (fencing decides on these reads); retried
+    through a leader election or a reconnect (`ack_retry`)."""
     try:
-        entry = await kv.get(key)
+        entry = await retrying(lambda: kv.get(key), f"read {key}")
     except KeyNotFoundError:
         return None
     if entry.value is None or entry.revision is None:

@@ -152,7 +152,7 @@ async def open_bucket(js: JetStreamContext, name: str = "voxmesh") -> KeyValue:
     leader answers, from the state it acknowledged writes from. Writes are compare-and-set on the leader either way.
     """
     try:
-        await js.key_value(name)  # that it exists, and is a bucket
+        await retrying(lambda: js.key_value(name), f"open bucket {name}")  # that it exists, and is a bucket
     except BucketNotFoundError as exc:
         raise NotProvisioned(f"KV bucket {name!r} does not exist: run `voxmesh provision` or `voxmesh up`") from exc
     return KeyValue(name=name, stream=bucket_stream(name), pre=f"$KV.{name}.", js=js,
