@@ -34,12 +34,15 @@ SERVICE_UNAVAILABLE = 503
 
 @dataclass(frozen=True, slots=True)
 class AckRetry:
-    """How long one publish is tried before its error is raised: at most `attempts` tries and `total_s` seconds.
+    """How long one publish is tried before its error is raised: at most `attempts` tries and `total_s` seconds (an
+    attempt begun in time may run its own timeout past them).
 
     The default rides out a stream leader's election after a kill (the survivors wait out an election timeout of a
-    few seconds before voting) and a client's reconnect to another server."""
+    few seconds before voting; until one wins, no server listens on the stream's subjects, and every attempt is
+    answered "no responders" at once: so time, not the count, is the usual bound) and a client's reconnect to another
+    server."""
 
-    attempts: int = 8
+    attempts: int = 40
     total_s: float = 30.0
     backoff: Backoff = Backoff(base_s=0.1, max_s=2.0)
 

@@ -73,18 +73,34 @@ async def current_records(kv: KeyValue, pattern: str, kind: type[R], *, timeout_
 async def write_record(kv: KeyValue, key: str, record: R, *, expected: Versioned | None) -> Versioned[R]:
     """Compare-and-set: create when `expected` is None, else update only if the key is still at its revision.
 
-    Raises OwnershipConflict when someone else wrote the key first.
+    A write that meets a leader election or a reconnect is retried (`ack_retry`); if an earlier attempt had landed
+    (its ack lost), the retry is refused as a conflict, and the key's value, read from the leader, shows the write
+    was ours (a record carries its writer and time, so no other writer's value is equal). Raises OwnershipConflict
+    when someone else wrote the key first.
     """
     data = encode(record)
-    try:
+
+    async def write_once() -> int:
         if expected is None:
-            revision = await kv.create(key, data)
-        else:
-            revision = await kv.update(key, data, last=expected.revision)
+            return await kv.create(key, data)
+        return await kv.update(key, data, last=expected.revision)
+
+    try:
+        return Versioned(record, await retrying(write_once, f"write {key}"))
     except KeyWrongLastSequenceError as exc:
+        landed = await _revision_if_ours(kv, key, data)
+        if landed is not None:
+            return Versioned(record, landed)
         raise OwnershipConflict(f"{key} changed under us (expected revision "
                                 f"{expected.revision if expected else 'none'}): another writer won") from exc
-    return Versioned(record, revision)
+
+
+async def _revision_if_ours(kv: KeyValue, key: str, data: bytes) -> int | None:
+    try:
+        entry = await retrying(lambda: kv.get(key), f"read {key}")
+    except KeyNotFoundError:
+        return None
+    return entry.revision if entry.value == data else None
 
 
 async def cancel_request(kv: KeyValue, record: CancelRecord) -> None:
