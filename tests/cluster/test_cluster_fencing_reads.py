@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass
 
 from messages import encode, subjects
+from messages.permissions import JS_API
 from messages.records import Lease
 from messages.streams import BUCKET, CODES_STREAM, BusConfig
 from services.bus import provision
@@ -23,7 +24,6 @@ from services.bus.provision import bucket_stream, open_bucket
 from tests.support.nats_cluster import ELECTION_TIMEOUT_S, client
 
 CONFIG = BusConfig(models=("tiny",), num_partitions=1, stream_replicas=3)
-JS_API = "$JS.API"
 WRITES = 20
 CODES_SUBJECT = subjects.codes(0, "req-lag")
 
