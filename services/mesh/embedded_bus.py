@@ -21,7 +21,6 @@ from services.bus.embedded_cluster import EmbeddedCluster, wait_for_jetstream
 from services.bus.nats_auth import NatsAuth
 from services.mesh.tls_dir import TlsDir
 
-SERVER_CONFIG_NAME = "server.conf"
 CLUSTER_READY_TIMEOUT_S = 60.0
 
 
