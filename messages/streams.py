@@ -19,6 +19,7 @@ CODES_STREAM = "CODES"
 BUCKET = "voxmesh"
 
 HOUR_S = 3600.0
+MAX_REPLICAS = 5  # JetStream replicates a stream on at most 5 servers
 
 
 def requests_consumer(model: str) -> str:
@@ -104,6 +105,7 @@ class BusConfig:
     bucket_ttl_s: float = 24 * HOUR_S  # owner/cancel records outlive any request, then go
     ref_audio_ttl_s: float = HOUR_S  # a reference outlives its requests; a gateway stores it again when reused
     storage: Literal["file", "memory"] = "file"
+    stream_replicas: int = 1  # copies of every stream, the bucket and the object stores (a RAFT group of N servers)
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -120,6 +122,8 @@ class BusConfig:
         _require(self.duplicate_window_s <= self.codes_max_age_s, "duplicate_window_s", self.duplicate_window_s,
                  "<= codes_max_age_s")
         _require(self.storage in ("file", "memory"), "storage", self.storage, "'file' or 'memory'")
+        _require(1 <= self.stream_replicas <= MAX_REPLICAS, "stream_replicas", self.stream_replicas,
+                 f"between 1 and {MAX_REPLICAS} (JetStream's limit)")
 
     def streams(self) -> list[StreamSpec]:
         """REQUESTS (work queue, bounded, discard new), EVENTS and CODES (limits)."""

@@ -67,16 +67,19 @@ class EmbeddedNats:
     monitor_port: the HTTP monitoring port; None picks a free one.
     config_file: a nats-server configuration to load first (`voxmesh up` passes its users' authorization); the
     flags above win over it.
+    host: the address it listens on (clients and monitoring); loopback unless a test gives each server a host of its
+    own (a cluster across network namespaces).
     """
 
     def __init__(self, store_dir: Path | None = None, *, port: int | None = None, monitor_port: int | None = None,
                  name: str = "voxmesh", config_file: Path | None = None, ready_timeout_s: float = 30.0,
-                 stop_timeout_s: float = 10.0) -> None:
+                 stop_timeout_s: float = 10.0, host: str = HOST) -> None:
         self._store_dir = Path(store_dir) if store_dir is not None else None
         self._port = port
         self._monitor_port = monitor_port
         self._name = name
         self._config_file = config_file
+        self._host = host
         self._ready_timeout_s = ready_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._process: subprocess.Popen[str] | None = None
@@ -108,7 +111,7 @@ class EmbeddedNats:
             self._store_dir = Path(self._temp_dir)
         self._store_dir.mkdir(parents=True, exist_ok=True)
         config = ["-c", str(self._config_file)] if self._config_file is not None else []
-        command = [str(find_nats_server()), *config, "-js", "-sd", str(self._store_dir), "-a", HOST,
+        command = [str(find_nats_server()), *config, "-js", "-sd", str(self._store_dir), "-a", self._host,
                    "-p", _port_argument(self._port), "-m", _port_argument(self._monitor_port), "-n", self._name]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -121,6 +124,19 @@ class EmbeddedNats:
             raise NatsServerError(f"nats-server did not become ready in {self._ready_timeout_s}s:\n{tail}")
         log.info("nats-server ready at %s (monitoring %s, store %s)", self.url, self.monitor_url, self._store_dir)
         return self.url
+
+    def kill(self) -> None:
+        """End the server at once (SIGKILL: no flush, no goodbye to its peers), as a crash or a lost host would; the
+        store stays (stop() then tidies up, start() again would not reuse the port: see EmbeddedCluster.restart)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+    @property
+    def name(self) -> str:
+        """The server's name (`server_name`: what a stream's cluster info names as its leader)."""
+        return self._name
 
     def _read_log(self, stream: IO[str]) -> None:
         """Drain the server's log (so its pipe never fills); flag readiness; end when the process exits."""

@@ -8,13 +8,12 @@ carries our own Msg-Id the earlier attempt won and the publish counts as done.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-import nats.errors
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, NotFoundError
 
+from services.bus.ack_retry import DEFAULT_RETRY, AckRetry, publish_acked, retrying
 from services.bus.errors import WRONG_LAST_SEQUENCE_CODES
 
 log = logging.getLogger(__name__)
@@ -25,33 +24,29 @@ MSG_ID = api.Header.MSG_ID.value
 
 async def fenced_publish(js: JetStreamContext, subject: str, payload: bytes, *, stream: str, expected: int,
                          msg_id: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0,
-                         attempts: int = 3) -> api.PubAck | None:
+                         retry: AckRetry = DEFAULT_RETRY) -> api.PubAck | None:
     """Publish only if `subject`'s last sequence in `stream` is `expected` (0: no message yet).
 
     Returns the PubAck (duplicate=True when an earlier attempt of this same publish had landed), or None when the
-    server refused because another writer got there first. Retries on a lost ack with the same headers.
+    server refused because another writer got there first. A lost ack, a leader election or a reconnect (`ack_retry`)
+    is retried with the same headers; if the earlier attempt had landed, the retry is refused (the subject moved past
+    `expected`) and the subject's last message, read from the leader, shows it was ours.
     """
     all_headers = dict(headers or {})
     all_headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected)
     all_headers[MSG_ID] = msg_id
-    for attempt in range(attempts):
-        try:
-            return await js.publish(subject, payload, timeout=timeout_s, stream=stream, headers=dict(all_headers))
-        except APIError as exc:
-            if exc.err_code not in WRONG_LAST_SEQUENCE_CODES:
-                raise
-            return await _ack_if_ours(js, stream, subject, msg_id)
-        except (nats.errors.TimeoutError, asyncio.TimeoutError):
-            if attempt + 1 == attempts:
-                raise
-            log.warning("no ack for %s on %s (attempt %d); retrying with the same Msg-Id", msg_id, subject,
-                        attempt + 1)
-    return None  # unreachable: the loop returns or raises
+    try:
+        return await publish_acked(js, subject, payload, stream=stream, headers=all_headers, timeout_s=timeout_s,
+                                   retry=retry)
+    except APIError as exc:
+        if exc.err_code not in WRONG_LAST_SEQUENCE_CODES:
+            raise
+    return await retrying(lambda: _ack_if_ours(js, stream, subject, msg_id), f"read the last {subject}", retry)
 
 
 async def _ack_if_ours(js: JetStreamContext, stream: str, subject: str, msg_id: str) -> api.PubAck | None:
     try:
-        last = await js.get_last_msg(stream, subject)
+        last = await js.get_last_msg(stream, subject, direct=False)  # from the leader: see last_subject_sequence
     except NotFoundError:
         return None
     if last.headers and last.headers.get(MSG_ID) == msg_id:
@@ -60,8 +55,15 @@ async def _ack_if_ours(js: JetStreamContext, stream: str, subject: str, msg_id: 
 
 
 async def last_subject_sequence(js: JetStreamContext, stream: str, subject: str) -> int:
-    """The stream sequence of the last message on `subject`, 0 when it has none."""
-    try:
-        return (await js.get_last_msg(stream, subject)).seq
-    except NotFoundError:
-        return 0
+    """The stream sequence of the last message on `subject`, 0 when it has none.
+
+    Read with `$JS.API.STREAM.MSG.GET` (nats-py's `get_last_msg` without `direct`), which only the stream's leader
+    answers: the sequence a takeover expects must be the one the leader will check the next append against, and a
+    follower (what a direct get may reach) can still be behind it. Retried through an election (`ack_retry`)."""
+    async def read() -> int:
+        try:
+            return (await js.get_last_msg(stream, subject, direct=False)).seq
+        except NotFoundError:
+            return 0
+
+    return await retrying(read, f"read the last {subject}")

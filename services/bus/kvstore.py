@@ -12,6 +12,7 @@ from nats.js.kv import KeyValue
 from messages import DecodeError, decode, encode, subjects
 from messages.base import Message
 from messages.records import CancelRecord
+from services.bus.ack_retry import retrying
 from services.bus.errors import OwnershipConflict
 
 log = logging.getLogger(__name__)
@@ -27,9 +28,12 @@ class Versioned(Generic[R]):
 
 
 async def read_record(kv: KeyValue, key: str, kind: type[R]) -> Versioned[R] | None:
-    """The current record under `key`, or None when absent or deleted. DecodeError if it is not a `kind`."""
+    """The current record under `key`, or None when absent or deleted. DecodeError if it is not a `kind`.
+
+    From the bucket's stream leader when `kv` comes from `open_bucket` (fencing decides on these reads); retried
+    through a leader election or a reconnect (`ack_retry`)."""
     try:
-        entry = await kv.get(key)
+        entry = await retrying(lambda: kv.get(key), f"read {key}")
     except KeyNotFoundError:
         return None
     if entry.value is None or entry.revision is None:
@@ -69,18 +73,34 @@ async def current_records(kv: KeyValue, pattern: str, kind: type[R], *, timeout_
 async def write_record(kv: KeyValue, key: str, record: R, *, expected: Versioned | None) -> Versioned[R]:
     """Compare-and-set: create when `expected` is None, else update only if the key is still at its revision.
 
-    Raises OwnershipConflict when someone else wrote the key first.
+    A write that meets a leader election or a reconnect is retried (`ack_retry`); if an earlier attempt had landed
+    (its ack lost), the retry is refused as a conflict, and the key's value, read from the leader, shows the write
+    was ours (a record carries its writer and time, so no other writer's value is equal). Raises OwnershipConflict
+    when someone else wrote the key first.
     """
     data = encode(record)
-    try:
+
+    async def write_once() -> int:
         if expected is None:
-            revision = await kv.create(key, data)
-        else:
-            revision = await kv.update(key, data, last=expected.revision)
+            return await kv.create(key, data)
+        return await kv.update(key, data, last=expected.revision)
+
+    try:
+        return Versioned(record, await retrying(write_once, f"write {key}"))
     except KeyWrongLastSequenceError as exc:
+        landed = await _revision_if_ours(kv, key, data)
+        if landed is not None:
+            return Versioned(record, landed)
         raise OwnershipConflict(f"{key} changed under us (expected revision "
                                 f"{expected.revision if expected else 'none'}): another writer won") from exc
-    return Versioned(record, revision)
+
+
+async def _revision_if_ours(kv: KeyValue, key: str, data: bytes) -> int | None:
+    try:
+        entry = await retrying(lambda: kv.get(key), f"read {key}")
+    except KeyNotFoundError:
+        return None
+    return entry.revision if entry.value == data else None
 
 
 async def cancel_request(kv: KeyValue, record: CancelRecord) -> None:

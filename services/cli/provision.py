@@ -10,20 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from messages.errors import InvalidConfig
 from messages.streams import BusConfig
 from services.runtime import settings_schema as settings_lib
-from services.runtime.common_settings import CommonSettings
-from services.runtime.settings_schema import setting
-
-
-@dataclass(frozen=True, slots=True)
-class ProvisionSettings(CommonSettings):
-    max_queued_requests: int = setting(256, "bound of the REQUESTS queue; beyond it the gateway answers 429")
-    storage: str = setting("file", "JetStream storage for streams and bucket", choices=("file", "memory"))
+from services.runtime.provision_settings import ProvisionSettings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -57,14 +49,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_lib.resolve(ProvisionSettings, args)
         config = BusConfig(models=(settings.model_name,), num_partitions=settings.num_partitions,
-                           max_queued_requests=settings.max_queued_requests, storage=settings.storage)
+                           max_queued_requests=settings.max_queued_requests, storage=settings.storage,
+                           stream_replicas=settings.stream_replicas)
     except (settings_lib.SettingsError, InvalidConfig) as error:
         print(f"voxmesh provision: {error}", file=sys.stderr)
         return 2
     if args.create_model_if_missing and settings.model_dir:
         _create_model(Path(settings.model_dir))
     asyncio.run(_provision(settings, config))
-    print(f"provisioned {settings.nats_url}: model {settings.model_name}, {settings.num_partitions} partitions")
+    print(f"provisioned {settings.nats_url}: model {settings.model_name}, {settings.num_partitions} partitions, "
+          f"{settings.stream_replicas} replica(s)")
     return 0
 
 

@@ -1,7 +1,7 @@
 """`voxmesh up`: the whole mesh on this machine, from a topology's compose file.
 
 Starts an embedded nats-server (JetStream, loopback, store under the state dir, HTTP
-monitoring on a free loopback port) unless --nats-url is given, writes the tiny checkpoint on first run if no --model is given, runs
+monitoring on a free loopback port), or with --nats-cluster N a JetStream cluster of N, unless --nats-url is given, writes the tiny checkpoint on first run if no --model is given, runs
 the compose file's one-shot steps (provisioning), starts its services as local processes,
 waits until the gateway is ready, prints the URLs, and on Ctrl-C or SIGTERM drains and
 stops everything.
@@ -45,7 +45,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, default=None,
                         help="checkpoint dir; default: a tiny random checkpoint made in the state dir on first run")
     parser.add_argument("--port", type=int, default=8000, help="gateway port on 127.0.0.1 (default 8000)")
-    parser.add_argument("--nats-url", default=None, help="use this NATS server instead of an embedded one")
+    parser.add_argument("--nats-url", default=None,
+                        help="use this NATS server (or cluster: its URLs, comma-separated) instead of an embedded one")
+    parser.add_argument("--nats-cluster", type=int, default=1, metavar="N",
+                        help="run N embedded nats-servers as one JetStream cluster on loopback (routes, a store "
+                             "each, the same users, TLS and store encryption) and provision every stream with "
+                             "min(N, 5) replicas; default 1 (one server)")
     parser.add_argument("--encrypt-store", action=argparse.BooleanOptionalAction, default=True,
                         help="encrypt the embedded server's JetStream store at rest, under a key kept in the state "
                              "dir (nats-store.key); on by default")
@@ -69,9 +74,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "index), e.g. --gpus prefill=1 --gpus decode=0; repeatable; unnamed services see all")
 
 
-def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path) -> dict[str, str]:
+def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path,
+               stream_replicas: int | None) -> dict[str, str]:
     values = {
         "VOXMESH_NATS_URL": nats_url,
+        "VOXMESH_STREAM_REPLICAS": stream_replicas,  # read by the provisioning step only
         "VOXMESH_MODEL_DIR": str(model_dir),
         "VOXMESH_HOST": "127.0.0.1",
         "VOXMESH_PORT": str(args.port),
@@ -154,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
     except (ComposeError, PlacementError) as error:
         print(f"voxmesh up: {error}", file=sys.stderr)
         return 2
+    if args.nats_cluster < 1 or (args.nats_cluster > 1 and args.nats_url is not None):
+        print("voxmesh up: --nats-cluster N needs N >= 1, and no --nats-url (it runs its own servers)", file=sys.stderr)
+        return 2
     try:
         tls = TlsDir.open(args.tls_dir) if args.tls_dir is not None else None
     except TlsDirError as error:
@@ -176,32 +186,32 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    nats, auth = None, None
+    embedded, auth = None, None
     if args.nats_url is None:
-        from services.bus.embedded import EmbeddedNats
         from services.bus.nats_auth import write_auth
+        from services.mesh.embedded_bus import start_cluster, start_single
 
         auth = write_auth(state_dir / "nats-auth")  # fresh passwords each start; the old ones stop working
-        nats = EmbeddedNats(state_dir / "nats", config_file=_server_config(state_dir, auth, args.encrypt_store, tls))
-        nats_url = nats.start()
-        bus = f"NATS {nats_url}, monitoring {nats.monitor_url}, users in {auth.directory}"
+        config = _server_config(state_dir, auth, args.encrypt_store, tls)
+        embedded = (start_single(state_dir, auth, config) if args.nats_cluster == 1
+                    else start_cluster(args.nats_cluster, state_dir, auth, config, tls))
+        nats_url, bus, replicas = embedded.url, embedded.description, embedded.stream_replicas
     else:
-        nats_url = args.nats_url
-        bus = f"NATS {nats_url}"
+        nats_url, bus, replicas = args.nats_url, f"NATS {args.nats_url}", None
     group = ProcessGroup(stop)
     try:
-        return _serve(args, plan, state_dir, nats_url, bus, group, stop, auth, tls)
+        overrides = _overrides(args, nats_url, _ensure_model(args, state_dir), replicas)
+        return _serve(args, plan, state_dir, overrides, bus, group, stop, auth, tls)
     finally:
         group.stop()
-        if nats is not None:
-            nats.stop()
+        if embedded is not None:
+            embedded.stop()
         print("voxmesh stopped", file=sys.stderr)
 
 
-def _serve(args, plan, state_dir: Path, nats_url: str, bus: str, group: ProcessGroup, stop: threading.Event,
-           auth: NatsAuth | None, tls: TlsDir | None) -> int:
-    model_dir = _ensure_model(args, state_dir)
-    overrides = _overrides(args, nats_url, model_dir)
+def _serve(args, plan, state_dir: Path, overrides: dict[str, str], bus: str, group: ProcessGroup,
+           stop: threading.Event, auth: NatsAuth | None, tls: TlsDir | None) -> int:
+    model_dir = overrides["VOXMESH_MODEL_DIR"]
     resume_secret = ensure_resume_secret(state_dir)
     for step in plan.one_shot:
         group.run_one_shot(step, _environment(step, overrides, auth, resume_secret, tls), timeout_s=120)
