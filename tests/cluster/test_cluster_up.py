@@ -13,9 +13,9 @@ from pathlib import Path
 import nats
 import pytest
 
-from tests.fixtures.certificates import make_certificates
-from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import stream_speech
+from tests.support.certificates import make_certificates
+from tests.support.mesh import run_mesh
+from tests.support.mesh_client import stream_speech
 
 CLUSTER = 3
 TEXT = "Three servers, one bus."

@@ -23,9 +23,6 @@ from tests.support.service_settings import role_of, secret_variables, settings_f
 SERVICES = ("gateway", "decode", "vocoder")
 GPU_SERVICES = ("decode", "vocoder")
 PASSWORD_DIR = "/etc/voxmesh/nats"
-# Read by `voxmesh provision` once the "cluster" work (streams kept on several servers) is in; until then its
-# settings class lacks it and it is the one name let past the check (and only there). Delete once merged.
-AWAITED = {"provision": frozenset({"VOXMESH_STREAM_REPLICAS"})}
 CREDENTIAL_NAME = re.compile(r"PASSWORD|TOKEN|SECRET|API_KEYS|CREDS|_KEY$")
 
 
@@ -47,10 +44,8 @@ def test_every_variable_a_container_is_given_is_one_its_command_reads(overlay):
     for found in voxmesh_containers(objects):
         settings = settings_for(found.command)
         given = environment(objects, found)
-        awaited = AWAITED.get(role_of(found.command), frozenset()) - variables_read(settings)
-        assert set(given) - variables_read(settings) - awaited == set(), found.name
-        values = {name: value for name, value in literal_values(given).items()
-                  if not name.endswith("_FILE") and name not in awaited}
+        assert set(given) - variables_read(settings) == set(), found.name
+        values = {name: value for name, value in literal_values(given).items() if not name.endswith("_FILE")}
         resolved = settings_schema.resolve(settings, None, values)  # each value converts and is one of its choices
         assert resolved.nats_user == role_of(found.command), found.name
 
