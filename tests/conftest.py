@@ -1,7 +1,8 @@
 """Suite-wide set-up: fixture modules, the tier markers, and one torch thread per process (CI has two cores).
 
 Every test lives in a tier folder, and the folder is its marker: `pytest tests/unit` and `pytest -m unit` run the
-same tests. The tiers are declared in pyproject.toml's `markers` (so a misspelt `-m` is refused with
+same tests. The suite runs on parallel workers (pytest-xdist, `-n` in pyproject's addopts; `-n 0` for one process),
+each taking whole groups: a file, or the whole cluster tier. The tiers are declared in pyproject.toml's `markers` (so a misspelt `-m` is refused with
 --strict-markers) and in `TIERS` below; a test file outside a tier folder is an error at collection.
 """
 
@@ -36,9 +37,19 @@ def tier_of(path: Path) -> str | None:
     return first if first in TIERS else None
 
 
+def xdist_group_of(path: Path) -> str:
+    """The parallel workers' unit of work (`--dist loadgroup`): a file, so that a module's shared mesh or broker
+    starts once; the cluster tier as one, since its hosts are network namespaces of fixed names and its elections
+    are timed for a machine that runs nothing else of it at once."""
+    tier = tier_of(path)
+    return "cluster" if tier == "cluster" else str(path.resolve().relative_to(TESTS))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     outside = sorted({str(item.path) for item in items if tier_of(item.path) is None})
     if outside:
         raise pytest.UsageError(f"test files outside a tier folder ({', '.join(TIERS)}): {outside}")
     for item in items:
         item.add_marker(tier_of(item.path))
+        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item.path)))
