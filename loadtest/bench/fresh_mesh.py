@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import random
 import re
 import signal
-import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -23,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadtest.bench.workload import REPO_ROOT
+from services.bus.listen_ports import NoFreePort, free_listen_port
 
 SERVING = re.compile(r"voxmesh is serving: (\S+)")
 START_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 120.0
 OWNED_FLAGS = ("--port", "--state-dir")
-_LOWEST_PORT = 20000
 _TAIL_LINES = 40
 
 
@@ -46,22 +44,11 @@ class MeshStartError(RuntimeError):
 
 
 def free_port() -> int:
-    """A loopback port free now, below the kernel's ephemeral range: ports there can be taken by any outgoing
-    connection between this check and the gateway's bind, which the mesh's own connections are plenty of."""
+    """A loopback port free now for the mesh's gateway (below the ephemeral range: listen_ports says why)."""
     try:
-        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        first_ephemeral = 32768
-    high = first_ephemeral if first_ephemeral > _LOWEST_PORT + 1000 else 32768
-    for _ in range(200):
-        port = random.randrange(_LOWEST_PORT, high)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise MeshStartError("mesh_failed", f"no free loopback port in {_LOWEST_PORT}..{high - 1}")
+        return free_listen_port("127.0.0.1")
+    except NoFreePort as error:
+        raise MeshStartError("mesh_failed", str(error)) from error
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import socket
 from collections.abc import Callable, Awaitable
 from pathlib import Path
 
@@ -20,34 +18,16 @@ from nats.aio.client import Client
 from services.bus.cluster_config import ClusterMember, RouteCredentials, write_member_configs
 from services.bus.embedded import HOST, EmbeddedNats
 from services.bus.errors import NatsServerError
+from services.bus.listen_ports import NoFreePort, free_listen_port
 
 log = logging.getLogger(__name__)
 
-LOWEST_PICKED_PORT = 20000
-"""Ports are picked from here up to the kernel's ephemeral range: ports in that range may be taken by any
-outgoing connection between the pick and the server's bind; below it only listeners compete."""
-
-
 def free_port(host: str = HOST) -> int:
-    """A port free now on `host`, below the ephemeral range, for a listener started next."""
-    ceiling = _first_ephemeral_port()
-    for _ in range(200):
-        port = random.randrange(LOWEST_PICKED_PORT, ceiling)
-        with socket.socket() as probe:
-            try:
-                probe.bind((host, port))
-            except OSError:
-                continue
-            return port
-    raise NatsServerError(f"no free port on {host} in {LOWEST_PICKED_PORT}..{ceiling - 1} after 200 tries")
-
-
-def _first_ephemeral_port() -> int:
+    """A port free now on `host` for a member's listener (services/bus/listen_ports.py says why below the range)."""
     try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-    return low if low > LOWEST_PICKED_PORT + 1000 else 32768
+        return free_listen_port(host)
+    except NoFreePort as error:
+        raise NatsServerError(str(error)) from error
 
 
 class EmbeddedCluster:
