@@ -2,9 +2,10 @@
 operator may subscribe to everything), bounded by the caller's window.
 
 A class is the subject with its data tokens (request ids, partitions, replica names) dropped: `tts.codes`,
-`tts.audio`, `tts.events.<kind>`, `tts.req`, `$KV.voxmesh.<key kind>`, `$JS.API.<object>.<verb>`, `$JS.ACK`,
-`_INBOX` (publish acks, pulled messages, replies), `$SRV`, and the first token of anything else. Bytes are payload
-plus headers (each header counted as `name: value\\r\\n`), not NATS's protocol framing.
+`tts.audio`, `tts.events.<kind>`, `tts.req`, `$KV.voxmesh.<key kind>`, `$JS.API.<object>.<verb>`,
+`$JS.ACK.<stream>`, `_INBOX` (publish acks, pulled messages, replies), `$SRV.<verb>`, and the first token of
+anything else. Bytes are payload plus headers (each header counted as `name: value\\r\\n`), not NATS's protocol
+framing.
 """
 
 from __future__ import annotations
@@ -15,26 +16,24 @@ from dataclasses import dataclass, field
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from messages import subjects
+
 HEADER_OVERHEAD = len(": \r\n")
+_PRODUCT_ROOT = subjects.REQUESTS_ROOT.split(".")[0]
 
 
 def subject_class(subject: str) -> str:
     """The class `subject` is counted under (its data tokens dropped)."""
     tokens = subject.split(".")
-    first = tokens[0]
-    if first == "tts" and len(tokens) >= 2:
-        if tokens[1] == "events" and len(tokens) >= 4:
-            return f"tts.events.{tokens[3]}"
-        return f"tts.{tokens[1]}"
-    if first == "$KV" and len(tokens) >= 3:
-        return f"$KV.{tokens[1]}.{tokens[2]}"
-    if first == "$JS" and len(tokens) >= 2:
-        if tokens[1] == "API":
-            return ".".join(tokens[:4]) if tokens[2] in ("CONSUMER", "STREAM", "DIRECT") else ".".join(tokens[:3])
-        return ".".join(tokens[:2])
-    if first.startswith("_INBOX"):
+    if subject.startswith(subjects.EVENTS_ROOT + "."):
+        return f"{subjects.EVENTS_ROOT}.{tokens[-1]}"  # the event's kind
+    if tokens[0] == _PRODUCT_ROOT:
+        return ".".join(tokens[:2])  # requests, codes, audio, mtp, admin...: the ids and partitions dropped
+    if tokens[0].startswith("$"):  # JetStream's API and acks, the bucket's keys, micro discovery
+        return ".".join(tokens[:4] if len(tokens) > 1 and tokens[1] in ("API", "EVENT") else tokens[:3])
+    if tokens[0].startswith("_INBOX"):
         return "_INBOX"
-    return first
+    return tokens[0]
 
 
 def message_bytes(msg: Msg) -> int:
@@ -67,7 +66,7 @@ class Census:
         name = subject_class(msg.subject)
         self.messages[name] += 1
         self.bytes[name] += message_bytes(msg)
-        if name.startswith("tts.events."):
+        if msg.subject.startswith(subjects.EVENTS_ROOT + "."):
             self.request_ids.add(msg.subject.split(".")[2])
 
     @property
