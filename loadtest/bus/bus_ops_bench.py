@@ -1,8 +1,8 @@
 """Micro-benchmark of the request path's bus operations on one server (R1) against a three-server cluster (R3),
 started side by side and interleaved request by request, so both see the same load from the rest of the machine.
 
-Each request makes, through the product's functions (`request_ops`): submit, decode's delivery, claim, confirmed
-ack, four fenced codes appends (decode's 2, 2, 4, 8-frame ramp) each with its delivery to the vocoder's consumer
+Each request makes, through the product's functions (`request_ops`): submit, decode's delivery, claim, a
+lifecycle event (awaited, as decode's `emit`), four fenced codes appends (decode's 2, 2, 4, 8-frame ramp) each with its delivery to the vocoder's consumer
 and an audio chunk's delivery on core NATS, the CodesEnd, the terminal event. On the cluster the publishing client
 is on member 1 and the audio subscriber on member 2 (a gateway and a vocoder on different servers: the audio crosses
 a route); where each stream's leader landed is recorded.
