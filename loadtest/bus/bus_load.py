@@ -54,12 +54,14 @@ def planned_levels(start: int, max_streams: int) -> list[int]:
 
 
 async def sweep(levels: list[int], seconds: float, warmup_s: float, shape: StreamShape, time_limit_s: float,
-                labels: tuple[str, ...] = ("R1", "R3")) -> dict:
-    """Each level on each bus in turn (the bus going first alternating), until every bus has stopped."""
+                labels: tuple[str, ...] = ("R1", "R3"), keep_going: bool = False) -> dict:
+    """Each level on each bus in turn (the bus going first alternating), until every bus has stopped; with
+    `keep_going`, past the doubling too (recorded as the knee), until the generator lags or the bounds end it."""
     head = stamp()
     deadline = time.monotonic() + time_limit_s
     results: dict[str, list[dict]] = {label: [] for label in labels}
     stopped: dict[str, str] = {}
+    knees: dict[str, str] = {}
     async with side_by_side(labels) as buses:
         for index, streams in enumerate(levels):
             order = list(buses) if index % 2 == 0 else list(reversed(buses))
@@ -75,28 +77,33 @@ async def sweep(levels: list[int], seconds: float, warmup_s: float, shape: Strea
                       f"p99 {_p99(level)} ms, lag p99 {level['latency_ms'].get('generator_lag', {}).get('p99')} ms, "
                       f"servers {level['servers']['cpu_cores']} cores", file=sys.stderr, flush=True)
                 reason = stop_reason(level, _p99(results[label][0]))
-                if reason is not None:
+                if reason is not None and "generator" not in reason and label not in knees:
+                    knees[label] = f"at {streams} streams: {reason}"
+                if reason is not None and (not keep_going or "generator" in reason):
                     stopped[label] = reason
             if len(stopped) == len(buses):
                 break
-    return report(head, results, stopped, shape, seconds, warmup_s)
+    return report(head, results, stopped, shape, seconds, warmup_s, knees)
 
 
 def report(head: dict, results: dict[str, list[dict]], stopped: dict[str, str], shape: StreamShape,
-           seconds: float, warmup_s: float) -> dict:
+           seconds: float, warmup_s: float, knees: dict[str, str] | None = None) -> dict:
     """The JSON document: every level per bus, where and why each sweep stopped, the highest level each bus held
     under twice its lowest p99, and R3/R1 ratios at the levels both ran."""
     sustained = {}
     for label, levels in results.items():
         base = _p99(levels[0]) if levels else None
-        held = [lv["streams"] for lv in levels if base and _p99(lv) is not None and _p99(lv) < DOUBLING * base
-                and stop_reason(lv, None) is None]
+        held = []
+        for level in levels:  # the levels before the first that doubled the p99 or lagged
+            if not base or stop_reason(level, base) is not None:
+                break
+            held.append(level["streams"])
         sustained[label] = max(held) if held else None
     document = {"tool": "bus_load", **head, "headline": HEADLINE, "doubling": DOUBLING,
                 "level_seconds": seconds, "warmup_seconds": warmup_s,
                 "stream_shape": {"frames_per_request": shape.frames, "chunk_frames": shape.chunk_sizes(),
                                  "audio_seconds_per_request": shape.seconds},
-                "levels": results, "stopped": stopped, "sustained_streams": sustained}
+                "levels": results, "stopped": stopped, "knees": knees or {}, "sustained_streams": sustained}
     if "R1" in results and "R3" in results:
         r1 = {lv["streams"]: lv for lv in results["R1"]}
         document["ratio_r3_over_r1"] = [
@@ -118,13 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=100, help="frames per request (default 100: 8 s of audio)")
     parser.add_argument("--buses", default="R1,R3", help="R1, R3 or both (default R1,R3)")
     parser.add_argument("--time-limit", type=float, default=600.0, help="seconds for the whole sweep (600)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="sweep past the doubling (recorded as the knee) until the generator lags or the bounds")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.start < 1 or args.max_streams < args.start or args.level_seconds <= args.warmup_seconds:
         parser.error("need 1 <= --start <= --max-streams and --level-seconds > --warmup-seconds")
     labels = tuple(label.strip() for label in args.buses.split(",") if label.strip())
     document = asyncio.run(sweep(planned_levels(args.start, args.max_streams), args.level_seconds,
-                                 args.warmup_seconds, StreamShape(frames=args.frames), args.time_limit, labels))
+                                 args.warmup_seconds, StreamShape(frames=args.frames), args.time_limit, labels,
+                                 args.keep_going))
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(json.dumps({"sustained_streams": document["sustained_streams"], "stopped": document["stopped"]}))
     print(f"wrote {args.out}", file=sys.stderr)
