@@ -3,9 +3,11 @@ operator may subscribe to everything), bounded by the caller's window.
 
 A class is the subject with its data tokens (request ids, partitions, replica names) dropped: `tts.codes`,
 `tts.audio`, `tts.events.<kind>`, `tts.req`, `$KV.voxmesh.<key kind>`, `$JS.API.<object>.<verb>`,
-`$JS.ACK.<stream>`, `_INBOX` (publish acks, pulled messages, replies), `$SRV.<verb>`, and the first token of
-anything else. Bytes are payload plus headers (each header counted as `name: value\\r\\n`), not NATS's protocol
-framing.
+`$JS.ACK.<stream>`, `_INBOX` (publish acks, API replies, a pull's status replies), `$SRV.<verb>`, and the first
+token of anything else. A message JetStream delivers to a consumer (its reply subject is the consumer's ack subject)
+is counted apart, under its class with ` delivered` after it: a consumer's messages come with their stored subject,
+so one stored codes chunk is seen twice, once published and once delivered. Bytes are payload plus headers (each
+header counted as `name: value\\r\\n`), not NATS's protocol framing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from messages import subjects
 
 HEADER_OVERHEAD = len(": \r\n")
 _PRODUCT_ROOT = subjects.REQUESTS_ROOT.split(".")[0]
+DELIVERED = " delivered"
 
 
 def subject_class(subject: str) -> str:
@@ -65,6 +68,8 @@ class Census:
 
     async def _count(self, msg: Msg) -> None:
         name = subject_class(msg.subject)
+        if msg.reply and msg.reply.startswith(subjects.delivery_ack_prefix()):
+            name += DELIVERED
         self.messages[name] += 1
         self.bytes[name] += message_bytes(msg)
         if msg.subject.startswith(subjects.EVENTS_ROOT + "."):
