@@ -16,7 +16,9 @@ import logging
 
 from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.client import KV_PRE_TEMPLATE, KV_STREAM_TEMPLATE
 from nats.js.kv import KeyValue
+from nats.js.object_store import OBJ_STREAM_TEMPLATE
 
 from messages.streams import BucketSpec, BusConfig, ConsumerSpec, ObjectStoreSpec, StreamSpec
 from services.bus.ack_retry import retrying
@@ -31,12 +33,12 @@ _STORAGE = {"file": api.StorageType.FILE, "memory": api.StorageType.MEMORY}
 
 def bucket_stream(bucket: str) -> str:
     """The stream that holds a KV bucket (JetStream's convention, ADR-8)."""
-    return f"KV_{bucket}"
+    return KV_STREAM_TEMPLATE.format(bucket=bucket)
 
 
 def object_store_stream(store: str) -> str:
     """The stream that holds an object store (JetStream's convention, ADR-20)."""
-    return f"OBJ_{store}"
+    return OBJ_STREAM_TEMPLATE.format(bucket=store)
 
 
 async def provision(js: JetStreamContext, config: BusConfig) -> None:
@@ -150,10 +152,12 @@ async def open_bucket(js: JetStreamContext, name: str = "voxmesh") -> KeyValue:
     which any replica answers (on a cluster, most often the one the client is connected to, which may not have
     applied the latest write yet); this handle reads with `$JS.API.STREAM.MSG.GET` instead, which only the stream's
     leader answers, from the state it acknowledged writes from. Writes are compare-and-set on the leader either way.
+    `provision` makes the bucket without direct gets (nats-py's default); this handle holds for one made by another
+    tool that allows them (`nats kv add` does).
     """
     try:
         await retrying(lambda: js.key_value(name), f"open bucket {name}")  # that it exists, and is a bucket
     except BucketNotFoundError as exc:
         raise NotProvisioned(f"KV bucket {name!r} does not exist: run `voxmesh provision` or `voxmesh up`") from exc
-    return KeyValue(name=name, stream=bucket_stream(name), pre=f"$KV.{name}.", js=js,
+    return KeyValue(name=name, stream=bucket_stream(name), pre=KV_PRE_TEMPLATE.format(bucket=name), js=js,
                     direct=False)

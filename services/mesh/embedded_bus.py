@@ -12,6 +12,8 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+from nats.aio.client import Client
+
 from messages.permissions import OPERATOR_USER
 from messages.streams import MAX_REPLICAS
 from services.bus.embedded import EmbeddedNats
@@ -19,7 +21,6 @@ from services.bus.embedded_cluster import EmbeddedCluster, wait_for_jetstream
 from services.bus.nats_auth import NatsAuth
 from services.mesh.tls_dir import TlsDir
 
-SERVER_CONFIG_NAME = "server.conf"
 CLUSTER_READY_TIMEOUT_S = 60.0
 
 
@@ -59,7 +60,7 @@ def start_cluster(size: int, state_dir: Path, auth: NatsAuth, server_config: Pat
                             f"{size}", min(size, MAX_REPLICAS), cluster)
 
 
-async def _operator(url: str, auth: NatsAuth, tls: TlsDir | None):
+async def _operator(url: str, auth: NatsAuth, tls: TlsDir | None) -> Client:
     """A client of one member as the mesh's operator (the readiness probe asks JetStream's API)."""
     from services.bus.connection import connect
     from services.bus.tls import client_context

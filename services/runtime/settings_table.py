@@ -6,6 +6,7 @@ import importlib
 
 from services.runtime.common_settings import CommonSettings
 from services.runtime.process import SERVICES
+from services.runtime.provision_settings import ProvisionSettings
 from services.runtime.settings_schema import markdown_table
 
 
@@ -20,8 +21,6 @@ def settings_markdown() -> str:
         else:
             parts += [f"\n### {name}\n", f"Every {parent} setting above, and:\n",
                       markdown_table(cls, skip=settings[parent])]
-    from services.cli.provision import ProvisionSettings
-
     parts += ["\n### provision\n", "`voxmesh provision` (the one administrative step): every setting of \"every service\" "
               "above, and:\n", markdown_table(ProvisionSettings, skip=CommonSettings)]
     return "\n".join(parts) + "\n"

@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass
 
 from messages import encode, subjects
+from messages.permissions import JS_API
 from messages.records import Lease
 from messages.streams import BUCKET, CODES_STREAM, BusConfig
 from services.bus import provision
@@ -23,17 +24,17 @@ from services.bus.provision import bucket_stream, open_bucket
 from tests.support.nats_cluster import ELECTION_TIMEOUT_S, client
 
 CONFIG = BusConfig(models=("tiny",), num_partitions=1, stream_replicas=3)
-JS_API = "$JS.API"
 WRITES = 20
 CODES_SUBJECT = subjects.codes(0, "req-lag")
 
 
 async def _fresh_bus(js) -> None:
-    """Provisioned from scratch, the bucket then allowing direct gets (as `nats kv add` makes one), so that nats-py's
-    own handle would read from any replica."""
-    for info in await js.streams_info():
-        await js.delete_stream(info.config.name)
+    """Provisioned, emptied (purged: a stream deleted and made again at once may meet a member still removing its
+    files), the bucket then allowing direct gets (as `nats kv add` makes one), so that nats-py's own handle would
+    read from any replica."""
     await provision(js, CONFIG)
+    for stream in (bucket_stream(BUCKET), CODES_STREAM):
+        await js.purge_stream(stream)
     config = (await js.stream_info(bucket_stream(BUCKET))).config
     config.allow_direct = True
     await js.update_stream(config)

@@ -7,7 +7,7 @@ import asyncio
 
 from nats.js.api import StreamInfo
 
-from messages import SynthesisRequest
+from messages import SynthesisRequest, subjects
 from messages.streams import BusConfig, REQUESTS_STREAM
 from messages.voice_clone import VOICES_STORE
 from services.bus import provision, submit_request
@@ -15,6 +15,7 @@ from services.bus.object_store import open_object_store, read_object, write_obje
 from services.bus.provision import bucket_stream, object_store_stream, open_bucket
 from tests.support.nats_cluster import ELECTION_TIMEOUT_S
 
+KEPT_KEY = subjects.lease_key("kept")
 CONFIG = BusConfig(models=("tiny",), num_partitions=2)
 EVERY_STREAM = {"REQUESTS", "EVENTS", "CODES", bucket_stream("voxmesh"), object_store_stream("voxmesh-ref-audio"),
                 object_store_stream(VOICES_STORE)}
@@ -62,16 +63,16 @@ async def test_provision_changes_the_replica_count_in_place_keeping_the_data(clu
     await provision(js, CONFIG)
     assert {info.config.num_replicas for info in (await _replicated(js, 1)).values()} == {1}
     sequence = await submit_request(js, SynthesisRequest(id="kept", model="tiny", text="Still here.", seed=1))
-    revision = await (await open_bucket(js)).put("lease.kept", b"alive")
+    revision = await (await open_bucket(js)).put(KEPT_KEY, b"alive")
     await write_object(await open_object_store(js, VOICES_STORE), "kept-voice", b"voice bytes")
 
     await provision(js, BusConfig(models=CONFIG.models, num_partitions=2, stream_replicas=3))
     await _replicated(js, 3)
     assert (await js.get_msg(REQUESTS_STREAM, seq=sequence)).seq == sequence
-    assert (await (await open_bucket(js)).get("lease.kept")).revision == revision
+    assert (await (await open_bucket(js)).get(KEPT_KEY)).revision == revision
     found = await read_object(await open_object_store(js, VOICES_STORE), "kept-voice")
     assert found is not None and found[1] == b"voice bytes"
 
     await provision(js, CONFIG)  # and back down to one, in place as well
     assert {info.config.num_replicas for info in (await _replicated(js, 1)).values()} == {1}
-    assert (await (await open_bucket(js)).get("lease.kept")).revision == revision
+    assert (await (await open_bucket(js)).get(KEPT_KEY)).revision == revision

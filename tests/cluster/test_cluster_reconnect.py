@@ -20,10 +20,7 @@ CONFIG = BusConfig(models=("tiny",), num_partitions=1, stream_replicas=3)
 
 async def test_a_service_connection_moves_to_another_member_when_its_server_dies(nats_cluster,
                                                                                  cluster_client) -> None:
-    admin = cluster_client.jetstream()
-    for info in await admin.streams_info():
-        await admin.delete_stream(info.config.name)
-    await provision(admin, CONFIG)
+    await provision(cluster_client.jetstream(), CONFIG)
     reconnected = asyncio.Event()
     nc = await connect_service(CommonSettings(nats_url=",".join(nats_cluster.urls)), "voxmesh-test-service")
     nc._reconnected_cb = _chain(nc._reconnected_cb, reconnected)  # noqa: SLF001 - observe the event the helper logs
@@ -41,7 +38,7 @@ async def test_a_service_connection_moves_to_another_member_when_its_server_dies
         claim = await claim_request(kv, "after", "decode-after")
         assert await read_owner(kv, "after") == claim
         assert time.monotonic() - started < ELECTION_TIMEOUT_S
-        assert (await admin.stream_info(REQUESTS_STREAM)).state.messages == 2
+        assert (await js.stream_info(REQUESTS_STREAM)).state.messages == 2
     finally:
         await nc.close()
         await asyncio.to_thread(nats_cluster.restart, victim)

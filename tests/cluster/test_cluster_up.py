@@ -1,19 +1,24 @@
-"""`voxmesh up --nats-cluster 3`: three embedded nats-servers as one JetStream cluster on loopback, the default
-topology against them; it serves a real request, every provisioned stream, the bucket and the object stores have
-three replicas and a leader, and Ctrl-C leaves no server running."""
+"""`voxmesh up --nats-cluster 3`: three embedded nats-servers as one JetStream cluster on loopback, with the same
+users, TLS and encryption at rest as the single server, and the default topology against them; it serves a real
+request, every provisioned stream, the bucket and the object stores have three replicas and a leader, no member
+stores a request's text in clear, and Ctrl-C leaves no server running."""
 
 from __future__ import annotations
 
 import os
 import re
+import ssl
 from pathlib import Path
 
 import nats
+import pytest
 
+from tests.fixtures.certificates import make_certificates
 from tests.fixtures.mesh import run_mesh
 from tests.mesh_client import stream_speech
 
 CLUSTER = 3
+TEXT = "Three servers, one bus."
 
 
 def _running(pid: int) -> bool:
@@ -37,18 +42,32 @@ def _nats_servers_storing_under(state: Path) -> list[int]:
     return found
 
 
-async def test_up_with_a_three_server_cluster_serves_with_every_stream_replicated(tiny_checkpoint, tmp_path) -> None:
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    return make_certificates(tmp_path_factory.mktemp("cluster-certs"))
+
+
+def _operator_tls(certs: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    context.load_cert_chain(str(certs / "client.pem"), str(certs / "client-key.pem"))
+    return context
+
+
+async def test_up_with_a_three_server_cluster_serves_with_every_stream_replicated(tiny_checkpoint, tmp_path,
+                                                                                  certs) -> None:
     state = tmp_path / "state"
-    with run_mesh(tiny_checkpoint, state, "--nats-cluster", str(CLUSTER)) as mesh:
+    with run_mesh(tiny_checkpoint, state, "--nats-cluster", str(CLUSTER), "--tls-dir", str(certs)) as mesh:
         servers = _nats_servers_storing_under(state)
         assert len(servers) == CLUSTER, mesh.log_tail()
         urls = re.sub(r"^nats://[^@/]*@", "nats://", mesh.nats_url).split(",")  # without the fixture's user
         assert len(urls) == CLUSTER, mesh.nats_url
-        said = await stream_speech(mesh.gateway_url, {"input": "A cluster of three.", "voice": "ryan",
-                                                      "max_new_tokens": 8})
+        trusted = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        said = await stream_speech(mesh.gateway_url, {"input": TEXT, "voice": "ryan", "max_new_tokens": 8},
+                                   tls=trusted)
         assert said.end["type"] == "audio.done" and said.pcm, said.end
         password = (state / "nats-auth" / "operator.password").read_text().strip()
-        nc = await nats.connect(servers=urls, user="operator", password=password)
+        nc = await nats.connect(servers=urls, user="operator", password=password, tls=_operator_tls(certs),
+                                tls_handshake_first=True)
         try:
             infos = await nc.jetstream().streams_info()
         finally:
@@ -60,3 +79,7 @@ async def test_up_with_a_three_server_cluster_serves_with_every_stream_replicate
             assert len({info.cluster.leader, *(peer.name for peer in followers)}) == CLUSTER
         assert mesh.stop() == 0, mesh.log_tail()
     assert [pid for pid in servers if _running(pid)] == []
+    stores = list((state / "nats-cluster").iterdir())
+    assert len(stores) == CLUSTER
+    assert not [path for store in stores for path in store.rglob("*")
+                if path.is_file() and TEXT.encode() in path.read_bytes()], "a member stored the request in clear"
