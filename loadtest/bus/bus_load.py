@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     document = asyncio.run(sweep(planned_levels(args.start, args.max_streams), args.level_seconds,
                                  args.warmup_seconds, StreamShape(frames=args.frames), args.time_limit, labels,
                                  args.keep_going))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(json.dumps({"sustained_streams": document["sustained_streams"], "stopped": document["stopped"]}))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--iterations must be >= 1")
     labels = tuple(label.strip() for label in args.paths.split(",") if label.strip())
     document = asyncio.run(run(args.iterations, labels, args.time_limit))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(table(document))
     print(f"wrote {args.out}", file=sys.stderr)

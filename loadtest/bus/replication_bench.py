@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     document = run(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(json.dumps({"first_packet_ms": document["first_packet_ms"],
                       "ratio_r3_over_r1": document.get("ratio_r3_over_r1")}, indent=1))
