@@ -1,8 +1,8 @@
 """One request's bus operations, in the order the request path makes them, each timed, through the product's own
-functions: the gateway's submit, decode's delivery of it, its claim, a lifecycle event published as decode's `emit`
-does (awaiting the stream's ack: decode awaits `Started` and `FirstFrame` before its first chunk), the fenced codes
-appends and their delivery to the vocoder's consumer, one audio chunk's delivery on core NATS per codes chunk, and
-the terminal event."""
+functions: the gateway's submit, decode's delivery of it, its claim, its read of the cancel key, a lifecycle event
+published as decode's `emit` does (awaiting the stream's ack: decode awaits `Started`, beside the cancel read, before
+the engine gets the request), the fenced codes appends and their delivery to the vocoder's consumer, one audio
+chunk's delivery on core NATS per codes chunk, and the terminal event."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from messages.requests import SynthesisRequest
 from messages.streams import CODES_STREAM, REQUESTS_STREAM, codes_consumer, requests_consumer
 from services.bus.claims import resolve_request_claim
 from services.bus.codes_publisher import CodesPublisher
+from services.bus.kvstore import read_cancel
 from services.bus.provision import open_bucket
 from services.bus.submit import submit_request
 from services.bus.terminal_guard import publish_terminal
@@ -37,7 +38,7 @@ SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 frames per second
 DELIVERY_TIMEOUT_S = 10.0
 T = TypeVar("T")
 
-OPS = ("submit", "request_delivery", "claim", "event", "codes_append_first", "codes_append", "codes_delivery",
+OPS = ("submit", "request_delivery", "claim", "cancel_read", "event", "codes_append_first", "codes_append", "codes_delivery",
        "terminal", "audio_delivery")
 """What one request times. codes_append_first is chunk 0's append (the one before the first packet); codes_append
 every append (chunks and the CodesEnd). *_delivery: from the publish's start until the consumer has the message."""
@@ -103,6 +104,7 @@ async def one_request(path: RequestPath, samples: dict[str, list[float]], rng: n
     delivery = await _delivered(path.requests, start, samples, "request_delivery", fetch)
     claim = await timed(samples, "claim", resolve_request_claim(path.kv, request_id, "bench-decode"))
     await delivery.ack()  # decode's intake acks without waiting for the server's confirmation
+    await timed(samples, "cancel_read", read_cancel(path.kv, request_id))  # decode reads it beside the event below
     started = Started(request_id=request_id, at=time.time(), replica="bench-decode", epoch=claim.claim.record.epoch)
     await timed(samples, "event", path.js.publish(event_subject(started), encode(started)))
     publisher = CodesPublisher(path.js, partition=PARTITION, request_id=request_id, epoch=claim.claim.record.epoch)
