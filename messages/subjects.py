@@ -208,6 +208,22 @@ def consumer_next(stream: str, consumer: str) -> str:
     return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
 
 
+def stream_leader_stepdown(stream: str) -> str:
+    """JetStream's API subject asking a stream's leader to step down (a request may name the member preferred next)."""
+    return f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}"
+
+
+def consumer_leader_stepdown(stream: str, consumer: str) -> str:
+    """JetStream's API subject asking a consumer's leader to step down (a request may name the member preferred)."""
+    return f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}"
+
+
+def delivery_ack_prefix() -> str:
+    """How the reply subject of every message JetStream delivers to a consumer begins (`$JS.ACK.<stream>.<consumer>
+    ...`): what tells a delivery from a publish to observers of the whole subject space."""
+    return "$JS.ACK."
+
+
 def terminated_advisory(stream: str, consumer: str) -> str:
     """JetStream's advisory when a message of `consumer` on `stream` was termed (carries the term reason)."""
     return f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream}.{consumer}"
