@@ -5,9 +5,9 @@ for every request the mesh accepted), none that the mesh had accepted before the
 catches up with every stream's leader.
 
 Load: a closed loop of CONCURRENCY clients sending short fixed-length requests for RUN_S seconds (the requests in
-flight when the bench's time is up are cut by the bench itself: `client_timeout`). The kill comes with the first request
-accepted KILL_AT_S seconds in (so one is surely in flight), the restart once AFTER_KILL requests have ended without
-the killed member (read from the terminal events, never timed).
+flight when the bench's time is up are cut by the bench itself: `client_timeout`). The kill comes with the first
+request accepted once ENDED_BEFORE_KILL requests have ended (so one is surely in flight), the restart once
+AFTER_KILL requests have ended without the killed member (read from the terminal events, never timed).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.timeout(420)
 CLUSTER = 3
 CONCURRENCY = 2
 RUN_S = 60
-KILL_AT_S = 20.0
+ENDED_BEFORE_KILL = 30  # requests ended before the kill (the load is steady; a slow machine still gets there early)
 FRAMES = 6
 AFTER_KILL = 5
 MAX_REQUESTS = 100_000  # more than a minute can send: the time limit ends the run
@@ -188,9 +188,8 @@ async def test_bench_runs_through_a_member_killed_and_restarted(tiny_checkpoint,
             accepted = await Counter.of(nc, subjects.events_of_kind(Accepted.KIND))
             terminals = await Counter.of(nc, subjects.all_terminals())
             await accepted.reach(1)  # the bench's warm-up request: the load starts now
-            # The fault's place in the run is a schedule, not a synchronisation: then the next acceptance.
-            await asyncio.sleep(KILL_AT_S)
-            await accepted.reach(accepted.count + 1)
+            await terminals.reach(ENDED_BEFORE_KILL)  # a steady load before the fault
+            await accepted.reach(accepted.count + 1)  # and a request just accepted, surely in flight
             victim = members[await _leader(js, REQUESTS_STREAM)]
             accepted_before_kill = set(await _ids_with(js, Accepted.KIND))
             in_flight_at_kill = accepted_before_kill - set(await _ids_with(js, subjects.TERMINAL_KIND))
