@@ -16,7 +16,6 @@ ALLOWED = {
     "services/runtime/tracing.py": "OpenTelemetry's own variables (OTEL_TRACES_EXPORTER, the OTLP endpoint...)",
     "services/cli/up.py": "XDG_STATE_HOME: where `voxmesh up` keeps its state",
     "services/bus/embedded.py": "locating nats-server (the variable that names its binary)",
-    "services/cli/bench.py": "the bench client's API key: a secret, kept out of the flags' shown defaults",
 }
 """Module -> why it may read the environment."""
 
