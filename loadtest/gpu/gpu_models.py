@@ -37,7 +37,7 @@ from services.random_checkpoint.codec_weights import init_decoder
 from services.random_checkpoint.model_presets import generation_config, num_regular_text_tokens, preset_config
 from services.random_checkpoint.tokenizer_writer import build_byte_level_bpe
 from services.runtime.common_settings import CommonSettings
-from services.runtime.settings_schema import env_name, flag_name, resolve
+from services.runtime.settings_schema import SettingsError, env_name, flag_name, resolve
 
 WEIGHT_STD = 0.02
 KERNEL_SETTINGS = tuple(field.name for field in dataclasses.fields(KernelChoices))
@@ -59,7 +59,10 @@ def kernel_choices(args: argparse.Namespace) -> KernelChoices:
     """The kernels a service with these flags (and this environment) would take: resolved as the services resolve
     their settings (flag > VOXMESH_ variable > default)."""
     flags = argparse.Namespace(**{name: getattr(args, name, None) for name in KERNEL_SETTINGS})
-    return resolve(CommonSettings, flags).kernel_choices()
+    try:
+        return resolve(CommonSettings, flags).kernel_choices()
+    except SettingsError as error:  # a script's usage error, said as a service says it
+        raise SystemExit(f"{error}") from None
 
 
 def write_config_files(directory: Path, preset: str) -> Path:

@@ -124,6 +124,8 @@ def test_the_scripts_take_the_kernel_settings_as_the_services_do(monkeypatch):
     assert gpu_models.kernel_choices(parser.parse_args([])) == KernelChoices(triton_conv=True, gated_gemm=False)
     chosen = gpu_models.kernel_choices(parser.parse_args(["--gated-gemm", "true", "--triton-conv", "false"]))
     assert chosen == KernelChoices(triton_conv=False, gated_gemm=True)
+    with pytest.raises(SystemExit, match="--triton-conv / VOXMESH_TRITON_CONV: expected bool"):
+        gpu_models.kernel_choices(parser.parse_args(["--triton-conv", "maybe"]))
 
 
 def test_launch_count_and_capture_report_off_cuda():
