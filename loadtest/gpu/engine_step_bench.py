@@ -31,10 +31,12 @@ from typing import Any
 
 import torch
 
+from loadtest.gpu.gpu_models import add_kernel_arguments, kernel_choices, kernels_record
 from services.engine import model_ops
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
 from services.engine.engine_request import EngineRequest
+from services.model.kernel_choices import KernelChoices
 from services.model.loader import TTSModel, load_model
 from services.model.prompt import PromptRequest, assistant_text
 from services.model.sampling import SamplingParams
@@ -139,12 +141,12 @@ def bench_batch(model: TTSModel, tokenizer: TextTokenizer, timers: ExclusiveTime
     }
 
 
-def _load(checkpoint: Path | None, device: torch.device) -> tuple[TTSModel, TextTokenizer]:
+def _load(checkpoint: Path | None, device: torch.device, choices: KernelChoices) -> tuple[TTSModel, TextTokenizer]:
     if checkpoint is not None:
-        return load_model(checkpoint, device=device), TextTokenizer.from_dir(checkpoint)
+        return load_model(checkpoint, device=device, choices=choices), TextTokenizer.from_dir(checkpoint)
     with tempfile.TemporaryDirectory() as scratch:
         written = write_checkpoint(Path(scratch) / "tiny", "tiny", seed=0, with_codec=False)
-        return load_model(written, device=device), TextTokenizer.from_dir(written)
+        return load_model(written, device=device, choices=choices), TextTokenizer.from_dir(written)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,15 +158,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--checkpoint", type=Path, help="a tiny checkpoint directory (default: write one)")
     parser.add_argument("--device", default="cpu", help="torch device of the model and the KV pool")
+    add_kernel_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tokenizer = _load(args.checkpoint, torch.device(args.device))
+    choices = kernel_choices(args)
+    model, tokenizer = _load(args.checkpoint, torch.device(args.device), choices)
     with instrumented(model) as timers:
         results = [bench_batch(model, tokenizer, timers, b, args.steps, args.warmup) for b in args.batch_sizes]
     report = {
         "benchmark": "engine_step_bench",
         "model": str(args.checkpoint) if args.checkpoint else "tiny preset, seed 0 (random weights)",
         "device": args.device,
+        "kernels": kernels_record(choices, model),
         "torch": torch.__version__,
         "threads": args.threads,
         "machine": platform.machine(),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from loadtest.gpu.gpu_models import build_codec
+from loadtest.gpu.gpu_models import add_kernel_arguments, build_codec, kernel_choices, kernels_record
 from services.model.codec import vocoder
 from services.kernels.codec.fused_bias import add_bias
 from services.kernels.triton_support import compiles_for
@@ -39,14 +39,16 @@ def decode(decoder, codes: torch.Tensor, fused: bool) -> torch.Tensor:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    add_kernel_arguments(parser)
     args = parser.parse_args(argv)
-    device = torch.device("cuda")
+    device, choices = torch.device("cuda"), kernel_choices(args)
     y = torch.randn(4, 96, 5000, device=device, dtype=torch.bfloat16)[..., 3:4003]
     bias = torch.randn(96, device=device, dtype=torch.bfloat16)
     residual = torch.randn(4, 96, 4000, device=device, dtype=torch.bfloat16)
-    report = {"add_bias_bf16_mismatches": int((add_bias(y, bias, residual) != residual + (y + bias[None, :, None])).sum())}
+    report = {"kernels": kernels_record(choices),
+              "add_bias_bf16_mismatches": int((add_bias(y, bias, residual) != residual + (y + bias[None, :, None])).sum())}
     for dtype in (torch.float32, torch.bfloat16):
-        decoder = build_codec("0.6b", device, dtype)
+        decoder = build_codec("0.6b", device, dtype, choices=choices)
         codes = torch.randint(0, decoder.config.codebook_size, (15, decoder.config.num_quantizers), device=device)
         plain, fused = decode(decoder, codes, False), decode(decoder, codes, True)
         report[str(dtype)] = {"max_abs_diff": float((fused - plain).abs().max()), "peak": float(plain.abs().max()),

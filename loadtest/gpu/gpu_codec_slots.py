@@ -10,7 +10,8 @@ Each entry holds the median and best ms per call and the audio seconds made per 
 give the same audio for the same codes (3 chunks per stream from fresh states). Warm-up (capturing every shape,
 as the vocoder does before it reports ready) is timed once.
 
-    python3 -m loadtest.gpu.gpu_codec_slots --out slots.json --device cuda --dtype bfloat16 [--preset 0.6b]
+    python3 -m loadtest.gpu.gpu_codec_slots --out slots.json --device cuda --dtype bfloat16 [--preset 0.6b] \
+        [--triton-conv false]
     python3 -m loadtest.gpu.gpu_codec_slots --out slots.json --device cpu --tiny --batch-sizes 2 --reps 1   # smoke
 """
 
@@ -23,8 +24,9 @@ from pathlib import Path
 import torch
 
 from loadtest.gpu.gpu_common import time_call, top_kernels
-from loadtest.gpu.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
-from loadtest.gpu.gpu_models import build_codec
+from loadtest.gpu.gpu_micro import (DTYPES, Report, add_model_arguments, environment, settings_record,
+                                    settle_model_arguments)
+from loadtest.gpu.gpu_models import add_kernel_arguments, build_codec, kernel_choices, kernels_record
 from services.model.codec import CodecDecoder
 from services.model.codec.slot_decoder import SlotDecoder
 
@@ -177,7 +179,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--commit", help="the commit measured (recorded in the report)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    return settle_model_arguments(parser.parse_args(argv))
+    add_kernel_arguments(parser)
+    args = settle_model_arguments(parser.parse_args(argv))
+    args.kernels = kernel_choices(args)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     header = {"benchmark": "gpu_codec_slots", "preset": args.preset, "dtype": args.dtype, "weights": "random",
               "environment": environment(device, args.commit),
-              "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(args.out)}}
+              "settings": settings_record(args), "kernels": kernels_record(args.kernels)}
     report = Report(args.out, header)
-    decoder = build_codec(args.preset, device, DTYPES[args.dtype])
+    decoder = build_codec(args.preset, device, DTYPES[args.dtype], choices=args.kernels)
     paths = build_paths(decoder, args, report)
     for streams in args.batch_sizes:
         for frames in args.chunk_frames:

@@ -24,7 +24,8 @@ import torch
 
 from loadtest.gpu.gpu_codec_bench import codec_batch, codec_graph_probe
 from loadtest.gpu.gpu_common import measure_ceilings
-from loadtest.gpu.gpu_models import build_codec, build_model, write_config_files
+from loadtest.gpu.gpu_models import (KERNEL_SETTINGS, add_kernel_arguments, build_codec, build_model, kernel_choices,
+                                     kernels_record, write_config_files)
 from loadtest.gpu.gpu_talker_bench import predictor_frame, talker_step
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -60,6 +61,12 @@ def environment(device: torch.device, commit: str | None) -> dict:
     return info
 
 
+def settings_record(args: argparse.Namespace) -> dict:
+    """A script's arguments as its report keeps them (paths as text; the kernels apart, under "kernels")."""
+    skipped = ("out", "kernels", *KERNEL_SETTINGS)
+    return {k: v for k, v in vars(args).items() if k not in skipped} | {"out": str(args.out)}
+
+
 class Report:
     """The JSON report, rewritten whole after every entry."""
 
@@ -84,7 +91,9 @@ class Report:
 def run_model_part(report: Report, args: argparse.Namespace, device: torch.device, ceilings: dict) -> None:
     opts = {"warmup": args.warmup, "reps": args.reps}
     with tempfile.TemporaryDirectory() as scratch:
-        model = build_model(write_config_files(Path(scratch) / args.preset, args.preset), device, DTYPES[args.dtype])
+        model = build_model(write_config_files(Path(scratch) / args.preset, args.preset), device, DTYPES[args.dtype],
+                            choices=args.kernels)
+    report.data["kernels"] = kernels_record(args.kernels, model)
     for batch in args.batch_sizes:
         report.add("talker_step", f"batch {batch}", lambda: talker_step(model, batch, args.context, ceilings, opts))
         print(f"talker step batch {batch} done", flush=True)
@@ -96,7 +105,7 @@ def run_model_part(report: Report, args: argparse.Namespace, device: torch.devic
 def run_codec_part(report: Report, args: argparse.Namespace, device: torch.device, ceilings: dict) -> None:
     opts = {"chunk_frames": args.chunk_frames, "full_frames": args.full_frames,
             "codec_warmup": args.codec_warmup, "codec_reps": args.codec_reps}
-    decoder = build_codec(args.preset, device, DTYPES[args.dtype])
+    decoder = build_codec(args.preset, device, DTYPES[args.dtype], choices=args.kernels)
     for batch in args.codec_batch_sizes:
         report.add("codec", f"batch {batch}", lambda: codec_batch(decoder, batch, ceilings, opts))
         print(f"codec batch {batch} done", flush=True)
@@ -125,7 +134,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gemm-size", type=int, default=8192)
     parser.add_argument("--commit", help="the commit measured (recorded in the report)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    return parser.parse_args(argv)
+    add_kernel_arguments(parser)
+    args = parser.parse_args(argv)
+    args.kernels = kernel_choices(args)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = measure_ceilings(device, args.copy_mib * 2**20, args.gemm_size)
     header = {"benchmark": "gpu_micro", "preset": args.preset, "dtype": args.dtype, "weights": "random, in memory",
               "environment": environment(device, args.commit), "ceilings": ceilings,
-              "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(args.out)}}
+              "settings": settings_record(args), "kernels": kernels_record(args.kernels)}
     report = Report(args.out, header)
     print(f"copy {ceilings['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, "
           f"GEMM {ceilings['gemm_flops_per_s'] / 1e12:.0f} TFLOP/s", flush=True)

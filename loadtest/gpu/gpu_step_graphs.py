@@ -31,7 +31,8 @@ import torch
 
 from loadtest.gpu.engine_step_bench import TEXT
 from loadtest.gpu.gpu_micro import DTYPES, Report, add_model_arguments, environment, settle_model_arguments
-from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
+from loadtest.gpu.gpu_models import (add_kernel_arguments, build_model, build_tokenizer, kernel_choices,
+                                     kernels_record, write_config_files)
 from services.engine.config import EngineConfig
 from services.engine.talker_graphs import TalkerGraphSpec
 from services.engine.engine import Engine
@@ -180,19 +181,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="timed decode steps per engine")
     parser.add_argument("--warmup", type=int, default=3, help="untimed decode steps first (graph captures)")
     parser.add_argument("--commit")
+    add_kernel_arguments(parser)
     return settle_model_arguments(parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = torch.device(args.device)
+    device, choices = torch.device(args.device), kernel_choices(args)
     with tempfile.TemporaryDirectory() as scratch:
         directory = write_config_files(Path(scratch) / args.preset, args.preset)
-        model, tokenizer = build_model(directory, device, DTYPES[args.dtype]), build_tokenizer(directory)
+        model = build_model(directory, device, DTYPES[args.dtype], choices=choices)
+        tokenizer = build_tokenizer(directory)
     report = Report(args.out, {"benchmark": "gpu_step_graphs (engine decode step, eager vs CUDA graphs)",
                                "preset": args.preset, "dtype": args.dtype, "weights": "random, in memory",
                                "environment": environment(device, args.commit), "steps": args.steps,
-                               "warmup": args.warmup})
+                               "warmup": args.warmup, "kernels": kernels_record(choices, model)})
     for batch in args.batch_sizes:
         report.add("results", f"batch {batch}",
                    lambda: compare_batch(model, tokenizer, batch, args.steps, args.warmup))

@@ -18,7 +18,7 @@ Five timings:
 
 Run it under an MPS control daemon (`nvidia-cuda-mps-control -d`) and the two processes share the card at once.
 
-    python3 -m loadtest.gpu.overlap_probe --out overlap.json [--steps 160] [--commit C]
+    python3 -m loadtest.gpu.overlap_probe --out overlap.json [--steps 160] [--commit C] [--triton-conv false]
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ import time
 from pathlib import Path
 
 import torch
+
+from loadtest.gpu.gpu_models import add_kernel_arguments, kernel_choices, kernels_record
+from services.model.kernel_choices import KernelChoices
 
 CHUNK_FRAMES, STREAMS = 8, 64
 HIGHEST, LOWEST = -100, 0
@@ -56,11 +59,11 @@ class Pacer:
         return True
 
 
-def _codec(device: torch.device):
+def _codec(device: torch.device, choices: KernelChoices):
     from loadtest.gpu.gpu_models import build_codec
     from services.model.codec.slot_decoder import SlotDecoder
 
-    decoder = build_codec("0.6b", device, torch.bfloat16)
+    decoder = build_codec("0.6b", device, torch.bfloat16, choices=choices)
     slots = SlotDecoder(decoder, max_streams=STREAMS, max_rows=STREAMS, max_chunk_frames=CHUNK_FRAMES)
     ids = [slots.acquire() for _ in range(STREAMS)]
     generator = torch.Generator().manual_seed(5)
@@ -83,16 +86,16 @@ def _paced_calls(call, pacer: Pacer, calls_ms: list[float]) -> None:
         made += 1
 
 
-def _codec_process(pacer: Pacer, ready, results) -> None:
+def _codec_process(pacer: Pacer, ready, results, choices: KernelChoices) -> None:
     device = torch.device("cuda")
-    call = _codec(device)
+    call = _codec(device, choices)
     calls_ms: list[float] = []
     ready.set()
     _paced_calls(call, pacer, calls_ms)
     results.put(calls_ms)
 
 
-def _engine(device: torch.device, steps: int):
+def _engine(device: torch.device, steps: int, choices: KernelChoices):
     from loadtest.gpu.gpu_micro import DTYPES
     from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
     from services.engine.config import EngineConfig
@@ -103,7 +106,8 @@ def _engine(device: torch.device, steps: int):
 
     with tempfile.TemporaryDirectory() as scratch:
         directory = write_config_files(Path(scratch) / "0.6b", "0.6b")
-        model, tokenizer = build_model(directory, device, DTYPES["bfloat16"]), build_tokenizer(directory)
+        model = build_model(directory, device, DTYPES["bfloat16"], choices=choices)
+        tokenizer = build_tokenizer(directory)
     frames = 8 * steps + 64
     engine = Engine(model, EngineConfig(kv_cache_blocks=STREAMS * (frames // 16 + 8) + 64, max_num_seqs=STREAMS))
     ids = tuple(tokenizer.encode(assistant_text(_TEXT)))
@@ -147,20 +151,20 @@ def _stream_scenario(engine, call, steps: int, codec_stream: torch.cuda.Stream, 
     return scenario | {"codec": _summary(calls_ms)}
 
 
-def probe(steps: int) -> dict:
+def probe(steps: int, choices: KernelChoices) -> dict:
     device = torch.device("cuda")
     engine_stream = torch.cuda.Stream(device, priority=HIGHEST)
     with torch.cuda.stream(engine_stream):
-        return _probe(device, steps) | {"engine_stream_priority": engine_stream.priority}
+        return _probe(device, steps, choices) | {"engine_stream_priority": engine_stream.priority}
 
 
-def _probe(device: torch.device, steps: int) -> dict:
-    engine = _engine(device, steps)
+def _probe(device: torch.device, steps: int, choices: KernelChoices) -> dict:
+    engine = _engine(device, steps, choices)
     result = {"steps": steps, "engine_alone_ms_per_step": _timed_steps(engine, steps, None)}
 
     context = mp.get_context("spawn")
     pacer, ready, results = Pacer(context), context.Event(), context.Queue()
-    child = context.Process(target=_codec_process, args=(pacer, ready, results), daemon=True)
+    child = context.Process(target=_codec_process, args=(pacer, ready, results, choices), daemon=True)
     child.start()
     if not ready.wait(300):
         raise RuntimeError("the codec process did not get ready in 300 s")
@@ -169,7 +173,7 @@ def _probe(device: torch.device, steps: int) -> dict:
     result["codec_process"]["codec"] = _summary(results.get(timeout=60))
     child.join(60)
 
-    call = _codec(device)
+    call = _codec(device, choices)
     result["codec_alone"] = _summary([call() for _ in range(10)])
     result["codec_stream"] = _stream_scenario(engine, call, steps, torch.cuda.Stream(device, priority=HIGHEST),
                                               context)
@@ -183,12 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--commit")
+    add_kernel_arguments(parser)
     args = parser.parse_args(argv)
     from loadtest.gpu.gpu_micro import environment
 
+    choices = kernel_choices(args)
     report = {"benchmark": "overlap_probe", "preset": "0.6b", "dtype": "bfloat16", "streams": STREAMS,
               "chunk_frames": CHUNK_FRAMES, "environment": environment(torch.device("cuda"), args.commit),
-              "results": probe(args.steps)}
+              "kernels": kernels_record(choices), "results": probe(args.steps, choices)}
     args.out.write_text(json.dumps(report, indent=2))
     print(json.dumps(report["results"], indent=2))
     return 0

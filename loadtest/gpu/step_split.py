@@ -5,7 +5,7 @@ admits B fixed-length requests, runs a few steps, then replays the talker graph 
 sampling graph of the B-row bucket on their own, each timed with CUDA events (median of `--reps`), and counts the
 kernels of one replay of each with the torch profiler.
 
-    python3 -m loadtest.gpu.step_split --out split.json [--preset 0.6b] [--batch-sizes 1 8 32 64]
+    python3 -m loadtest.gpu.step_split --out split.json [--preset 0.6b] [--batch-sizes 1 8 32 64] [--gated-gemm false]
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import torch
 from loadtest.gpu.engine_step_bench import TEXT
 from loadtest.gpu.gpu_common import count_launches, time_call, top_kernels
 from loadtest.gpu.gpu_micro import DTYPES, environment
-from loadtest.gpu.gpu_models import build_model, build_tokenizer, write_config_files
+from loadtest.gpu.gpu_models import (add_kernel_arguments, build_model, build_tokenizer, kernel_choices,
+                                     kernels_record, write_config_files)
 from services.engine.config import EngineConfig
 from services.engine.engine import Engine
 from services.engine.engine_request import EngineRequest
@@ -60,14 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--commit")
+    add_kernel_arguments(parser)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
+    choices = kernel_choices(args)
     with tempfile.TemporaryDirectory() as scratch:
         directory = write_config_files(Path(scratch) / args.preset, args.preset)
-        model, tokenizer = build_model(directory, device, DTYPES[args.dtype]), build_tokenizer(directory)
+        model, tokenizer = build_model(directory, device, DTYPES[args.dtype], choices=choices), build_tokenizer(directory)
     rows = [split(model, tokenizer, batch, args.reps) for batch in args.batch_sizes]
     args.out.write_text(json.dumps({"benchmark": "step_split", "preset": args.preset, "dtype": args.dtype,
-                                    "environment": environment(device, args.commit), "results": rows}, indent=2))
+                                    "environment": environment(device, args.commit),
+                                    "kernels": kernels_record(choices, model), "results": rows}, indent=2))
     print("| batch | talker graph ms (kernels) | sampling graph ms (kernels) | engine step ms |")
     print("|---|---|---|---|")
     for row in rows:

@@ -5,6 +5,7 @@ Loopback gateways only unless --allow-remote. Bounded: a number of requests and 
 limit per request. Writes a JSON document (every request's metrics, per-level summaries, command, commit, date,
 machine) and a PNG plot; prints a progress line per level on stderr and a table on stdout. The public open-loop
 method: `--transport http --mode open --sweep --length-mode realistic --trials 3 --fresh-mesh` (gate.py, trials.py).
+A gateway with API keys gets the one in `VOXMESH_API_KEY` (or in the file `VOXMESH_API_KEY_FILE` names).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import os
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from loadtest.bench.client import TargetError, check_events_url, redacted
@@ -41,10 +42,27 @@ from loadtest.bench.workload import (
     RequestShape,
     plan_levels,
 )
+from services.runtime.settings_schema import SettingsError, resolve, setting
 
 _ERRORS = (TargetError, PromptsError, SloError, LoadError, PayloadError, BenchError, PlotError, EventsUnreachable,
            MeshStartError)
 DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+@dataclass(frozen=True, slots=True)
+class BenchCredentials:
+    """What the bench presents to a gateway, read as the services read their secrets (the variable or its _FILE
+    form): never a flag, which `ps` shows and the report's recorded command would keep."""
+
+    api_key: str | None = setting(None, "the gateway's API key, sent as a bearer token", secret=True)
+
+
+def api_key() -> str | None:
+    """The key of `BenchCredentials` (VOXMESH_API_KEY or VOXMESH_API_KEY_FILE), or None."""
+    try:
+        return resolve(BenchCredentials).api_key
+    except SettingsError as error:
+        raise TargetError("unreadable_api_key", str(error)) from None
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -62,8 +80,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                              "stages (the bench must run on the mesh's host)")
     target.add_argument("--compare-events-url", help="the same for --compare-url")
     target.add_argument("--allow-remote", action="store_true", help="allow a gateway that is not on loopback")
-    target.add_argument("--api-key", default=os.environ.get("VOXMESH_API_KEY"),
-                        help="bearer token (default $VOXMESH_API_KEY)")
     load = parser.add_argument_group("load")
     load.add_argument("--mode", choices=(*MODES, "both"), default="both", help="open loop, closed loop, or both")
     load.add_argument("--rates", type=float, nargs="+", default=list(DEFAULT_RATES),
@@ -178,7 +194,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
                                                                         num_requests=args.requests)),
                        shape=shape, slo=slo, p95_first_packet_bound_s=args.p95_first_packet_bound or slo.first_packet_s,
                        prompts_path=args.prompts, level_timeout_s=args.level_timeout,
-                       request_timeout_s=args.request_timeout, warmup=args.warmup, api_key=args.api_key,
+                       request_timeout_s=args.request_timeout, warmup=args.warmup, api_key=api_key(),
                        arrival_seed=args.arrival_seed,
                        events_urls=(args.events_url, args.compare_events_url)[:len(targets)], gate=gate,
                        sweep=args.sweep)

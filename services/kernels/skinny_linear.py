@@ -2,8 +2,8 @@
 
 At 64 rows a projection reads its weight once and does little arithmetic with it: its time is a fixed cost (launch,
 ramp and tail) plus its weight's bytes at the card's rate, whichever library runs it, and cuBLAS runs the narrow
-outputs (o_proj and down_proj: too few tiles to occupy the card) split, with a reduce launch of its own. What a step
-can save is launches (the measurements are in loadtest/RESULTS-GPU.md).
+outputs (o_proj and down_proj: too few tiles to occupy the device) split, with a reduce launch of its own. What a
+step can save is launches.
 
 Here a program owns `BLOCK_N` output columns of all rows and a slice of the reduction; with `split_k` > 1 the
 slices' float32 partial sums go to a workspace [split_k, rows, N] and a second launch adds them and rounds to the
@@ -97,10 +97,11 @@ MAX_ROWS = 64
 """The most rows the kernels serve: a decode step's at the engine's usual 64 streams."""
 
 DEFERRED = SkinnyConfig(block_n=32, block_k=128, split_k=4, num_warps=4, num_stages=4)
-"""The launch of a deferred projection: the sweep's fastest for o_proj (1024 x 2048) and down_proj (1024 x 3072) at 16
-and 64 rows (`loadtest/gpu/skinny_linear_sweep.py`)."""
+"""The launch of a deferred projection, chosen for the 0.6B talker's o_proj (1024 x 2048) and down_proj (1024 x 3072)
+at 16 to 64 rows: narrow column blocks and a 4-way split of the reduction, so that enough programs run to occupy the
+device."""
 DEFERRED_MAX_OUT = 2048
-"""Wider outputs have tiles enough to fill the card unsplit: cuBLAS serves them as fast (the same sweep)."""
+"""Wider outputs have tiles enough to fill the device unsplit: cuBLAS serves them in one launch, as fast."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +159,8 @@ def partial_sums(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig) ->
 
 
 GATED = SkinnyConfig(block_n=32, block_k=128, split_k=1, num_warps=4, num_stages=4)
-"""The gated launch: 32 columns of gate and of up a program (the 64 a program of the fastest gate/up shape)."""
+"""The gated launch: 32 columns of gate and 32 of up a program, 64 columns of the joined weight as the deferred
+launch's programs read 32."""
 
 
 def serves_gated(x: torch.Tensor, gate_up: torch.Tensor) -> bool:

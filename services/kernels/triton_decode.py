@@ -82,9 +82,9 @@ def decode_attention(q: torch.Tensor, pool: torch.Tensor, layer: int, tables: to
     `pool` is the block-major pool [blocks, layers, 2, block_size, Hkv, D] (already holding the new tokens);
     `tables` [R, C] the rows' blocks (entries past what a token sees are never read); seq_lens [T] >= 1;
     `token_rows` [T] the table row of each token (None: token t reads row t, one token per row as in decode).
-    `block_n` (cache entries a loop step reads) and `num_warps` are the launch's tuning knobs
-    (`loadtest/gpu/decode_attention_tuning.py` times them on the GPU). The defaults are that sweep's best at the
-    0.6B talker's shapes (64 rows, 64-512 cached tokens): one warp and 32 entries a step.
+    `block_n` (cache entries a loop step reads) and `num_warps` are the launch's tuning knobs. The defaults suit the
+    0.6B talker's decode shapes (64 rows, 64-512 cached tokens): one warp and 32 entries a step, as a token's
+    attention over a few hundred entries leaves little work to share among more warps.
     """
     rows, num_heads, head_dim = q.shape
     block_size, kv_heads = pool.shape[3], pool.shape[4]

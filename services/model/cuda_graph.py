@@ -10,7 +10,7 @@ import torch
 _CAPTURE_LOCK = threading.Lock()
 """One capture at a time in the process. Two threads capturing at once (the colocated topology's talker and codec
 at start-up) break each other: the caching allocator records into one graph pool at a time, and a capture that
-fails leaves the other's pool state inconsistent, so every later capture fails too (seen on the H200)."""
+fails leaves the other's pool state inconsistent, so every later capture fails too."""
 
 
 def capture(forward: Callable[[], torch.Tensor], device: torch.device, pool) -> Callable[[], torch.Tensor]:
@@ -31,9 +31,9 @@ def capture(forward: Callable[[], torch.Tensor], device: torch.device, pool) -> 
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             output = forward()
-        # A graph's first launch costs more than the later ones (on the H200, up to 1.5 ms more for the engine's
-        # graphs: loadtest/gpu/first_replay.py): pay it here, not in the first request's step. Same inputs as the
-        # warm-up run above, so nothing is written that it did not write.
+        # A graph's first launch costs more than the later ones (the driver uploads it to the device): pay it here,
+        # not in the first request's step. Same inputs as the warm-up run above, so nothing is written that it did
+        # not write.
         graph.replay()
         torch.cuda.current_stream(device).synchronize()
 

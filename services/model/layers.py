@@ -40,8 +40,8 @@ class Attend(Protocol):
 class AttendsFromPool(Attend, Protocol):
     """An `Attend` that may let the layer's fused q/k norm + RoPE kernel store k and v in its KV pool itself (one
     launch instead of the kernel's k output and a separate write); the layer then hands it q alone. Optional: the
-    layer looks for `kv_destination` by name (an isinstance check on a protocol costs ~10 us, more than the launches
-    it saves in an eager step)."""
+    layer looks for `kv_destination` by name (an isinstance check on a protocol looks up each of its members, host time
+    that an eager step's saved launch would not repay)."""
 
     def kv_destination(self, layer: int) -> KvDestination | None:
         """Where this layer's new k and v go, for the fused kernel to write (then `attend_stored`); None: call the

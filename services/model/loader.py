@@ -57,8 +57,6 @@ def checkpoint_names(module: nn.Module, prefixes: tuple[tuple[str, str], ...]) -
 
 def _fill(module: nn.Module, names: dict[str, str], tensors: dict[str, torch.Tensor]) -> None:
     module.load_state_dict({name: tensors[ckpt] for name, ckpt in names.items()}, strict=True, assign=True)
-    module.requires_grad_(False)
-    module.eval()
 
 
 def load_model(directory: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
@@ -83,14 +81,29 @@ def load_model(directory: str | Path, dtype: torch.dtype = torch.float32, device
     tensors = checkpoint.load_tensors(stored, list(expected), dtype, device)
     _fill(talker, talker_names, tensors)
     _fill(predictor, predictor_names, tensors)
+    encoder = {n: t for n, t in tensors.items() if n.startswith("speaker_encoder.")} if config.speaker_encoder else None
+    return assemble(directory, config, generation, talker, predictor, encoder, choices)
+
+
+def assemble(directory: Path, config: TTSConfig, generation: GenerationDefaults, talker: Talker,
+             predictor: CodePredictor, speaker_encoder: dict[str, torch.Tensor] | None,
+             choices: KernelChoices = KernelChoices()) -> TTSModel:
+    """The model as it serves, from a talker and a code predictor whose weights are in place on their device: the
+    one place where the kernels are wired (`load_model` comes through here, and so do the device harness's
+    random-weight models, so that a benchmark times what a service serves). On a device Triton compiles for, the
+    projections are fused as `choices` allow and the start-up checks decide the sampler and the code predictor's
+    attention kernel; elsewhere the modules keep the reference's exact form and nothing is checked."""
+    for module in (talker, predictor):
+        module.requires_grad_(False)
+        module.eval()
+    device, dtype = talker.codec_head.weight.device, talker.codec_head.weight.dtype
     kernels = KernelVerdicts()
     if compiles_for(device):  # fewer launches where they cost the most; the CPU keeps the reference's exact form
         fuse_projections(talker, choices.gated_gemm)
         fuse_projections(predictor, choices.gated_gemm)
         kernels = check_fused_kernels(config.talker, device, dtype)
         predictor.fused_attention = kernels.small_attention
-    encoder = {n: t for n, t in tensors.items() if n.startswith("speaker_encoder.")} if config.speaker_encoder else None
-    return TTSModel(directory, config, generation, talker, predictor, encoder, kernels)
+    return TTSModel(directory, config, generation, talker, predictor, speaker_encoder, kernels)
 
 
 def check_fused_kernels(talker: TalkerConfig, device: torch.device, dtype: torch.dtype) -> KernelVerdicts:

@@ -50,7 +50,11 @@ class CommonSettings:
     health_dir: str | None = setting(None, "directory where each service of this process records its micro service "
                                      "id while it serves; `voxmesh health` asks exactly those (the image sets "
                                      "/tmp/voxmesh-health)")
-
+    device_trace_dir: str | None = setting(None, "set, SIGUSR1 records a window of torch's profiler (every kernel "
+                                           "and CPU op of this process) into `DIR/SERVICE-PID.json.gz`, a "
+                                           "Chrome trace (loadtest/gpu/device_trace_summary.py sums several up); "
+                                           "unset, the signal is not handled")
+    device_trace_s: float = setting(5.0, "seconds one SIGUSR1 device-trace window records (with --device-trace-dir)")
 
     def kernel_choices(self) -> KernelChoices:
         """The code-path switches the model loaders take (read once here, passed down: the model reads no
@@ -64,3 +68,7 @@ def check_common(settings: CommonSettings) -> None:
     if not (math.isfinite(interval) and 0.01 <= interval <= 1000):
         raise SettingsError(f"--switch-interval-ms / VOXMESH_SWITCH_INTERVAL_MS: must be between 0.01 and 1000 ms, "
                             f"got {interval}")
+    window = settings.device_trace_s
+    if not (math.isfinite(window) and 0 < window <= 600):
+        raise SettingsError(f"--device-trace-s / VOXMESH_DEVICE_TRACE_S: must be more than 0 and at most 600 s, "
+                            f"got {window}")

@@ -1,11 +1,11 @@
 """A window of torch's profiler in a serving process, opened by SIGUSR1: what the device ran, under real load.
 
 py-spy says where a process's threads are; it cannot say what the GPU did meanwhile, or how two processes sharing
-one card took turns on it. With `VOXMESH_DEVICE_TRACE_DIR` set, SIGUSR1 records every kernel and CPU op of this
-process for `VOXMESH_DEVICE_TRACE_S` seconds (default 5) and writes `<dir>/<service>-<pid>.json.gz`, a Chrome
-trace whose timestamps are on one clock for every process of the machine (`loadtest/gpu/device_trace_summary.py`
-reads several together). The export runs off the event loop. Without the variable the signal is not handled, so
-nothing changes for a process nobody asked to trace.
+one card took turns on it. With the `device_trace_dir` setting given, SIGUSR1 records every kernel and CPU op of this
+process for `device_trace_s` seconds and writes `<dir>/<service>-<pid>.json.gz`, a Chrome trace whose timestamps are
+on one clock for every process of the machine (`loadtest/gpu/device_trace_summary.py` reads several together). The
+export runs off the event loop. Without the setting the signal is not handled, so nothing changes for a process
+nobody asked to trace.
 """
 
 from __future__ import annotations
@@ -18,17 +18,12 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-TRACE_DIR_ENV = "VOXMESH_DEVICE_TRACE_DIR"
-TRACE_SECONDS_ENV = "VOXMESH_DEVICE_TRACE_S"
-DEFAULT_SECONDS = 5.0
 
-
-def install(service: str) -> TraceWindow | None:
-    """Handle SIGUSR1 in the running loop when `VOXMESH_DEVICE_TRACE_DIR` asks for traces (None: it does not)."""
-    folder = os.environ.get(TRACE_DIR_ENV)
+def install(service: str, folder: str | None, seconds: float) -> TraceWindow | None:
+    """Handle SIGUSR1 in the running loop when a trace `folder` is given (the `device_trace_dir` setting; None: the
+    signal is left alone), each window `seconds` long (`device_trace_s`)."""
     if not folder:
         return None
-    seconds = float(os.environ.get(TRACE_SECONDS_ENV) or DEFAULT_SECONDS)
     window = TraceWindow(Path(folder) / f"{service}-{os.getpid()}.json.gz", seconds)
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, window.open)
     log.info("SIGUSR1 records %.1f s of torch profiler trace into %s", seconds, window.path)

@@ -19,11 +19,14 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.runtime import settings_schema as settings_lib
 from services.runtime import device_trace, heap
 from services.runtime.lifecycle import ServiceFailed
+
+if TYPE_CHECKING:
+    from services.runtime.common_settings import CommonSettings
 
 SERVICES = ("gateway", "decode", "vocoder", "prefill", "mtp")
 COMPOSITES = ("colocated",)
@@ -97,10 +100,10 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]], settings: Any,
+async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]], settings: CommonSettings,
                            service: str = "service") -> int:
     """Run `serve(settings, stop)` with SIGTERM/SIGINT setting `stop`; the process's exit status. SIGUSR1 records
-    a device trace where `VOXMESH_DEVICE_TRACE_DIR` asks for one (services/runtime/device_trace.py)."""
+    a device trace where the `device_trace_dir` setting asks for one (services/runtime/device_trace.py)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -115,7 +118,7 @@ async def run_until_signal(serve: Callable[[Any, asyncio.Event], Awaitable[None]
 
     for sig in SIGNALS:
         loop.add_signal_handler(sig, on_signal)
-    device_trace.install(service)
+    device_trace.install(service, settings.device_trace_dir, settings.device_trace_s)
     try:
         await serve(settings, stop)
     except ServiceFailed as failure:  # each task's traceback was logged when it died

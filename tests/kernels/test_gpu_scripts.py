@@ -1,11 +1,14 @@
 """The GPU benchmark scripts' code paths, run on the CPU with the tiny model for one tiny iteration.
 
 No timing is asserted: these keep the scripts from rotting (every entry measured, no errors recorded, the
-decode-only attention variant equal to `Talker.forward`, the hand-off's checks able to fail).
+decode-only attention variant equal to `Talker.forward`, the hand-off's checks able to fail), and keep them measuring
+what the services serve (the harness's models wired by the loaders' own functions, the kernel switches taken as the
+services take their settings).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 from pathlib import Path
@@ -13,9 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from loadtest.gpu import gpu_codec_slots, gpu_micro, gpu_table, ucx_kv_handoff
+from loadtest.gpu import gpu_codec_slots, gpu_micro, gpu_models, gpu_table, ucx_kv_handoff
 from loadtest.gpu.gpu_common import capture_graph, count_flops, count_launches
 from loadtest.gpu.ucx_kv_blocks import HandoffSpec, HandoffSpecError, block_contents, block_ids, same_bits
+from services.model.codec.causal_conv import StreamingConv
+from services.model.kernel_choices import KernelChoices
+from services.model.layers import MLP
+from tests.support.triton_interpreter import interpreted
 
 TINY_SPEC = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 16, "block_size": 4, "dtype": "float32",
              "pool_blocks": 12}
@@ -35,10 +42,13 @@ def test_micro_benchmarks_measure_every_part_on_cpu(tmp_path):
         "--out", str(out), "--device", "cpu", "--preset", "tiny", "--dtype", "float32",
         "--batch-sizes", "2", "--codec-batch-sizes", "2", "--context", "9", "--warmup", "0", "--reps", "1",
         "--codec-warmup", "0", "--codec-reps", "1", "--chunk-frames", "1", "--full-frames", "2",
-        "--copy-mib", "1", "--gemm-size", "16", "--commit", "test",
+        "--copy-mib", "1", "--gemm-size", "16", "--commit", "test", "--gated-gemm", "false",
     ])
     report = json.loads(out.read_text())
     assert rc == 0 and report["errors"] == []
+    # The model's record adds its start-up verdicts (none checked off the device path).
+    assert report["kernels"] == {"choices": {"triton_conv": True, "gated_gemm": False},
+                                 "verdicts": {"whole_row_sampler": False, "small_attention": False}}
     talker, predictor, codec = report["talker_step"][0], report["predictor_frame"][0], report["codec"][0]
     # The graph variant computes what Talker.forward computes (float32 on the CPU: same kernels).
     assert talker["variant_rel_error"] < 1e-5
@@ -51,6 +61,71 @@ def test_micro_benchmarks_measure_every_part_on_cpu(tmp_path):
     assert report["environment"]["commit"] == "test"
     lines = gpu_table.tables(report)
     assert any(line.startswith("| 2 |") for line in lines)
+
+
+def wiring(model) -> dict:
+    """What the loader's kernel wiring leaves on a model: its start-up verdicts, the code predictor's attention
+    switch, and each MLP's fused projection and gated-GEMM switch."""
+    mlps = [m for module in (model.talker, model.code_predictor) for m in module.modules() if isinstance(m, MLP)]
+    return {"verdicts": {"whole_row_sampler": model.kernels.whole_row_sampler,
+                         "small_attention": model.kernels.small_attention},
+            "fused_attention": model.code_predictor.fused_attention,
+            "fused_mlps": sum(m.gate_up is not None for m in mlps), "mlps": len(mlps),
+            "gated_gemm": sorted({m.gated_gemm for m in mlps})}
+
+
+def loaded_and_built(checkpoint: str, gated_gemm: bool) -> list[dict]:
+    """In the interpreter's process, where the kernels run on the CPU: the wiring of a model from `load_model` and of
+    the device harness's random-weight model of the same config, both told `gated_gemm`. The loader is made to take
+    its device path (as on CUDA) for the call, and put back after."""
+    from services.model import loader
+
+    choices, device_path = KernelChoices(gated_gemm=gated_gemm), loader.compiles_for
+    loader.compiles_for = lambda device: True
+    try:
+        loaded = loader.load_model(checkpoint, choices=choices)
+        built = gpu_models.build_model(Path(checkpoint), torch.device("cpu"), torch.float32, choices=choices)
+    finally:
+        loader.compiles_for = device_path
+    return [wiring(loaded), wiring(built)]
+
+
+@pytest.mark.parametrize("gated_gemm", [True, False])
+def test_the_harness_model_is_wired_as_the_loader_wires_a_served_one(tiny_checkpoint, gated_gemm):
+    loaded, built = interpreted(f"tests.kernels.test_gpu_scripts.loaded_and_built({str(tiny_checkpoint)!r}, "
+                                f"{gated_gemm})")
+    assert built == loaded
+    assert built["verdicts"] == {"whole_row_sampler": True, "small_attention": True}  # the checks ran, and passed
+    assert built["fused_attention"] is True
+    assert built["fused_mlps"] == built["mlps"] > 0 and built["gated_gemm"] == [gated_gemm]
+
+
+def test_off_the_device_path_the_harness_model_keeps_the_reference_form(tiny_checkpoint):
+    built = wiring(gpu_models.build_model(tiny_checkpoint, torch.device("cpu"), torch.float32))
+    assert built["verdicts"] == {"whole_row_sampler": False, "small_attention": False}
+    assert built["fused_attention"] is False and built["fused_mlps"] == 0
+
+
+@pytest.mark.parametrize("switched_on", [True, False])
+def test_the_harness_codec_takes_the_triton_conv_choice(switched_on):
+    decoder = gpu_models.build_codec("tiny", torch.device("cpu"), torch.float32,
+                                     choices=KernelChoices(triton_conv=switched_on))
+    convs = [m for m in decoder.modules() if isinstance(m, StreamingConv)]
+    assert convs and all(conv.triton_conv is switched_on for conv in convs)
+    assert not any(p.requires_grad for p in decoder.parameters())
+
+
+def test_the_scripts_take_the_kernel_settings_as_the_services_do(monkeypatch):
+    """The settings' flag wins over its variable, the variable over the default, as in a service."""
+    parser = argparse.ArgumentParser()
+    gpu_models.add_kernel_arguments(parser)
+    assert gpu_models.kernel_choices(parser.parse_args([])) == KernelChoices(triton_conv=True, gated_gemm=True)
+    monkeypatch.setenv("VOXMESH_GATED_GEMM", "0")
+    assert gpu_models.kernel_choices(parser.parse_args([])) == KernelChoices(triton_conv=True, gated_gemm=False)
+    chosen = gpu_models.kernel_choices(parser.parse_args(["--gated-gemm", "true", "--triton-conv", "false"]))
+    assert chosen == KernelChoices(triton_conv=False, gated_gemm=True)
+    with pytest.raises(SystemExit, match="--triton-conv / VOXMESH_TRITON_CONV: expected bool"):
+        gpu_models.kernel_choices(parser.parse_args(["--triton-conv", "maybe"]))
 
 
 def test_launch_count_and_capture_report_off_cuda():
@@ -113,9 +188,10 @@ def test_codec_slots_benchmark_runs_and_checks_on_cpu(tmp_path):
     out = tmp_path / "slots.json"
     rc = gpu_codec_slots.main(["--out", str(out), "--device", "cpu", "--tiny", "--batch-sizes", "1", "3",
                                "--chunk-frames", "2", "--max-rows", "4", "--warmup", "0", "--reps", "1",
-                               "--commit", "test"])
+                               "--commit", "test", "--triton-conv", "false"])
     report = json.loads(out.read_text())
     assert rc == 0 and report["errors"] == []
+    assert report["kernels"] == {"choices": {"triton_conv": False, "gated_gemm": True}}
     assert [(row["streams"], row["chunk_frames"]) for row in report["results"]] == [(1, 2), (3, 2)]
     for row in report["results"]:
         assert row["old_eager"]["audio_s_per_s"] > 0 and row["slots_eager"]["median_ms"] > 0

@@ -1,4 +1,5 @@
-"""SIGUSR1 opens a profiler window in a serving process when VOXMESH_DEVICE_TRACE_DIR asks for one, and only then."""
+"""SIGUSR1 opens a profiler window in a serving process when the `device_trace_dir` setting asks for one, and only
+then."""
 
 from __future__ import annotations
 
@@ -13,10 +14,8 @@ import torch
 from services.runtime import device_trace
 
 
-async def test_sigusr1_writes_a_trace_of_what_ran_in_the_window(tmp_path, monkeypatch):
-    monkeypatch.setenv(device_trace.TRACE_DIR_ENV, str(tmp_path))
-    monkeypatch.setenv(device_trace.TRACE_SECONDS_ENV, "0.3")
-    window = device_trace.install("decode")
+async def test_sigusr1_writes_a_trace_of_what_ran_in_the_window(tmp_path):
+    window = device_trace.install("decode", str(tmp_path), 0.3)
     assert window is not None
     try:
         os.kill(os.getpid(), signal.SIGUSR1)
@@ -31,7 +30,6 @@ async def test_sigusr1_writes_a_trace_of_what_ran_in_the_window(tmp_path, monkey
         asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
 
 
-async def test_without_the_variable_the_signal_is_not_taken(monkeypatch):
-    monkeypatch.delenv(device_trace.TRACE_DIR_ENV, raising=False)
-    assert device_trace.install("decode") is None
+async def test_without_the_setting_the_signal_is_not_taken():
+    assert device_trace.install("decode", None, 5.0) is None
     assert not asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)

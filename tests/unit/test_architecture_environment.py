@@ -16,9 +16,6 @@ ALLOWED = {
     "services/runtime/tracing.py": "OpenTelemetry's own variables (OTEL_TRACES_EXPORTER, the OTLP endpoint...)",
     "services/cli/up.py": "XDG_STATE_HOME: where `voxmesh up` keeps its state",
     "services/bus/embedded.py": "locating nats-server (the variable that names its binary)",
-    "services/runtime/device_trace.py": "the SIGUSR1 device-trace hook's folder and length: a debugging aid of one "
-                                        "process, no code path",
-    "services/cli/bench.py": "the bench client's API key: a secret, kept out of the flags' shown defaults",
 }
 """Module -> why it may read the environment."""
 

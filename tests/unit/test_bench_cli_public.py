@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.bench.client import TargetError
 from loadtest.bench.fresh_mesh import MeshLauncher, MeshStartError
 from loadtest.bench.http_speech import STREAMED_PCM_FIELDS, speech_body
 from loadtest.bench.sweep import BenchError
@@ -57,3 +58,25 @@ def test_the_fresh_mesh_owns_its_port_and_state_dir():
             MeshLauncher(up_args=owned)
         assert refused.value.code == "invalid_up_args"
 
+
+
+def test_the_api_key_comes_from_the_variable_or_its_file_never_a_flag(tmp_path, monkeypatch):
+    monkeypatch.delenv("VOXMESH_API_KEY", raising=False)
+    monkeypatch.delenv("VOXMESH_API_KEY_FILE", raising=False)
+    assert bench_cli.build_config(parse()).api_key is None
+    key_file = tmp_path / "key"
+    key_file.write_text("k-from-file\n")
+    monkeypatch.setenv("VOXMESH_API_KEY_FILE", str(key_file))
+    assert bench_cli.build_config(parse()).api_key == "k-from-file"
+    monkeypatch.setenv("VOXMESH_API_KEY", "k-from-variable")
+    assert bench_cli.build_config(parse()).api_key == "k-from-variable"
+    with pytest.raises(SystemExit):  # a key on the command line would show in `ps` and in the report's command
+        parse("--api-key", "k")
+
+
+def test_an_unreadable_key_file_is_refused_with_its_code(tmp_path, monkeypatch):
+    monkeypatch.delenv("VOXMESH_API_KEY", raising=False)
+    monkeypatch.setenv("VOXMESH_API_KEY_FILE", str(tmp_path / "missing"))
+    with pytest.raises(TargetError) as refused:
+        bench_cli.build_config(parse())
+    assert refused.value.code == "unreadable_api_key"

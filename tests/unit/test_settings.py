@@ -69,3 +69,22 @@ def test_a_switch_interval_out_of_range_stops_the_service_before_it_connects(cap
     assert main("decode", ["--switch-interval-ms", "0", "--nats-url", "nats://127.0.0.1:1"]) == EXIT_USAGE
     assert "--switch-interval-ms / VOXMESH_SWITCH_INTERVAL_MS: must be between 0.01 and 1000 ms, got 0.0" in \
         capsys.readouterr().err
+
+
+def test_the_device_trace_is_a_setting_of_every_service():
+    """The trace folder and window length come from the settings (flag or variable of the same name), not from a
+    variable the hook reads itself; a window that cannot record stops the service before it connects."""
+    from services.runtime.common_settings import CommonSettings
+
+    settings = resolve(CommonSettings, None, {"VOXMESH_DEVICE_TRACE_DIR": "/tmp/traces",
+                                              "VOXMESH_DEVICE_TRACE_S": "2.5"})
+    assert (settings.device_trace_dir, settings.device_trace_s) == ("/tmp/traces", 2.5)
+    assert resolve(CommonSettings, None, {}).device_trace_dir is None
+
+
+def test_a_device_trace_window_of_no_length_stops_the_service_before_it_connects(capsys):
+    from services.runtime.process import EXIT_USAGE, main
+
+    assert main("vocoder", ["--device-trace-s", "0", "--nats-url", "nats://127.0.0.1:1"]) == EXIT_USAGE
+    assert "--device-trace-s / VOXMESH_DEVICE_TRACE_S: must be more than 0 and at most 600 s, got 0.0" in \
+        capsys.readouterr().err

@@ -1,7 +1,7 @@
 """The vocoder's dilated causal convolutions as one Triton implicit-GEMM kernel on CUDA.
 
 A residual unit's k=7 dilated convolution is most of the codec's device time, and cuDNN's channels-last kernels
-reach well under half of the card's peak on it. The convolution is a matrix product whose operand rows are the input
+stay far from the device's peak on it. The convolution is a matrix product whose operand rows are the input
 shifted by each tap: output row (b, t) = sum over taps j of input row (b, t + j * dilation) times the tap's
 [C_in, C_out] weight. Here a program owns BLOCK_M output rows and BLOCK_N output channels, and for each tap loads
 its rows of the input (channels dense, so each row is one contiguous read) and the tap's weight tile, and
@@ -13,9 +13,9 @@ streaming logic is untouched. The weight is laid out tap-major ([taps, C_in, C_o
 `causal_conv.channels_last_weight` does for cuDNN. The model takes it on CUDA where the `triton_conv` setting allows
 (on by default); the CPU tests check it under Triton's interpreter.
 
-Where it serves is the card's answer (`loadtest/gpu/codec_ops_bench.py` against cuDNN's channels-last kernels; the
-figures are in loadtest/RESULTS-GPU.md): the 384-, 192- and 96-channel units and the output conv; the first block's
-768-channel units stay with cuDNN (`MAX_CHANNELS`), as do the latent-rate convs (the GEMM form).
+It serves where it beats cuDNN's channels-last kernels (`loadtest/gpu/codec_ops_bench.py` times both): the 384-,
+192- and 96-channel units and the output conv; the first block's 768-channel units stay with cuDNN (`MAX_CHANNELS`),
+as do the latent-rate convs (the GEMM form).
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ MAX_CHANNELS = 384
 
 
 def tile_for(c_in: int, c_out: int) -> ConvTile:
-    """The launch shape that won on the card for a conv of these channels (the module's note): 64-channel reduction
-    steps where the inputs are many, 32 for the last block's 96, narrow columns for the one-channel output conv."""
+    """The launch shape for a conv of these channels: 64-channel reduction steps where the inputs are many (fewer
+    loop steps), 32 for the last block's 96 (a 64-channel step would be two-thirds padding), narrow columns for the
+    one-channel output conv (a wide tile would be nearly all padding)."""
     if c_out < 16:
         return ConvTile(block_m=128, block_n=64, block_k=32, num_warps=4)
     return ConvTile(block_k=32 if c_in <= 96 else 64)

@@ -93,10 +93,9 @@ class CausalConv1d(StreamingConv):
 
 GEMM_FORM_MAX_OUTPUTS = 64
 """Convolutions with at most this many outputs a row (the latent-rate ones: a chunk's few frames) run on CUDA as one
-GEMM over their unfolded windows: the copy is small there and the product runs on tensor cores, where cuDNN spent
-more per call (H200, 64 streams x 8 frames, `loadtest/gpu/codec_ops_bench.py`: the pre-conv 42 -> 12 us, the
-vocoder's input conv 207 -> 113 us). On longer rows cuDNN is faster (the first block's 768-channel convs 282-384
-against 463-475 us; the audio-rate ones by 1.5-2.5x), so they stay with it."""
+GEMM over their unfolded windows: with so few outputs the unfolded copy is small and the product runs on the tensor
+cores, where cuDNN's kernels for such short rows spend more. On longer rows the copy grows with every tap and cuDNN's
+kernels are the better choice, so they stay with it (`loadtest/gpu/codec_ops_bench.py` times both forms)."""
 
 
 def _as_gemm(conv: nn.Conv1d, x: torch.Tensor, *, bias: bool = True) -> torch.Tensor:

@@ -44,7 +44,17 @@ def load_codec_decoder(
     model = model.to_empty(device="cpu")
     model.load_state_dict(tensors, strict=True)
     model.quantizer.refresh_table()
+    return place_decoder(model, device, dtype, choices)
+
+
+def place_decoder(model: CodecDecoder, device: str | torch.device, dtype: torch.dtype,
+                  choices: KernelChoices = KernelChoices()) -> CodecDecoder:
+    """The decoder as it serves, from one whose float32 weights (and codebook table) are in place on the CPU: moved
+    to `device` in `dtype`, its projections fused and its convolutions taking the kernels `choices` allow. The one
+    place this wiring is written: `load_codec_decoder` and the device harness's random-weight codec both come
+    through here."""
     model = model.to(device=device, dtype=dtype).eval()
+    model.requires_grad_(False)
     model.pre_transformer.fuse_projections()  # after the move: the fused weights live where the model runs
     for conv in model.modules():
         if isinstance(conv, StreamingConv):

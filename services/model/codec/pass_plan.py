@@ -3,12 +3,11 @@
 A pass runs a fixed (rows, frames) shape: rows padded up to a row bucket with rows that touch no stream, and each
 chunk padded at its end up to the pass's frame bucket (every layer of the codec is causal, so a chunk's own samples
 and the state it leaves never see its padding). A pass costs a fixed amount whatever it holds (its ~1,000 kernel
-launches) plus an amount per row and per row-frame. On an H200 (0.6B codec, bf16, graphed steps,
-loadtest/results/codec_slots_h200_2026-12-03_8231cc7.json) that is ~1.9 ms a pass, 0.038 ms a row and 0.021 ms a
-row-frame: a 2-frame chunk in a pass of its own costs as much as ~90 padded frames in a pass that runs anyway. So the
-chunks of one round (each stream's next chunk) share passes where that is cheaper than passes of their own, which at
-load is nearly always: the decode service's chunk ramp (2, 2, 4, then 8 frames) put three lengths, three passes, into
-most calls.
+launches) plus an amount per row and per row-frame; `PASS_COST` and `ROW_COST` state the first two in row-frames, so
+a short chunk in a pass of its own costs as much as many padded frames in a pass that runs anyway. So the chunks of
+one round (each stream's next chunk) share passes where that is cheaper than passes of their own, which at load is
+nearly always: the decode service's chunk ramp (2, 2, 4, then 8 frames) would otherwise put three lengths, three
+passes, into most calls.
 
 Row buckets are finer for the long passes: a padded row of an 8-frame pass costs ten row-frames, of a 2-frame pass
 four, so the passes of 4 frames and more step by 4 rows past 8 (a call of 11 chunks pads to 12, not 16) and the short
@@ -21,9 +20,10 @@ from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 
 PASS_COST = 90.0
-"""A pass's fixed cost, in row-frames (1.9 ms / 0.021 ms on the H200 above)."""
+"""A pass's fixed cost, in row-frames: the time of a graphed pass of one row over the time one more row-frame adds
+(`loadtest/gpu/gpu_codec_slots.py` gives both)."""
 ROW_COST = 2.0
-"""A row's cost beyond its frames, in row-frames (0.038 ms / 0.021 ms)."""
+"""A row's cost beyond its frames, in row-frames (the same ratio for one more row)."""
 
 FINE_ROWS_FROM_FRAMES = 4
 """Passes of this many frames or more get the finer row buckets (`shape_buckets`)."""

@@ -37,10 +37,10 @@ DEFAULT_MAX_CHUNK_FRAMES = 8
 
 PRIME_PASS_LENGTHS = (64, 32, 16, 8, 4, 2, 1)
 """The lengths of a priming pass, each one step shape of its own (on CUDA a graph, captured at the warm-up): a
-reference of any length is primed in passes of these lengths, so none runs at a length new to cuDNN. Its timing of
-algorithms at each new length (benchmark mode, which the graphed steps need) stalled the vocoder ~2.5 s on an H200,
-and eager passes are bound by their launches (loadtest/RESULTS-GPU.md, 2026-12-03). The largest bounds a pass's
-activations: 64 frames are 122,880 samples in each of the last layers' channels."""
+reference of any length is primed in passes of these lengths, so none runs at a length new to cuDNN: in benchmark
+mode (which the graphed steps need) cuDNN times its algorithms at every new length, a stall of seconds in the middle
+of serving, and eager passes are bound by their launches. The largest bounds a pass's activations: 64 frames are
+122,880 samples in each of the last layers' channels."""
 
 
 def priming_passes(num_frames: int) -> list[int]:
@@ -75,9 +75,9 @@ class SlotDecoder:
         self._graph_pool = torch.cuda.graph_pool_handle() if self.capture else None
         if self.capture:
             # cuDNN picks each convolution's algorithm by timing them at the warm-up before capture, not by its
-            # heuristic, which gave one 384-channel conv (k=7, 1,328 samples a row) a generic non-tensor-core
-            # kernel: 5.9 of a graphed call's 30 ms on an H200 (loadtest/RESULTS-GPU.md). Process-wide, as torch's
-            # flag is; the decoder's other users gain from it too.
+            # heuristic, which can give a 384-channel k=7 conv of a long row a generic kernel that does not use the
+            # tensor cores (a large share of a graphed call). Process-wide, as torch's flag is; the decoder's other
+            # users gain from it too.
             torch.backends.cudnn.benchmark = True
         self._steps: dict[tuple[int, int], ShapeStep] = {}
         self._priming_pool: CodecSlotPool | None = None

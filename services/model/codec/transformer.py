@@ -5,9 +5,8 @@ per layer, the rotated keys and the values of those previous frames, so a chunk'
 costs O(chunk * window) whatever the stream's length. Names mirror the checkpoint
 (`layers.N.self_attn.q_proj`, `layers.N.mlp_layer_scale.scale`, ...).
 
-A codec pass for a few frames is bound by its launches, not its arithmetic (~1.9 ms for a 1-row pass on an H200,
-loadtest/RESULTS-GPU.md), and these eight layers launched about 60% of them. So, once `fuse_projections` has run (the
-loader runs it), q/k/v and gate/up are one GEMM each, q and k are rotated together, a layer scale and its residual
+A codec pass for a few frames is bound by its launches, not its arithmetic, and these eight layers would launch most
+of them. So, once `fuse_projections` has run (the loader runs it), q/k/v and gate/up are one GEMM each, q and k are rotated together, a layer scale and its residual
 add are one `addcmul`, and on CUDA each norm and the silu product are one Triton kernel (the talker's `RMSNorm` and
 `MLP`, whose numerics are the reference codec's too): ~25 launches fewer a layer.
 """
