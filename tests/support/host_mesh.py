@@ -25,7 +25,8 @@ import httpx
 
 from services.mesh.compose_plan import ServicePlan, container_only_removed, load_plan
 from services.mesh.resume_secret import ensure_resume_secret
-from tests.mesh_client import replicas_serving
+from services.runtime.lifecycle import micro_name
+from tests.mesh_client import NUM_PARTITIONS, replicas_serving, settled_replica_stats
 from tests.support.host_cluster import HostCluster
 from tests.support.host_process import HostProcess
 from tests.support.netns_hosts import Hosts
@@ -99,10 +100,12 @@ class HostMesh:
         return self.services[name]
 
     async def wait_serving(self, avoiding: tuple[int, ...] = ()) -> None:
-        """Until both gateways answer /ready and two decode and two vocoder replicas hold live leases."""
+        """Until both gateways answer /ready, two decode replicas hold live leases, and each of the two vocoders
+        serves its share of the partitions (no hand-off under way)."""
         urls = self.cluster.operator_urls(avoiding)
         await asyncio.gather(*(self._ready(url) for url in self.gateway_urls()),
                              replicas_serving(urls, "decode", 2), replicas_serving(urls, "vocoder", 2))
+        await settled_replica_stats(urls, micro_name("vocoder"), 2, _each_serves_its_share)
 
     async def _ready(self, gateway_url: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -126,6 +129,12 @@ class HostMesh:
         for process in self.services.values():
             process.stop(timeout_s=15)
         self.cluster.stop()
+
+
+def _each_serves_its_share(stats: dict[str, dict]) -> bool:
+    served = sorted(partition for data in stats.values() for partition in data["partitions"])
+    return served == list(range(NUM_PARTITIONS)) and all(len(data["partitions"]) == NUM_PARTITIONS // 2
+                                                         for data in stats.values())
 
 
 def _local(command: tuple[str, ...]) -> list[str]:
