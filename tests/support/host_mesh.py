@@ -27,7 +27,7 @@ from services.mesh.compose_plan import ServicePlan, container_only_removed, load
 from services.mesh.resume_secret import ensure_resume_secret
 from services.runtime.lifecycle import micro_name
 from tests.mesh_client import NUM_PARTITIONS, replicas_serving, settled_replica_stats
-from tests.support.host_cluster import HostCluster
+from tests.support.host_cluster import MONITOR_PORT, HostCluster
 from tests.support.host_process import HostProcess
 from tests.support.netns_hosts import Hosts
 
@@ -49,6 +49,7 @@ class HostMesh:
     model_dir: Path
     state_dir: Path
     services: dict[str, HostProcess] = field(default_factory=dict)
+    first_connections: list[list[dict]] = field(default_factory=list)  # each member's clients once all served
 
     def gateway_urls(self) -> list[str]:
         return [f"http://{self.hosts[i].address}:{GATEWAY_PORT}" for i, roles in enumerate(PLACEMENT)
@@ -93,6 +94,7 @@ class HostMesh:
             for role in roles:
                 self.start_service(by_role[role], index)
         asyncio.run(self.wait_serving())
+        self.first_connections = [connections(host.address) for host in self.hosts.hosts]
 
     def start_service(self, plan: ServicePlan, index: int) -> HostProcess:
         name = f"{plan.command[2]}@{self.hosts[index].name}"
@@ -129,6 +131,13 @@ class HostMesh:
         for process in self.services.values():
             process.stop(timeout_s=15)
         self.cluster.stop()
+
+
+def connections(address: str) -> list[dict]:
+    """The client connections one member holds (its monitoring endpoint, on its host's address)."""
+    reply = httpx.get(f"http://{address}:{MONITOR_PORT}/connz", params={"auth": "true", "limit": 1024}, timeout=10)
+    reply.raise_for_status()
+    return reply.json().get("connections") or []
 
 
 def _each_serves_its_share(stats: dict[str, dict]) -> bool:
