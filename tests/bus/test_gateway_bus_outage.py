@@ -63,18 +63,21 @@ async def own_bus(tmp_path: Path) -> AsyncIterator[OwnBus]:
     nc = await connect(url, "bus-outage-test", initial_timeout_s=10.0)
     standin_nc = await connect(url, "bus-outage-standin", initial_timeout_s=10.0)
     kv = await fresh_bus(nc.jetstream(), config)
-    standin = StandInMesh(standin_nc, standin_nc.jetstream(), await standin_nc.jetstream().key_value(config.bucket().name))
+    standin_kv = await standin_nc.jetstream().key_value(config.bucket().name)
+    standin = StandInMesh(standin_nc, standin_nc.jetstream(), standin_kv)
     await standin.start_replicas()
     standin.start_consumer()
     bus = OwnBus(server, BusHandles(nc, nc.jetstream(), kv, url, config), standin)
     try:
         yield bus
     finally:
-        await standin.stop()
-        for client in (standin_nc, nc):
-            with contextlib.suppress(OSError):  # a client whose server was killed may find its old socket gone
-                await client.close()
-        await asyncio.to_thread(bus.server.stop)
+        try:
+            await standin.stop()
+            for client in (standin_nc, nc):
+                with contextlib.suppress(OSError):  # a client whose server was killed may find its old socket gone
+                    await client.close()
+        finally:
+            await asyncio.to_thread(bus.server.stop)
 
 
 @contextlib.asynccontextmanager
