@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import nats.errors
+from nats.js.errors import ServiceUnavailableError
 
 from services.mesh.compose_plan import ServicePlan, container_only_removed, load_plan
 from services.mesh.resume_secret import ensure_resume_secret
@@ -103,11 +105,19 @@ class HostMesh:
 
     async def wait_serving(self, avoiding: tuple[int, ...] = ()) -> None:
         """Until both gateways answer /ready, two decode replicas hold live leases, and each of the two vocoders
-        serves its share of the partitions (no hand-off under way)."""
+        serves its share of the partitions (no hand-off under way). A JetStream call that finds no leader (a
+        member back from a partition forces elections with its higher term) is asked again, within the bound."""
         urls = self.cluster.operator_urls(avoiding)
-        await asyncio.gather(*(self._ready(url) for url in self.gateway_urls()),
-                             replicas_serving(urls, "decode", 2), replicas_serving(urls, "vocoder", 2))
-        await settled_replica_stats(urls, micro_name("vocoder"), 2, _each_serves_its_share)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                await asyncio.gather(*(self._ready(url) for url in self.gateway_urls()),
+                                     replicas_serving(urls, "decode", 2), replicas_serving(urls, "vocoder", 2))
+                await settled_replica_stats(urls, micro_name("vocoder"), 2, _each_serves_its_share)
+                return
+            except (nats.errors.TimeoutError, ServiceUnavailableError, nats.errors.NoRespondersError):
+                if time.monotonic() > deadline:
+                    raise
 
     async def _ready(self, gateway_url: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
