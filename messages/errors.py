@@ -71,6 +71,7 @@ class ErrorCode(StrEnum):
     DRAINED = "drained"  # operator drain of a `fail` request
     REPLICA_LOST = "replica_lost"  # the owning replica died (past the migration limit)
     CANCELLED = "cancelled"  # client cancel, or the resume window ran out
+    BUS_UNAVAILABLE = "bus_unavailable"  # the gateway heard neither audio nor events of a request for too long
     FINGERPRINT_MISMATCH = "fingerprint_mismatch"  # a hand-off or step made for other weights
     MODEL_ERROR = "model_error"  # the model raised while serving this request
     INVALID_CONFIG = "invalid_config"  # a service or bus setting out of range (not a request failure)

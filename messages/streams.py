@@ -96,7 +96,10 @@ class BusConfig:
     num_partitions: int = 4  # vocoder partitions of CODES
     max_queued_requests: int = 256  # REQUESTS bound; a full queue refuses new requests (429)
     request_max_deliver: int = 3  # deliveries before a request is poison
-    request_ack_wait_s: float = 30.0  # decode acks right after claiming ownership, so this can be short
+    # Decode acks right after claiming ownership, so this can be short; it must be well below the gateway's queue
+    # deadline (30 s): a request delivered to a replica that died that instant (its host lost, its last pull still
+    # open) is delivered again only after it, and must still reach a live replica in time.
+    request_ack_wait_s: float = 10.0
     events_max_age_s: float = 24 * HOUR_S  # longer than any request lives
     codes_max_age_s: float = 2 * HOUR_S  # request lifetime + resume window
     duplicate_window_s: float = 120.0

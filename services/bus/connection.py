@@ -49,6 +49,9 @@ async def connect(url: str | list[str], name: str, *, credentials_file: Path | N
     servers = [url] if isinstance(url, str) else list(url)
     options: dict[str, Any] = {
         "servers": servers,
+        # In the order given: a service on a host with its own member of a cluster lists that member first, and
+        # connects there first (nats-py would shuffle the list, and send it across the network for no reason).
+        "dont_randomize": True,
         "name": name,
         "connect_timeout": connect_timeout_s,
         "allow_reconnect": True,

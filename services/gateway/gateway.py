@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.gateway.http.auth import parse_keys
+from services.gateway.requests.bus_watch import BusOutagePolicy
 from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.requests.prefill_route import PrefillRoute
 from services.gateway.requests.repair import RepairPolicy
@@ -58,6 +59,7 @@ def build_gateway(settings: GatewaySettings, catalog: VoiceCatalog, context: Ser
                               RepairPolicy(arrival_timeout_s=settings.redecode_timeout_s), settings.retry_after_s,
                               segment_chars=settings.segment_chars, max_live_requests=settings.max_live_requests,
                               client_buffer_s=settings.client_buffer_s,
+                              outage=BusOutagePolicy(settings.bus_outage_s),
                               voices=VoiceStore(context.nc, context.js, catalog.model),
                               prefill_route=PrefillRoute(context.js, context.kv, catalog.model, settings.prefill_min_chars,
                                                          settings.prefill_max_queue))

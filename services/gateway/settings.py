@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from messages.requests import MAX_TEXT_CHARS
+from services.gateway.requests.bus_watch import DEFAULT_BUS_OUTAGE_S
 from services.gateway.requests.synthesis import (DEFAULT_CLIENT_BUFFER_S, DEFAULT_MAX_LIVE_REQUESTS,
                                                  DEFAULT_SEGMENT_CHARS)
 from services.runtime.common_settings import CommonSettings
@@ -44,6 +45,10 @@ class GatewaySettings(CommonSettings):
                                           "with code replica_lost")
     supervise_interval_s: float = setting(0.5, "seconds between supervision passes (deadlines, vocoder leases, "
                                                "resume windows)")
+    bus_outage_s: float = setting(DEFAULT_BUS_OUTAGE_S, "seconds a streaming request may go with neither audio nor "
+                                  "an answer from the bus's EVENTS stream (this gateway's NATS server cut off from "
+                                  "the cluster, or down); past them its client's stream ends with code "
+                                  "bus_unavailable (the request itself may still finish and be resumed elsewhere)")
     redecode_timeout_s: float = setting(5.0, "seconds to wait for a re-decoded chunk before asking again")
     drain_timeout_s: float = setting(10.0, "seconds in-flight responses get to finish on shutdown")
     api_keys: str | None = setting(None, "API keys, comma-separated; when set, /v1 calls and the WebSocket (the "
@@ -80,7 +85,7 @@ class GatewaySettings(CommonSettings):
         if self.num_partitions < 1:
             raise SettingsError(f"--num-partitions / VOXMESH_NUM_PARTITIONS: {self.num_partitions} must be >= 1")
         for name in ("request_deadline_s", "request_timeout_s", "resume_window_s", "vocoder_grace_s", "supervise_interval_s",
-                     "redecode_timeout_s", "drain_timeout_s", "client_buffer_s"):
+                     "redecode_timeout_s", "drain_timeout_s", "client_buffer_s", "bus_outage_s"):
             if getattr(self, name) <= 0:
                 flag = "--" + name.replace("_", "-")
                 raise SettingsError(f"{flag} / VOXMESH_{name.upper()}: must be > 0, got {getattr(self, name)}")

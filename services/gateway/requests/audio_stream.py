@@ -4,7 +4,9 @@ The stream subscribes to `tts.audio.<id>` and follows the request's terminal eve
 from EVENTS through JetStream, so a refused duplicate is never seen) before the request is published (so nothing can
 be missed), buffers chunks that arrive early, repairs gaps by re-decode, and completes once it holds chunks
 0..chunk_count-1 and the terminal event. A `failed` terminal ends the iteration with RequestFailed after the audio
-made so far.
+made so far. A stream that hears nothing for a while asks EVENTS for the terminal itself, and ends with
+`bus_unavailable` once neither audio nor EVENTS has reached this gateway for the outage bound (bus_watch.py): a
+gateway cut off from the mesh gives its clients a clear error, never silence.
 
 The chunks it holds for a client that reads slower than the mesh makes them are bounded (ClientBuffer): past the
 bound the stream drops them, has the request cancelled in every stage, and ends the iteration with `slow_client`.
@@ -29,6 +31,7 @@ from messages.errors import ErrorCode, Stage
 from messages.events import Failed, TerminalEvent
 from messages.frames import AudioChunk
 from services.gateway.errors import RequestFailed
+from services.gateway.requests.bus_watch import BusOutagePolicy, BusWatch
 from services.gateway.requests.repair import GapRepair, RepairPolicy
 from services.gateway.requests.terminal_feed import TerminalFeed
 
@@ -62,7 +65,8 @@ class AudioStream:
     """
 
     def __init__(self, nc: Client, terminals: TerminalFeed, request_id: str, partition: int,
-                 repair: RepairPolicy = RepairPolicy(), buffer: ClientBuffer = ClientBuffer()) -> None:
+                 repair: RepairPolicy = RepairPolicy(), buffer: ClientBuffer = ClientBuffer(),
+                 outage: BusOutagePolicy = BusOutagePolicy()) -> None:
         self.request_id = request_id
         self.partition = partition
         self.next_seq = 0
@@ -71,6 +75,7 @@ class AudioStream:
         self._nc = nc
         self._terminals = terminals
         self._repair = GapRepair(nc, request_id, partition, repair)
+        self._bus = BusWatch(nc, request_id, outage)
         self._terminal_patience_s = repair.arrival_timeout_s
         self._changed = asyncio.Event()  # set by the subscriptions when a chunk or the terminal arrives
         self._pending: dict[int, AudioChunk] = {}
@@ -125,6 +130,7 @@ class AudioStream:
         published)."""
         if self.terminal is None:
             self.terminal = event
+            self._bus.heard()
             self._changed.set()
 
     def frames_seen(self) -> int:
@@ -153,7 +159,8 @@ class AudioStream:
                 await self._repair_gap()
             else:
                 self._repair.settled()
-            await self._wait(self._repair.wait_s())
+            await self._wait(self._wait_s())
+            await self._hear_from_bus()
         if isinstance(self.terminal, Failed):
             raise RequestFailed.from_event(self.terminal)
 
@@ -188,6 +195,20 @@ class AudioStream:
             return self.next_seq < self.terminal.chunk_count
         return bool(self._pending)
 
+    def _wait_s(self) -> float:
+        """Until a repair is due again or the bus is to be asked whether it still reaches this gateway."""
+        repair_s = self._repair.wait_s()
+        return self._bus.wait_s() if repair_s is None else min(repair_s, self._bus.wait_s())
+
+    async def _hear_from_bus(self) -> None:
+        """After a wait with nothing new: when due, read the terminal from EVENTS (bus_watch.py); RequestFailed
+        with `bus_unavailable` when neither audio nor EVENTS reached this gateway for the outage bound."""
+        if self._changed.is_set():
+            return
+        terminal = await self._bus.check(self.contiguous_chunks())
+        if terminal is not None:
+            self.note_terminal(terminal)
+
     async def _wait(self, timeout_s: float | None) -> None:
         """Until a chunk or the terminal arrives, or `timeout_s` passes (a repair is due again)."""
         try:
@@ -207,6 +228,7 @@ class AudioStream:
             return
         if self._overflow is not None:
             return  # given up: the request is being cancelled
+        self._bus.heard()
         if chunk.seq >= self.next_seq and chunk.seq not in self._pending:  # else a duplicate: already held
             self._pending[chunk.seq] = chunk
             self._held_samples += chunk.num_samples

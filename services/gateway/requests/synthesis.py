@@ -28,6 +28,7 @@ from messages.errors import ErrorCode
 from messages.events import Accepted, event_subject
 from messages.requests import SynthesisRequest
 from messages.streams import EVENTS_STREAM
+from services.bus.ack_retry import is_transient
 from services.bus.errors import NotProvisioned, QueueFull
 from services.bus.logs import request_context
 from services.bus.submit import submit_request
@@ -36,6 +37,7 @@ from services.bus.trace_context import REQUEST_ID, inject, span_context, tracer
 from services.gateway.errors import GatewayError, Overloaded
 from services.gateway.requests.audio_stream import AudioStream, ClientBuffer
 from services.gateway.requests.body import SynthesisFields
+from services.gateway.requests.bus_watch import BusOutagePolicy
 from services.gateway.requests.outcome_metrics import GatewayMetrics
 from services.gateway.requests.repair import RepairPolicy
 from services.gateway.requests.supervisor import Supervisor
@@ -74,6 +76,7 @@ class Synthesizer:
             is refused with 429 `too_many_requests`.
         client_buffer_s: seconds of a request's audio held for a client that reads slower than the mesh makes it;
             past them the request is cancelled in every stage and ends with `slow_client`.
+        outage: how long a stream may hear neither audio nor EVENTS before its client gets `bus_unavailable`.
         voices: reference audio and saved voices (base models clone a voice); None: no cloning.
     """
 
@@ -89,13 +92,14 @@ class Synthesizer:
     segment_chars: int = DEFAULT_SEGMENT_CHARS
     max_live_requests: int = DEFAULT_MAX_LIVE_REQUESTS
     client_buffer_s: float = DEFAULT_CLIENT_BUFFER_S
+    outage: BusOutagePolicy = BusOutagePolicy()
 
     def audio_stream(self, request_id: str, partition: int) -> AudioStream:
         """A stream of one request's audio, holding at most `client_buffer_s` of it for its client."""
         on_overflow = functools.partial(self.supervisor.cancel, request_id, SLOW_CLIENT_REASON,
                                         ErrorCode.SLOW_CLIENT)
         return AudioStream(self.nc, self.supervisor.terminals, request_id, partition, self.repair,
-                           ClientBuffer(self.client_buffer_s, on_overflow))
+                           ClientBuffer(self.client_buffer_s, on_overflow), self.outage)
     voices: VoiceStore | None = None
     prefill_route: PrefillRoute | None = None
     """Sends long prompts to a free prefill replica (None: decode prefills every prompt)."""
@@ -182,6 +186,11 @@ class Synthesizer:
         except NotProvisioned as exc:
             raise GatewayError(ErrorCode.INTERNAL, f"the mesh is not provisioned: {exc}", status=503) from exc
         except (nats.errors.Error, asyncio.TimeoutError) as exc:
+            if is_transient(exc):  # still so after the publish's own retries: the bus is out of reach from here
+                raise GatewayError(ErrorCode.BUS_UNAVAILABLE, f"could not queue the request: the bus did not "
+                                   f"acknowledge it ({exc!r}); this gateway's NATS server is cut off from the mesh "
+                                   "or has no quorum: retry shortly, or through another gateway", status=503) \
+                    from exc
             raise GatewayError(ErrorCode.INTERNAL, f"could not queue the request ({exc!r}); retry shortly",
                                status=503) from exc
 
