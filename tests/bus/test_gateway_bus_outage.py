@@ -1,6 +1,6 @@
 """A streaming request whose gateway stops hearing from the bus ends its client's stream with one clear error.
 
-Real nats-server (one per test, killed in the test), the stand-in decode/vocoder (tests/fixtures/gateway_standin.py),
+Real nats-server (one per test, killed in the test), the stand-in decode/vocoder (tests/support/gateway_standin.py),
 the real gateway service under uvicorn, a WebSocket client. The stand-in sends two chunks and then nothing: the rest
 of the request is what a partitioned mesh makes where this gateway cannot hear it.
 
@@ -27,11 +27,11 @@ import websockets
 from messages.streams import BusConfig
 from services.bus import EmbeddedNats, connect
 from services.gateway.requests.bus_watch import READS_PER_OUTAGE
-from tests.fixtures.gateway_fixtures import (WS_PATH, BusHandles, gateway_settings, receive_until_event,
+from tests.support.gateway_fixtures import (WS_PATH, BusHandles, gateway_settings, receive_until_event,
                                              watched_gateway_on)
-from tests.fixtures.gateway_fixtures import gateway_model_dir  # noqa: F401 - fixture
-from tests.fixtures.gateway_standin import MODEL, NUM_PARTITIONS, Plan, StandInMesh, expected_pcm
-from tests.fixtures.nats_server import fresh_bus
+from tests.support.gateway_fixtures import gateway_model_dir  # noqa: F401 - fixture
+from tests.support.gateway_standin import MODEL, NUM_PARTITIONS, Plan, StandInMesh, expected_pcm
+from tests.support.nats_server import fresh_bus
 
 pytestmark = pytest.mark.timeout(120)
 

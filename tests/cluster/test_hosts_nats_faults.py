@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from messages.streams import CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM
-from tests.mesh_client import FAULT_BODIES, WAIT_S, LiveStream, assert_as_undisturbed, follow
+from tests.support.mesh_client import FAULT_BODIES, WAIT_S, LiveStream, assert_as_undisturbed, follow
 from tests.support.host_cluster import ELECTION_TIMEOUT_S, operator_client
 from tests.support.host_fixtures import GREEDY, REFERENCE_BODIES, SEEDED
 from tests.support.host_streams import caught_up, finish, start_through

@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 from messages.streams import EVENTS_STREAM
-from tests.mesh_client import (FAULT_BODIES, WAIT_S, LiveStream, assert_as_undisturbed, follow, terminal_count)
+from tests.support.mesh_client import (FAULT_BODIES, WAIT_S, LiveStream, assert_as_undisturbed, follow, terminal_count)
 from tests.support.host_fixtures import GREEDY, REFERENCE_BODIES, SEEDED
 from tests.support.host_streams import caught_up, finish, start_through
 

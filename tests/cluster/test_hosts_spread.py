@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from tests.mesh_client import WAIT_S, LiveStream, assert_as_undisturbed, follow
+from tests.support.mesh_client import WAIT_S, LiveStream, assert_as_undisturbed, follow
 from tests.support.host_fixtures import GREEDY, REFERENCE_BODIES, SEEDED
 from tests.support.host_mesh import PLACEMENT
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures.mesh import run_mesh
-from tests.mesh_client import FAULT_BODIES, LiveStream, undisturbed_run
+from tests.support.mesh import run_mesh
+from tests.support.mesh_client import FAULT_BODIES, LiveStream, undisturbed_run
 from tests.support.host_cluster import HostCluster
 from tests.support.host_mesh import MESH_ENV, HostMesh
 from tests.support.netns_hosts import Hosts, leftover_namespaces

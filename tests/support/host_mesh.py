@@ -28,7 +28,7 @@ from nats.js.errors import ServiceUnavailableError
 from services.mesh.compose_plan import ServicePlan, container_only_removed, load_plan
 from services.mesh.resume_secret import ensure_resume_secret
 from services.runtime.lifecycle import micro_name
-from tests.mesh_client import NUM_PARTITIONS, replicas_serving, settled_replica_stats
+from tests.support.mesh_client import NUM_PARTITIONS, replicas_serving, settled_replica_stats
 from tests.support.host_cluster import MONITOR_PORT, HostCluster
 from tests.support.host_process import HostProcess
 from tests.support.netns_hosts import Hosts
@@ -37,7 +37,9 @@ PLACEMENT = (("gateway", "decode"), ("decode", "vocoder"), ("gateway", "vocoder"
 PROVISION_HOST = 1
 GATEWAY_PORT = 8000
 START_TIMEOUT_S = 240.0
-MESH_ENV = {"VOXMESH_CODEC_BATCHING": "false"}
+# A partition may lack a live vocoder for a whole lease and an election across hosts before another claims it: the
+# gateway's grace (5 s by default, made for one host) must outlast that, as a multi-host deployment's must.
+MESH_ENV = {"VOXMESH_CODEC_BATCHING": "false", "VOXMESH_VOCODER_GRACE_S": "20"}
 _INHERITED_CREDENTIALS = ("VOXMESH_NATS_PASSWORD", "VOXMESH_NATS_TOKEN", "VOXMESH_NATS_CREDS_FILE",
                           "VOXMESH_NATS_URL", "VOXMESH_NATS_USER")
 

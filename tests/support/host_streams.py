@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from tests.mesh_client import WAIT_S, LiveStream, follow
+from tests.support.mesh_client import WAIT_S, LiveStream, follow
 from tests.support.host_cluster import ELECTION_TIMEOUT_S, MONITOR_PORT
 
 
