@@ -37,19 +37,23 @@ def tier_of(path: Path) -> str | None:
     return first if first in TIERS else None
 
 
-def xdist_group_of(path: Path) -> str:
-    """The parallel workers' unit of work (`--dist loadgroup`): a file, so that a module's shared mesh or broker
-    starts once; the cluster tier as one, since its hosts are network namespaces of fixed names and its elections
-    are timed for a machine that runs nothing else of it at once."""
-    tier = tier_of(path)
-    return "cluster" if tier == "cluster" else str(path.resolve().relative_to(TESTS))
+def pytest_xdist_make_scheduler(config, log):
+    """The parallel workers' unit of work: a file, so that a module's shared mesh or broker starts once; the cluster
+    tier as one, since its hosts are network namespaces of fixed names shared by its files, and its elections are
+    timed for a machine that runs nothing else of it at once."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/cluster" if path.startswith("tests/cluster/") else path
+
+    return TierScheduling(config, log)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     outside = sorted({str(item.path) for item in items if tier_of(item.path) is None})
     if outside:
         raise pytest.UsageError(f"test files outside a tier folder ({', '.join(TIERS)}): {outside}")
     for item in items:
         item.add_marker(tier_of(item.path))
-        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item.path)))
