@@ -15,6 +15,10 @@ Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
 Temperature = Annotated[float, msgspec.Meta(ge=0)]
 TopP = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(gt=0)]
+# A tenant is the name of the API key a request came with ("" when the mesh has no keys or the key has no name):
+# a subject-token-safe name, so limits, fair share and usage can key on it.
+TenantName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{0,64}$")]
+Priority = Literal["interactive", "batch"]
 
 
 class SamplingSpec(msgspec.Struct, kw_only=True, frozen=True):
@@ -54,6 +58,8 @@ class SynthesisRequest(Message, tag="synthesis_request", kw_only=True, frozen=Tr
         created_at: unix time of admission.
         min_new_tokens: frames to generate before EOS may end the request; None: the model's minimum.
         clone: the cloned voice of a base model's request (reference audio or a saved voice); None otherwise.
+        tenant: the name of the API key the request came with ("" for the anonymous tenant).
+        priority: "interactive" (admitted first, with seats kept for it) or "batch".
     """
 
     id: RequestId
@@ -73,6 +79,8 @@ class SynthesisRequest(Message, tag="synthesis_request", kw_only=True, frozen=Tr
     created_at: UnixTime = 0.0
     min_new_tokens: NonNegInt | None = None  # appended last: older readers skip it
     clone: VoiceClone | None = None  # appended last: older readers skip it
+    tenant: TenantName = ""  # appended last: older readers skip it
+    priority: Priority = "interactive"  # appended last: older readers skip it
 
 
 class RedecodeRequest(Message, tag="redecode_request", kw_only=True, frozen=True):
