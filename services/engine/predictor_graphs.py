@@ -40,7 +40,7 @@ from services.engine.sampler_columns import (FRAME, KEYS, MIN_FRAMES, NUM_FRAMES
 from services.engine.slot_params import SlotParams
 from services.engine.talker_graphs import buckets
 from services.engine.errors import EngineError
-from services.model.kernel_choices import KernelVerdicts
+from services.model.kernel_verdicts import KernelVerdicts
 from services.model.loader import TTSModel
 from services.model.sampling import RowSampling, SamplingParams, row_keys, row_keys_into
 from services.model.talker_logits import MIN_NEW_TOKENS

@@ -1,11 +1,12 @@
-"""Which kernels the model takes: the code-path switches, read once from the service's settings at start-up and handed
-to the loaders (nothing below reads the environment), and the verdicts of the start-up checks, kept by the model."""
+"""Which kernels the model may take: the code-path switches, read once from the service's settings at start-up and
+handed to the loaders (nothing below reads the environment). The start-up checks' verdicts are `kernel_verdicts`.
+
+Torch-free on purpose: every service's settings (and so `voxmesh health`, a container's healthcheck with a few seconds
+to answer) import this; importing torch there costs seconds on a busy machine."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from services.kernels import fused_sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,18 +18,3 @@ class KernelChoices:
     gated_gemm: bool = True
     """A decode step's MLP gate/up projection and `silu(gate) * up` as one kernel (`kernels.skinny_linear`); False:
     the GEMM, then the fused activation."""
-
-
-@dataclass(frozen=True, slots=True)
-class KernelVerdicts:
-    """What the start-up checks on the model's device decided (`load_model` runs them on CUDA): a kernel that failed
-    there is not taken, and the torch form serves. The default, nothing checked, takes neither."""
-
-    whole_row_sampler: bool = False
-    """`kernels.fused_sample` draws rows without top-p (`sampling_check.check`)."""
-    small_attention: bool = False
-    """`kernels.fused_small_attention` serves the code predictor's attention (`small_attention.check`)."""
-
-    def samples_whole_rows(self, vocab_size: int) -> bool:
-        """Whether `sampling.sample` draws rows of `vocab_size` logits without top-p in the whole-row kernel."""
-        return self.whole_row_sampler and fused_sample.covers(vocab_size)

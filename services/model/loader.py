@@ -18,7 +18,8 @@ from services.kernels.triton_support import compiles_for
 from services.model import checkpoint, sampling_check, small_attention
 from services.model.code_predictor import CodePredictor
 from services.model.config import GenerationDefaults, TalkerConfig, TTSConfig, load_config
-from services.model.kernel_choices import KernelChoices, KernelVerdicts
+from services.model.kernel_choices import KernelChoices
+from services.model.kernel_verdicts import KernelVerdicts
 from services.model.layers import fuse_projections
 from services.model.talker import Talker
 

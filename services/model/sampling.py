@@ -21,7 +21,7 @@ import torch
 
 from services.kernels import fused_draw, fused_gumbel, fused_row_keys, fused_sample
 from services.kernels.triton_support import compiles_for
-from services.model.kernel_choices import KernelVerdicts
+from services.model.kernel_verdicts import KernelVerdicts
 from services.model.uploads import upload
 
 _MASK32 = 0xFFFFFFFF

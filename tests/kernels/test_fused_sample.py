@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from services.model import sampling
-from services.model.kernel_choices import KernelVerdicts
+from services.model.kernel_verdicts import KernelVerdicts
 from tests.support.triton_interpreter import interpreted
 
 VOCABS = (2048, 3072, 1000)

