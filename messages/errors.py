@@ -56,6 +56,11 @@ class ErrorCode(StrEnum):
     VOICE_CLONING_UNSUPPORTED = "voice_cloning_unsupported"  # reference audio for a model that cannot clone
     QUEUE_FULL = "queue_full"  # REQUESTS is at its bound; the gateway answers 429
     TOO_MANY_REQUESTS = "too_many_requests"  # the gateway has its limit of requests in flight; it answers 429
+    # A key's own limits (the keys file), held across every gateway of a mesh: 429 with Retry-After, nothing queued.
+    RATE_LIMITED = "rate_limited"  # the key's requests per second (its token bucket) are spent
+    TOO_MANY_LIVE_REQUESTS = "too_many_live_requests"  # the key has its limit of requests live at once
+    QUOTA_EXCEEDED = "quota_exceeded"  # the key's audio seconds of this UTC day are spent
+    PRIORITY_NOT_ALLOWED = "priority_not_allowed"  # a priority above what the key may use (403)
     SLOW_CLIENT = "slow_client"  # the client read its audio so slowly that the gateway's buffer for it overflowed
     # Refinements of a bad WebSocket message (the socket stays open, except for a message over the size limit).
     BINARY_FRAME = "binary_frame"  # a binary frame where the protocol takes JSON text

@@ -16,12 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from messages import subjects
+from messages.key_limits import LIMITS_BUCKET
 from messages.streams import BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM
 from messages.voice_clone import REF_AUDIO_STORE, VOICES_STORE
 
 JS_API = "$JS.API"
 INBOX = "_INBOX.>"
 KV_STREAM = f"KV_{BUCKET}"
+LIMITS_KV_STREAM = f"KV_{LIMITS_BUCKET}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,11 @@ def _kv(key_pattern: str) -> str:
 
 
 
+def _limits() -> str:
+    """Every key of the limits bucket: the gateway's alone (a key's rate, seats and daily audio)."""
+    return f"$KV.{LIMITS_BUCKET}.>"
+
+
 def _objects(store: str) -> str:
     """Every subject of an object store's chunks and metadata (`$O.<store>.C.*`, `$O.<store>.M.*`)."""
     return f"$O.{store}.>"
@@ -50,8 +57,9 @@ def _objects(store: str) -> str:
 # object stores' own streams may be purged by their users: replacing or deleting an object purges its old chunks.
 STREAM_ADMIN = (f"{JS_API}.STREAM.CREATE.>", f"{JS_API}.STREAM.UPDATE.>", f"{JS_API}.STREAM.DELETE.>",
                 *(f"{JS_API}.STREAM.PURGE.{name}" for name in (REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM,
-                                                                 KV_STREAM)),
-                *(f"{JS_API}.STREAM.MSG.DELETE.{name}" for name in (EVENTS_STREAM, CODES_STREAM, KV_STREAM)),
+                                                                 KV_STREAM, LIMITS_KV_STREAM)),
+                *(f"{JS_API}.STREAM.MSG.DELETE.{name}" for name in (EVENTS_STREAM, CODES_STREAM, KV_STREAM,
+                                                                     LIMITS_KV_STREAM)),
                 f"{JS_API}.STREAM.RESTORE.>", f"{JS_API}.CONSUMER.DELETE.>", f"{JS_API}.CONSUMER.DURABLE.CREATE.>")
 # Taking one request off the queue: the gateway's supervisor frees the slot of a request that ended before decode
 # took it (cancelled, past its deadline); no other service may drop a request.
@@ -75,7 +83,7 @@ def _every(root: str) -> str:
 GATEWAY = _service(
     publish=(_every(subjects.REQUESTS_ROOT), _every(subjects.EVENTS_ROOT), _every(subjects.REDECODE_ROOT),
              _kv(subjects.all_cancel_keys()), _kv(subjects.all_lease_keys()), _every(subjects.VOICE_ROOT),
-             _objects(REF_AUDIO_STORE), _objects(VOICES_STORE)),
+             _objects(REF_AUDIO_STORE), _objects(VOICES_STORE), _limits()),
     subscribe=(_every(subjects.AUDIO_ROOT), ADVISORIES),
     deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
 

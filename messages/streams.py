@@ -11,6 +11,7 @@ from typing import Literal
 
 from messages import subjects
 from messages.errors import InvalidConfig
+from messages.key_limits import LIMITS_BUCKET
 from messages.voice_clone import REF_AUDIO_STORE, VOICES_STORE
 
 REQUESTS_STREAM = "REQUESTS"
@@ -106,6 +107,7 @@ class BusConfig:
     codes_ack_wait_s: float = 30.0
     codes_max_ack_pending: int = 4096
     bucket_ttl_s: float = 24 * HOUR_S  # owner/cancel records outlive any request, then go
+    limits_ttl_s: float = 48 * HOUR_S  # a key's limit state outlives its UTC day's audio total, then goes
     ref_audio_ttl_s: float = HOUR_S  # a reference outlives its requests; a gateway stores it again when reused
     storage: Literal["file", "memory"] = "file"
     stream_replicas: int = 1  # copies of every stream, the bucket and the object stores (a RAFT group of N servers)
@@ -120,7 +122,7 @@ class BusConfig:
         _require(self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests, ">= 1")
         _require(self.request_max_deliver >= 1, "request_max_deliver", self.request_max_deliver, ">= 1")
         for name in ("request_ack_wait_s", "events_max_age_s", "codes_max_age_s", "duplicate_window_s",
-                     "codes_ack_wait_s", "bucket_ttl_s", "ref_audio_ttl_s"):
+                     "codes_ack_wait_s", "bucket_ttl_s", "ref_audio_ttl_s", "limits_ttl_s"):
             _require(getattr(self, name) > 0, name, getattr(self, name), "> 0")
         _require(self.duplicate_window_s <= self.codes_max_age_s, "duplicate_window_s", self.duplicate_window_s,
                  "<= codes_max_age_s")
@@ -164,6 +166,11 @@ class BusConfig:
     def bucket(self) -> BucketSpec:
         """The `voxmesh` KV bucket (keys: owner., cancel., lease., part.)."""
         return BucketSpec(BUCKET, 1, self.bucket_ttl_s, self.storage, "ownership, leases, partitions, cancellation")
+
+    def limits_bucket(self) -> BucketSpec:
+        """The `voxmesh-limits` KV bucket (messages/key_limits.py): the keys' limits, shared by every gateway."""
+        return BucketSpec(LIMITS_BUCKET, 1, self.limits_ttl_s, self.storage,
+                          "per-key rate, live-request and daily audio limits shared by the gateways")
 
     def object_stores(self) -> list[ObjectStoreSpec]:
         """Reference audio of requests (expiring) and saved voices (kept)."""

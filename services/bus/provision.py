@@ -51,11 +51,13 @@ async def provision(js: JetStreamContext, config: BusConfig) -> None:
     for consumer in config.consumers():
         await retrying(lambda: js.add_consumer(consumer.stream, consumer_config(consumer)),
                        f"provision consumer {consumer.durable}")
-    await retrying(lambda: _ensure_bucket(js, config.bucket(), replicas), "provision the bucket")
+    for bucket in (config.bucket(), config.limits_bucket()):
+        await retrying(lambda: _ensure_bucket(js, bucket, replicas), f"provision bucket {bucket.name}")
     for store in config.object_stores():
         await retrying(lambda: _ensure_object_store(js, store, replicas), f"provision object store {store.name}")
-    log.info("provisioned streams %s, %d consumers, bucket %s, object stores %s, %d replica(s) each",
-             [s.name for s in config.streams()], len(config.consumers()), config.bucket().name,
+    log.info("provisioned streams %s, %d consumers, buckets %s, object stores %s, %d replica(s) each",
+             [s.name for s in config.streams()], len(config.consumers()),
+             [config.bucket().name, config.limits_bucket().name],
              [o.name for o in config.object_stores()], config.stream_replicas)
 
 

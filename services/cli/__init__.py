@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "say": ("services.cli.say", "synthesize through a running mesh"),
     "events": ("services.cli.events", "tail lifecycle events"),
     "bench": ("services.cli.bench", "load-test a running mesh through the streaming API (TTS metrics)"),
+    "keys": ("services.cli.keys", "API keys: make a keys-file entry from a secret read on stdin (keys hash)"),
     "health": ("services.cli.health", "a container's healthcheck: its services answer their own $SRV.PING"),
 }
 

@@ -13,6 +13,7 @@ from starlette.requests import HTTPConnection
 
 from services.gateway.http.auth import check_bearer
 from services.gateway.gateway import Gateway
+from services.gateway.tenancy.tenant import Tenant
 from services.gateway.ws.resume import ResumeRegistry
 
 
@@ -24,17 +25,21 @@ async def get_gateway(connection: HTTPConnection) -> Gateway:
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
 
 
-async def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
-    """Raise Unauthorized unless the call carries a configured API key (no keys configured: open)."""
-    check_bearer(connection.headers.get("authorization"), gateway.api_keys)
+async def require_api_key(connection: HTTPConnection, gateway: GatewayDep) -> Tenant:
+    """The call's tenant; Unauthorized unless the call carries a configured API key (no keys configured: the
+    anonymous tenant)."""
+    return gateway.keyring.authenticate(connection.headers.get("authorization"))
 
 
-Authorized = Annotated[None, Depends(require_api_key)]
+Authorized = Annotated[Tenant, Depends(require_api_key)]
 
 
 async def require_operator_key(connection: HTTPConnection, gateway: GatewayDep) -> None:
     """Raise Unauthorized unless the call carries an operator key (the admin keys, else the client keys)."""
-    check_bearer(connection.headers.get("authorization"), gateway.operator_keys)
+    if gateway.admin_keys:
+        check_bearer(connection.headers.get("authorization"), gateway.admin_keys)
+    else:
+        gateway.keyring.authenticate(connection.headers.get("authorization"))
 
 
 OperatorAuthorized = Annotated[None, Depends(require_operator_key)]

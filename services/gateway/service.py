@@ -44,7 +44,7 @@ async def serve(settings: GatewaySettings, stop: asyncio.Event, *,
     catalog = VoiceCatalog.from_dir(settings.model_dir, settings.model_name)  # a bad model dir fails before NATS
 
     async def build(context: ServiceContext, _stack: AsyncExitStack) -> ServiceParts:
-        gateway = build_gateway(settings, catalog, context)
+        gateway = await build_gateway(settings, catalog, context)
         return gateway_parts(settings, gateway, [http_task(create_app(gateway), settings, sockets)])
 
     await run_service(settings, "gateway", build, stop)

@@ -53,6 +53,12 @@ class GatewaySettings(CommonSettings):
     drain_timeout_s: float = setting(10.0, "seconds in-flight responses get to finish on shutdown")
     api_keys: str | None = setting(None, "API keys, comma-separated; when set, /v1 calls and the WebSocket (the "
                                          "web page's stream too) need Authorization: Bearer <key>", secret=True)
+    keys_file: str | None = setting(None, "keys file (TOML): named API keys, each as the SHA-256 of its secret, "
+                                          "with its limits (requests per second and burst, live requests, audio "
+                                          "seconds per UTC day), priority and metrics class; read again within a "
+                                          "second of a change (a bad edit keeps the keys in force); its "
+                                          "[defaults] limit the keys of VOXMESH_API_KEYS too, and the anonymous tenant "
+                                          "when no key is set")
     admin_api_keys: str | None = setting(None, "operator keys, comma-separated, apart from the client keys: when "
                                                "set, /metrics needs one of them (a client key does not open it); "
                                                "unset, /metrics needs a client key when client keys are set",

@@ -6,6 +6,7 @@ import pytest
 from nats.js import api
 
 from messages import SynthesisRequest, subjects
+from messages.key_limits import LIMITS_BUCKET
 from messages.streams import BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM, BusConfig
 from services.bus import NotProvisioned, ProvisionConflict, PullConsumer, QueueFull, Capacity, provision, \
     submit_request
@@ -27,7 +28,7 @@ async def test_provision_creates_everything_and_is_idempotent(nats_client) -> No
     before = {s.config.name: s.config for s in await js.streams_info()}
     await provision(js, CONFIG)
     after = {s.config.name: s.config for s in await js.streams_info()}
-    assert set(after) == {REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM, f"KV_{BUCKET}", f"OBJ_{REF_AUDIO_STORE}",
+    assert set(after) == {REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM, f"KV_{BUCKET}", f"KV_{LIMITS_BUCKET}", f"OBJ_{REF_AUDIO_STORE}",
                           f"OBJ_{VOICES_STORE}"}
     assert before == after
     requests = after[REQUESTS_STREAM]

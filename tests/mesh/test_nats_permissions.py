@@ -16,6 +16,7 @@ from nats.aio.client import Client
 from nats.js import api
 
 from messages import subjects
+from messages.key_limits import LIMITS_BUCKET
 from messages.streams import BUCKET, REQUESTS_STREAM, BusConfig
 from services.bus.embedded import EmbeddedNats
 from services.bus.nats_auth import NatsAuth, write_auth
@@ -230,3 +231,20 @@ async def test_only_the_gateway_drops_a_request_from_the_queue(as_user, provisio
         await user.nc.jetstream(timeout=0.5).delete_msg(REQUESTS_STREAM, sequence)
     assert "permissions violation for publish" in await user.next_violation()
     assert await gateway.nc.jetstream().delete_msg(REQUESTS_STREAM, sequence)
+
+
+@pytest.mark.parametrize("name", ["decode", "vocoder", "colocated", "prefill", "mtp", "observer"])
+async def test_only_the_gateway_writes_the_keys_limits(as_user, provisioned, name):
+    """A key's rate, seats and daily audio (`voxmesh-limits`) are the gateways' alone: no other service can refill
+    a bucket or free a seat."""
+    gateway = await as_user("gateway")
+    limits = await gateway.nc.jetstream().key_value(LIMITS_BUCKET)
+    await limits.put("rate.k", b"{}")  # the gateway may
+    user = await as_user(name)
+    bucket = await user.nc.jetstream(timeout=0.5).key_value(LIMITS_BUCKET)
+    with pytest.raises(nats.errors.TimeoutError):
+        await bucket.put("rate.k", b"forged")
+    assert "permissions violation for publish" in await user.next_violation()
+    with pytest.raises(nats.errors.TimeoutError):
+        await user.nc.jetstream(timeout=0.5).purge_stream(f"KV_{LIMITS_BUCKET}")
+    assert "permissions violation for publish" in await user.next_violation()

@@ -134,7 +134,7 @@ async def gateway_service(settings: GatewaySettings,
     built: list[tuple[Gateway, FastAPI]] = []
 
     async def build(context: ServiceContext, _stack: contextlib.AsyncExitStack) -> ServiceParts:
-        gateway = build_gateway(settings, catalog, context)
+        gateway = await build_gateway(settings, catalog, context)
         app = create_app(gateway)
         built.append((gateway, app))
         tasks = [] if listener is None else [http_task(app, settings, [listener])]

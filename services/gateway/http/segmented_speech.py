@@ -27,6 +27,7 @@ from services.gateway.requests.body import SpeechBody
 from services.gateway.requests.synthesis import Synthesizer
 from services.gateway.requests.job_queue import Job, JobQueue
 from services.gateway.requests.sentences import CJK_TERMINATORS, SentenceSegmenter
+from services.gateway.tenancy.tenant import Tenant
 
 LOOKAHEAD = 2  # requests on the mesh at once for one HTTP input (the one streaming included), as a WebSocket's
 CANCEL_REASON = "another segment of the same HTTP input failed"
@@ -91,13 +92,14 @@ class SegmentedStream:
 
 
 @contextlib.asynccontextmanager
-async def speech_stream(synthesizer: Synthesizer, body: SpeechBody,
-                        request_id: str | None) -> AsyncIterator[AudioStream | SegmentedStream]:
-    """The audio of one `POST /v1/audio/speech`: one request, or the segments of a long input (see the module).
-    Raises GatewayError before yielding when the body is refused."""
+async def speech_stream(synthesizer: Synthesizer, body: SpeechBody, request_id: str | None,
+                        tenant: Tenant | None = None) -> AsyncIterator[AudioStream | SegmentedStream]:
+    """The audio of one `POST /v1/audio/speech` for `tenant`: one request, or the segments of a long input (see the
+    module), which hold one admission under the tenant's limits between them. Raises GatewayError before yielding
+    when the body is refused."""
     segments = split_for_speech(body.input, synthesizer.segment_chars)
     if len(segments) == 1:
-        async with synthesizer.synthesize(body, request_id=request_id) as stream:
+        async with synthesizer.synthesize(body, request_id=request_id, tenant=tenant) as stream:
             yield stream
         return
     try:  # the whole body, once: a bad voice is a 400 before any segment reaches the mesh
@@ -105,14 +107,21 @@ async def speech_stream(synthesizer: Synthesizer, body: SpeechBody,
     except GatewayError as error:
         synthesizer.metrics.refused(error)
         raise
-    first_id = admitted.id
+    async with synthesizer.tenant_admission(tenant) if tenant is not None else contextlib.nullcontext():
+        async with _segments(synthesizer, body, segments, admitted.id, tenant) as stream:
+            yield stream
+
+
+@contextlib.asynccontextmanager
+async def _segments(synthesizer: Synthesizer, body: SpeechBody, segments: list[str], first_id: str,
+                    tenant: Tenant | None) -> AsyncIterator[SegmentedStream]:
     failure: GatewayError | None = None
     async with asyncio.TaskGroup() as group:  # owns the segments' holder tasks
         queue = JobQueue(lambda work, name: group.create_task(work, name=name), lookahead=LOOKAHEAD,
                          max_jobs=len(segments))
         for index, text in enumerate(segments):
             fields = msgspec.structs.replace(body, input=text)
-            queue.add(Job(_opener(synthesizer, fields, segment_id(first_id, index)), _canceller(synthesizer),
+            queue.add(Job(_opener(synthesizer, fields, segment_id(first_id, index), tenant), _canceller(synthesizer),
                           audio_format=body.response_format, describe={"segment": index}))
         queue.end()
         stream = SegmentedStream(queue, first_id)
@@ -127,9 +136,9 @@ async def speech_stream(synthesizer: Synthesizer, body: SpeechBody,
         raise failure
 
 
-def _opener(synthesizer: Synthesizer, fields: SpeechBody,
-            request_id: str) -> Callable[[], AsyncContextManager[AudioStream]]:
-    return lambda: synthesizer.synthesize(fields, request_id=request_id)
+def _opener(synthesizer: Synthesizer, fields: SpeechBody, request_id: str,
+            tenant: Tenant | None) -> Callable[[], AsyncContextManager[AudioStream]]:
+    return lambda: synthesizer.synthesize(fields, request_id=request_id, tenant=tenant, admitted=tenant is not None)
 
 
 def _canceller(synthesizer: Synthesizer) -> Callable[[str], Awaitable[None]]:

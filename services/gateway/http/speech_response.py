@@ -31,6 +31,7 @@ from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.body import SpeechBody
 from services.gateway.requests.response_formats import AudioFormat, audio_format
 from services.gateway.requests.synthesis import Synthesizer
+from services.gateway.tenancy.tenant import Tenant
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,11 @@ _WHOLE_IN_THREAD = ("flac", "mp3", "opus", "ulaw", "alaw")  # codecs worth keepi
 class SpeechResponse(Response):
     """Runs one admitted-on-call speech request and sends its audio (see the module's docstring)."""
 
-    def __init__(self, synthesizer: Synthesizer, body: SpeechBody, request_id: str | None) -> None:
+    def __init__(self, synthesizer: Synthesizer, body: SpeechBody, request_id: str | None,
+                 tenant: Tenant | None = None) -> None:
         super().__init__()
         self._synthesizer = synthesizer
+        self._tenant = tenant
         self._body = body
         self._request_id = request_id
 
@@ -62,7 +65,7 @@ class SpeechResponse(Response):
     async def _run(self, send: Send) -> None:
         delivery = _Delivery(send, self._body, self._request_id)
         try:
-            async with speech_stream(self._synthesizer, self._body, self._request_id) as stream:
+            async with speech_stream(self._synthesizer, self._body, self._request_id, self._tenant) as stream:
                 await delivery.run(stream)
         except GatewayError as error:
             await delivery.fail(error)

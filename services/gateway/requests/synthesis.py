@@ -42,6 +42,8 @@ from services.gateway.requests.outcome_metrics import GatewayMetrics
 from services.gateway.requests.repair import RepairPolicy
 from services.gateway.requests.supervisor import Supervisor
 from services.gateway.requests.validation import AdmissionPolicy
+from services.gateway.tenancy.gate import TenantGate
+from services.gateway.tenancy.tenant import Tenant, anonymous
 from services.gateway.voices.cloning import voice_clone
 from services.gateway.voices.voice_store import VoiceStore
 
@@ -78,6 +80,7 @@ class Synthesizer:
             past them the request is cancelled in every stage and ends with `slow_client`.
         outage: how long a stream may hear neither audio nor EVENTS before its client gets `bus_unavailable`.
         voices: reference audio and saved voices (base models clone a voice); None: no cloning.
+        gate: the keys' limits shared by every gateway (tenancy/); None: no per-key limits.
     """
 
     nc: Client
@@ -103,17 +106,20 @@ class Synthesizer:
     voices: VoiceStore | None = None
     prefill_route: PrefillRoute | None = None
     """Sends long prompts to a free prefill replica (None: decode prefills every prompt)."""
+    gate: TenantGate | None = None
 
     @contextlib.asynccontextmanager
-    async def synthesize(self, fields: SynthesisFields, *,
-                         request_id: str | None = None) -> AsyncIterator[AudioStream]:
-        """Admit and start one request (under `request_id`, or a fresh id); yields its AudioStream (iterate
-        `stream.chunks()`).
+    async def synthesize(self, fields: SynthesisFields, *, request_id: str | None = None,
+                         tenant: Tenant | None = None, admitted: bool = False) -> AsyncIterator[AudioStream]:
+        """Admit and start one request (under `request_id`, or a fresh id) for `tenant` (None: the anonymous one);
+        yields its AudioStream (iterate `stream.chunks()`). `admitted`: the caller already holds the tenant's
+        admission for this request (the segments of one HTTP input share the input's).
 
-        Raises AdmissionError (400), Overloaded (429) or GatewayError before yielding; every GatewayError raised
-        inside carries the request id."""
+        Raises AdmissionError (400), Overloaded or LimitRefused (429) or GatewayError before yielding; every
+        GatewayError raised inside carries the request id."""
+        tenant = tenant if tenant is not None else anonymous()
         try:
-            request = self.admission.admit(fields, request_id=request_id)
+            request = msgspec.structs.replace(self.admission.admit(fields, request_id=request_id), tenant=tenant.name)
             self._check_room()
         except GatewayError as error:
             self.metrics.refused(error)
@@ -121,17 +127,44 @@ class Synthesizer:
         live = self.supervisor.live
         live.hold(request.id)  # in the same step as the check: concurrent admissions cannot overshoot the limit
         try:
-            try:  # a reference audio is stored (and checked) before the request is
-                clone = await voice_clone(fields, self.admission.catalog, self.voices)
-            except GatewayError as error:
-                self.metrics.refused(error)
-                raise
-            if clone is not None:
-                request = msgspec.structs.replace(request, clone=clone)
-            async with self._started(request) as stream:
-                yield stream
+            async with contextlib.AsyncExitStack() as stack:
+                if not admitted:
+                    await stack.enter_async_context(self.tenant_admission(tenant))
+                async with self._admitted(request, fields, tenant) as stream:
+                    yield stream
         finally:
             live.release(request.id)
+
+    @contextlib.asynccontextmanager
+    async def tenant_admission(self, tenant: Tenant) -> AsyncIterator[None]:
+        """Hold one admission under `tenant`'s limits for the block (no gate: nothing to hold). Raises LimitRefused
+        (429) before entering."""
+        if self.gate is None:
+            yield
+            return
+        try:
+            admission = await self.gate.admit(tenant)
+        except GatewayError as error:
+            self.metrics.refused(error)
+            raise
+        try:
+            yield
+        finally:
+            await self.gate.release(admission)
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self, request: SynthesisRequest, fields: SynthesisFields,
+                        tenant: Tenant) -> AsyncIterator[AudioStream]:
+        """`synthesize` once the request holds its place: store a reference audio, then start it."""
+        try:  # a reference audio is stored (and checked) before the request is
+            clone = await voice_clone(fields, self.admission.catalog, self.voices)
+        except GatewayError as error:
+            self.metrics.refused(error)
+            raise
+        if clone is not None:
+            request = msgspec.structs.replace(request, clone=clone)
+        async with self._started(request, tenant) as stream:
+            yield stream
 
     def _check_room(self) -> None:
         if len(self.supervisor.live) >= self.max_live_requests:
@@ -139,7 +172,7 @@ class Synthesizer:
                              f"retry in {self.retry_after_s}s", self.retry_after_s, ErrorCode.TOO_MANY_REQUESTS)
 
     @contextlib.asynccontextmanager
-    async def _started(self, request: SynthesisRequest) -> AsyncIterator[AudioStream]:
+    async def _started(self, request: SynthesisRequest, tenant: Tenant) -> AsyncIterator[AudioStream]:
         """`synthesize` once admitted: listen, submit, announce, stream."""
         with request_context(request.id), _request_span(request) as span:
             stream = self.audio_stream(request.id, subjects.partition_for(request.id, self.num_partitions))
@@ -149,6 +182,8 @@ class Synthesizer:
                     self.supervisor.watch(request, stream.partition, None, stream)
                     try:
                         self.supervisor.queued(request.id, await self._submit(request, span))
+                        if self.gate is not None:  # its audio counts against the key's day once it ends
+                            self.gate.charge_when_ended(request.id, tenant)
                     except GatewayError as error:
                         self.supervisor.forget(request.id)  # it never reached the queue
                         self.metrics.refused(error)

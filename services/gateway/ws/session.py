@@ -26,6 +26,7 @@ from services.gateway.requests.g711 import G711Encoder
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.body import SynthesisFields
 from services.gateway.requests.synthesis import Synthesizer
+from services.gateway.tenancy.tenant import Tenant
 from services.gateway.ws.channel import ClientChannel
 from services.gateway.requests.job_queue import Job, JobQueue
 from services.gateway.ws.orphan_resume import adopt_orphan
@@ -74,8 +75,10 @@ class SpeechSession:
     """Serves one accepted WebSocket until the client leaves or finishes its input."""
 
     def __init__(self, websocket: WebSocket, synthesizer: Synthesizer, registry: ResumeRegistry,
-                 tokens: ResumeTokens, limits: SessionLimits = SessionLimits()) -> None:
+                 tokens: ResumeTokens, limits: SessionLimits = SessionLimits(), *,
+                 tenant: Tenant | None = None) -> None:
         self._ws = websocket
+        self._tenant = tenant  # the key the socket authenticated with: its requests' limits and tenant
         self._tokens = tokens
         self._synthesizer = synthesizer
         self._registry = registry
@@ -141,7 +144,7 @@ class SpeechSession:
     async def _handle(self, message: Any) -> None:
         if isinstance(message, SynthesisFields):  # a one-shot request
             self._synthesizer.admission.admit(message)  # refused here: an error now, and nothing queued
-            self._add(self._job(lambda: self._synthesizer.synthesize(message), BINARY_FORMAT))
+            self._add(self._job(lambda: self._synthesizer.synthesize(message, tenant=self._tenant), BINARY_FORMAT))
         elif isinstance(message, SessionUpdate):
             config = self._config.updated(message)
             fields = config.fields_for("check")
@@ -174,7 +177,7 @@ class SpeechSession:
     def _segment_job(self, text: str) -> Job:
         fields = self._config.fields_for(text)
         index, self._num_segments = self._num_segments, self._num_segments + 1
-        return self._job(lambda: self._synthesizer.synthesize(fields), self._config.format,
+        return self._job(lambda: self._synthesizer.synthesize(fields, tenant=self._tenant), self._config.format,
                          describe={"segment": index, "text": text})
 
     def _resume_job(self, message: Resume) -> Job:

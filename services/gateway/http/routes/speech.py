@@ -23,7 +23,7 @@ router = APIRouter()
 
 
 @router.post("/v1/audio/speech", response_class=Response, openapi_extra=SPEECH_BODY, responses=SPEECH_RESPONSES)
-async def create_speech(request: Request, gateway: GatewayDep, _: Authorized) -> Response:
+async def create_speech(request: Request, gateway: GatewayDep, tenant: Authorized) -> Response:
     """Synthesize `input`; the request runs under the HTTP request's id."""
     try:
         parsed = parse_body(await request.body(), SpeechBody)
@@ -31,4 +31,4 @@ async def create_speech(request: Request, gateway: GatewayDep, _: Authorized) ->
     except GatewayError as error:
         gateway.synthesizer.metrics.refused(error)
         raise
-    return SpeechResponse(gateway.synthesizer, body, request_id_of(request))
+    return SpeechResponse(gateway.synthesizer, body, request_id_of(request), tenant)

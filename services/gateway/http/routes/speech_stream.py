@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, WebSocket
 
 from services.gateway.deps import GatewayDep, ResumeRegistryDep
-from services.gateway.http.auth import Unauthorized, check_bearer
+from services.gateway.http.auth import Unauthorized
 from services.gateway.http.routes import web
 from services.gateway.ws.session import SpeechSession
 
@@ -28,12 +28,12 @@ async def speech_stream(websocket: WebSocket, gateway: GatewayDep, registry: Res
     """Authenticate before accepting (close 1008 without a valid key), then serve the session."""
     offered = list(websocket.scope.get("subprotocols") or [])
     try:
-        check_bearer(_authorization(websocket, offered), gateway.api_keys)
+        tenant = gateway.keyring.authenticate(_authorization(websocket, offered))
     except Unauthorized as error:
         await websocket.close(code=POLICY_VIOLATION, reason=error.message)
         return
     await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-    await SpeechSession(websocket, gateway.synthesizer, registry, gateway.resume_tokens).run()
+    await SpeechSession(websocket, gateway.synthesizer, registry, gateway.resume_tokens, tenant=tenant).run()
 
 
 def _authorization(websocket: WebSocket, offered: list[str]) -> str | None:

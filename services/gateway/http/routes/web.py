@@ -33,7 +33,7 @@ async def index(gateway: GatewayDep) -> HTMLResponse:
     """The page, with the served model's voices and languages."""
     catalog = gateway.catalog
     config = {"model": catalog.model, "voices": list(catalog.speakers), "languages": list(catalog.languages),
-              "sample_rate": SAMPLE_RATE, "api_key_required": bool(gateway.api_keys),
+              "sample_rate": SAMPLE_RATE, "api_key_required": not gateway.keyring.is_open,
               "stream_path": "/v1/audio/speech/stream", "model_type": catalog.model_type,
               "voices_path": "/v1/audio/voices"}
     # "<" escaped: the JSON sits in a <script> element and must not be able to close it.
