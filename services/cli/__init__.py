@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "say": ("services.cli.say", "synthesize through a running mesh"),
     "events": ("services.cli.events", "tail lifecycle events"),
     "bench": ("services.cli.bench", "load-test a running mesh through the streaming API (TTS metrics)"),
+    "usage": ("services.cli.usage", "usage per day, tenant and model, read through a gateway's operator route"),
     "health": ("services.cli.health", "a container's healthcheck: its services answer their own $SRV.PING"),
 }
 
