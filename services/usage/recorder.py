@@ -81,6 +81,17 @@ class UsageRecorder:
                                       request_id_of=lambda event: event.request_id, concurrent=True)
         self.num_recorded = 0
         self.num_already_recorded = 0
+        self._settled = asyncio.Condition()
+
+    @property
+    def num_settled(self) -> int:
+        """Terminals this recorder has seen recorded: by itself, or already by another gateway."""
+        return self.num_recorded + self.num_already_recorded
+
+    async def until_settled(self, count: int) -> None:
+        """Wait until `num_settled` reaches `count`."""
+        async with self._settled:
+            await self._settled.wait_for(lambda: self.num_settled >= count)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Record until `stop` is set; the pull is closed on the way out (before the connection drains)."""
@@ -112,3 +123,5 @@ class UsageRecorder:
             self.num_already_recorded += 1
             log.info("request %s already has its usage record; standing down", terminal.request_id)
         await delivery.ack()
+        async with self._settled:
+            self._settled.notify_all()
