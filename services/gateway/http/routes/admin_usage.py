@@ -21,13 +21,14 @@ from services.usage.totals import UsageQuery, UsageQueryError, grand_total, mont
 router = APIRouter()
 
 READ_TIMEOUT_S = 60.0
+FROM_HELP = "ISO 8601 date or time (UTC when it has no offset); default: the start of this UTC month"
+TO_HELP = "the range's exclusive end, ISO 8601; default: now"
 
 
-@router.get("/admin/usage", responses=error_responses(400, 401))
+@router.get("/admin/usage", responses=error_responses(400, 401, 503))
 async def usage(gateway: GatewayDep, _: OperatorAuthorized,
-                start: Annotated[str | None, Query(alias="from", description="ISO 8601 date or time (UTC when no "
-                                                                            "offset); default: this UTC month's start")] = None,
-                end: Annotated[str | None, Query(alias="to", description="exclusive end; default: now")] = None,
+                start: Annotated[str | None, Query(alias="from", description=FROM_HELP)] = None,
+                end: Annotated[str | None, Query(alias="to", description=TO_HELP)] = None,
                 tenant: Annotated[str | None, Query(description="one tenant (\"\" is the anonymous one)")] = None,
                 model: Annotated[str | None, Query(description="one model")] = None) -> dict:
     """`{"from", "to", "rows": [{day, tenant, model, requests, characters, audio_seconds, errors}], "total"}`."""
