@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from messages import subjects
 from messages.base import Message, NonNegInt, ReplicaName, RequestId, Seconds, Seed, UnixTime, Usage
 from messages.errors import ErrorCode, Stage
+from messages.requests import TenantName
 
 
 class Event(Message, kw_only=True, frozen=True):
@@ -30,12 +31,14 @@ class Accepted(Event, tag="accepted", kw_only=True, frozen=True):
         model: model name.
         seed: the seed fixed at admission.
         text_chars: characters of input text.
+        tenant: the request's tenant (the name of its API key; "" for the anonymous tenant), for usage.
     """
 
     KIND: ClassVar[str] = "accepted"
     model: str
     seed: Seed
     text_chars: NonNegInt
+    tenant: TenantName = ""  # appended last: older readers skip it
 
 
 class Started(Event, tag="started", kw_only=True, frozen=True):

@@ -6,7 +6,8 @@ publishes requests or codes; prefill publishes requests only onto decode's queue
 never codes, audio or events; only prefill answers on a KV transfer subject (decode asks there, and may not
 subscribe: it cannot pose as the replica holding an offer); an mtp replica publishes only its lease (and its
 replies); only `provision` creates, changes or deletes streams and the KV bucket; `observer` only reads (events,
-`$SRV` discovery, stream and KV listings), and never a request's text.
+`$SRV` discovery, stream and KV listings), and never a request's text; only the gateway records usage (it turns
+terminal events into USAGE records and serves them to operators), and no other service reads USAGE.
 Replies to requests a user received (micro endpoints, `$SRV` pings) are allowed by `allow_responses`, so no user
 needs to publish on `_INBOX.>`.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from messages import subjects
 from messages.key_limits import LIMITS_BUCKET
-from messages.streams import BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM
+from messages.streams import BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM, USAGE_STREAM
 from messages.voice_clone import REF_AUDIO_STORE, VOICES_STORE
 
 JS_API = "$JS.API"
@@ -57,9 +58,9 @@ def _objects(store: str) -> str:
 # object stores' own streams may be purged by their users: replacing or deleting an object purges its old chunks.
 STREAM_ADMIN = (f"{JS_API}.STREAM.CREATE.>", f"{JS_API}.STREAM.UPDATE.>", f"{JS_API}.STREAM.DELETE.>",
                 *(f"{JS_API}.STREAM.PURGE.{name}" for name in (REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM,
-                                                                 KV_STREAM, LIMITS_KV_STREAM)),
-                *(f"{JS_API}.STREAM.MSG.DELETE.{name}" for name in (EVENTS_STREAM, CODES_STREAM, KV_STREAM,
-                                                                     LIMITS_KV_STREAM)),
+                                                                 USAGE_STREAM, KV_STREAM, LIMITS_KV_STREAM)),
+                *(f"{JS_API}.STREAM.MSG.DELETE.{name}" for name in (EVENTS_STREAM, CODES_STREAM, USAGE_STREAM,
+                                                                      KV_STREAM, LIMITS_KV_STREAM)),
                 f"{JS_API}.STREAM.RESTORE.>", f"{JS_API}.CONSUMER.DELETE.>", f"{JS_API}.CONSUMER.DURABLE.CREATE.>")
 # Taking one request off the queue: the gateway's supervisor frees the slot of a request that ended before decode
 # took it (cancelled, past its deadline); no other service may drop a request.
@@ -69,6 +70,12 @@ DROP_REQUEST = f"{JS_API}.STREAM.MSG.DELETE.{REQUESTS_STREAM}"
 ADVISORIES = "$JS.EVENT.ADVISORY.>"  # JetStream's own notes (max deliveries, terms): ids and counts, no texts
 _SERVICE_BASE_PUBLISH = (f"{JS_API}.>", "$JS.ACK.>", "$JS.FC.>", "$SRV.>")
 _SERVICE_BASE_SUBSCRIBE = (INBOX, "$SRV.>")
+
+
+# Reading USAGE (tenants and what each consumed): the gateway's, for its operator route; no other service's.
+USAGE_READS = (f"{JS_API}.CONSUMER.CREATE.{USAGE_STREAM}", f"{JS_API}.CONSUMER.CREATE.{USAGE_STREAM}.>",
+               f"{JS_API}.STREAM.MSG.GET.{USAGE_STREAM}", f"{JS_API}.DIRECT.GET.{USAGE_STREAM}",
+               f"{JS_API}.DIRECT.GET.{USAGE_STREAM}.>")
 
 
 def _service(publish: tuple[str, ...], subscribe: tuple[str, ...], deny: tuple[str, ...]) -> Permissions:
@@ -83,7 +90,7 @@ def _every(root: str) -> str:
 GATEWAY = _service(
     publish=(_every(subjects.REQUESTS_ROOT), _every(subjects.EVENTS_ROOT), _every(subjects.REDECODE_ROOT),
              _kv(subjects.all_cancel_keys()), _kv(subjects.all_lease_keys()), _every(subjects.VOICE_ROOT),
-             _objects(REF_AUDIO_STORE), _objects(VOICES_STORE), _limits()),
+             _objects(REF_AUDIO_STORE), _objects(VOICES_STORE), _limits(), _every(subjects.USAGE_ROOT)),
     subscribe=(_every(subjects.AUDIO_ROOT), ADVISORIES),
     deny=(_every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT)))
 
@@ -93,13 +100,13 @@ _DECODE_PUBLISH = (_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _k
                    subjects.all_mtp_steps())
 _DECODE_SUBSCRIBE = (f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES)
 DECODE = _service(_DECODE_PUBLISH, _DECODE_SUBSCRIBE,
-                  deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT), DROP_REQUEST))
+                  deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT), DROP_REQUEST, *USAGE_READS))
 
 _VOCODER_PUBLISH = (_every(subjects.AUDIO_ROOT), _every(subjects.EVENTS_ROOT), _kv(subjects.all_partition_keys()),
                     _kv(subjects.all_lease_keys()))
 _VOCODER_SUBSCRIBE = (_every(subjects.REDECODE_ROOT), f"{subjects.ADMIN_ROOT}.vocoder.>", ADVISORIES)
 VOCODER = _service(_VOCODER_PUBLISH, _VOCODER_SUBSCRIBE,
-                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT), DROP_REQUEST))
+                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT), DROP_REQUEST, *USAGE_READS))
 
 # prefill: puts prefilled requests (and those it leaves to decode) on decode's queue, and answers decode's requests
 # for the KV it offers (services.transfer); never codes, audio or events, never a request onto the prefill queue.
@@ -107,16 +114,16 @@ PREFILL = _service(
     publish=(f"{subjects.REQUESTS_ROOT}.*", f"{subjects.REQUESTS_ROOT}.*.handoff", _kv(subjects.all_lease_keys())),
     subscribe=(_every(subjects.KV_TRANSFER_ROOT), f"{subjects.ADMIN_ROOT}.prefill.>", ADVISORIES),
     deny=(f"{subjects.REQUESTS_ROOT}.*.prefill", _every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT),
-          _every(subjects.EVENTS_ROOT), DROP_REQUEST))
+          _every(subjects.EVENTS_ROOT), DROP_REQUEST, *USAGE_READS))
 
 # decode and vocoder in one process (`voxmesh serve colocated`): their union, still never requests.
 COLOCATED = _service(_DECODE_PUBLISH + _VOCODER_PUBLISH, _DECODE_SUBSCRIBE + _VOCODER_SUBSCRIBE,
-                     deny=(_every(subjects.REQUESTS_ROOT), DROP_REQUEST))
+                     deny=(_every(subjects.REQUESTS_ROOT), DROP_REQUEST, *USAGE_READS))
 
 # A code-predictor replica answers steps on its own subject and keeps its lease; it publishes nothing else.
 MTP = _service(publish=(_kv(subjects.all_lease_keys()),), subscribe=(subjects.all_mtp_steps(),),
                deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.CODES_ROOT), _every(subjects.AUDIO_ROOT),
-                     _every(subjects.EVENTS_ROOT), DROP_REQUEST))
+                     _every(subjects.EVENTS_ROOT), DROP_REQUEST, *USAGE_READS))
 
 PROVISION = Permissions(publish=(f"{JS_API}.>",), subscribe=(INBOX,), allow_responses=False)
 

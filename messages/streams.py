@@ -17,9 +17,13 @@ from messages.voice_clone import REF_AUDIO_STORE, VOICES_STORE
 REQUESTS_STREAM = "REQUESTS"
 EVENTS_STREAM = "EVENTS"
 CODES_STREAM = "CODES"
+USAGE_STREAM = "USAGE"
+USAGE_CONSUMER = "usage"
+"""The durable consumer of EVENTS' terminal events shared by every gateway: each terminal becomes one usage record."""
 BUCKET = "voxmesh"
 
 HOUR_S = 3600.0
+DAY_S = 24 * HOUR_S
 MAX_REPLICAS = 5  # JetStream replicates a stream on at most 5 servers
 
 
@@ -108,6 +112,9 @@ class BusConfig:
     codes_max_ack_pending: int = 4096
     bucket_ttl_s: float = 24 * HOUR_S  # owner/cancel records outlive any request, then go
     limits_ttl_s: float = 48 * HOUR_S  # a key's limit state outlives its UTC day's audio total, then goes
+    usage_max_age_s: float = 35 * DAY_S  # a month of usage records, and a few days to read the month's last ones
+    usage_ack_wait_s: float = 30.0  # a gateway that took a terminal and died: another records it after this
+    usage_max_ack_pending: int = 1024
     ref_audio_ttl_s: float = HOUR_S  # a reference outlives its requests; a gateway stores it again when reused
     storage: Literal["file", "memory"] = "file"
     stream_replicas: int = 1  # copies of every stream, the bucket and the object stores (a RAFT group of N servers)
@@ -122,16 +129,20 @@ class BusConfig:
         _require(self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests, ">= 1")
         _require(self.request_max_deliver >= 1, "request_max_deliver", self.request_max_deliver, ">= 1")
         for name in ("request_ack_wait_s", "events_max_age_s", "codes_max_age_s", "duplicate_window_s",
-                     "codes_ack_wait_s", "bucket_ttl_s", "ref_audio_ttl_s", "limits_ttl_s"):
+                     "codes_ack_wait_s", "bucket_ttl_s", "ref_audio_ttl_s", "limits_ttl_s", "usage_max_age_s",
+                     "usage_ack_wait_s"):
             _require(getattr(self, name) > 0, name, getattr(self, name), "> 0")
         _require(self.duplicate_window_s <= self.codes_max_age_s, "duplicate_window_s", self.duplicate_window_s,
                  "<= codes_max_age_s")
+        _require(self.usage_max_age_s >= self.events_max_age_s, "usage_max_age_s", self.usage_max_age_s,
+                 ">= events_max_age_s (a record must outlive the terminal event it counts)")
+        _require(self.usage_max_ack_pending >= 1, "usage_max_ack_pending", self.usage_max_ack_pending, ">= 1")
         _require(self.storage in ("file", "memory"), "storage", self.storage, "'file' or 'memory'")
         _require(1 <= self.stream_replicas <= MAX_REPLICAS, "stream_replicas", self.stream_replicas,
                  f"between 1 and {MAX_REPLICAS} (JetStream's limit)")
 
     def streams(self) -> list[StreamSpec]:
-        """REQUESTS (work queue, bounded, discard new), EVENTS and CODES (limits)."""
+        """REQUESTS (work queue, bounded, discard new), EVENTS, CODES and USAGE (limits)."""
         return [
             StreamSpec(REQUESTS_STREAM, (subjects.all_requests(),), "workqueue", "new", self.max_queued_requests,
                        None, self.duplicate_window_s, self.storage, "synthesis requests awaiting a decode replica"),
@@ -139,11 +150,14 @@ class BusConfig:
                        self.duplicate_window_s, self.storage, "request lifecycle events and terminal events"),
             StreamSpec(CODES_STREAM, (subjects.all_codes(),), "limits", "old", None, self.codes_max_age_s,
                        self.duplicate_window_s, self.storage, "codec frames per request, by vocoder partition"),
+            StreamSpec(USAGE_STREAM, (subjects.all_usage(),), "limits", "old", None, self.usage_max_age_s,
+                       self.duplicate_window_s, self.storage, "one usage record per ended request (tenant, model, "
+                       "characters, audio seconds, outcome)"),
         ]
 
     def consumers(self) -> list[ConsumerSpec]:
         """Per model: the REQUESTS consumers of decode (requests and prefilled requests) and of prefill; one CODES
-        consumer per vocoder partition."""
+        consumer per vocoder partition; the gateways' consumer of terminal events (usage)."""
         found = [
             # One consumer for both kinds of decode's work, so a replica's room is never promised twice.
             ConsumerSpec(REQUESTS_STREAM, requests_consumer(m), (subjects.request(m), subjects.handoff_queue(m)),
@@ -161,6 +175,10 @@ class BusConfig:
                          self.codes_max_ack_pending, f"vocoder owning partition {p}")
             for p in range(self.num_partitions)
         ]
+        # Unbounded deliveries: a terminal is retried until its record is stored (a record is never given up on).
+        found.append(ConsumerSpec(EVENTS_STREAM, USAGE_CONSUMER, (subjects.all_terminals(),), -1,
+                                  self.usage_ack_wait_s, self.usage_max_ack_pending,
+                                  "gateways: one usage record per terminal event"))
         return found
 
     def bucket(self) -> BucketSpec:

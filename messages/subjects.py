@@ -24,6 +24,7 @@ MTP_ROOT = "tts.mtp"
 ADMIN_ROOT = "tts.admin"
 VOICE_ROOT = "tts.voice"
 KV_TRANSFER_ROOT = "tts.kvxfer"
+USAGE_ROOT = "tts.usage"
 
 TERMINAL_KIND = "terminal"
 
@@ -124,6 +125,17 @@ def all_events() -> str:
 def all_terminals() -> str:
     """Wildcard over every request's terminal event."""
     return f"{EVENTS_ROOT}.*.{TERMINAL_KIND}"
+
+
+# --- USAGE -----------------------------------------------------------------------------------------------------
+def usage(request_id: str) -> str:
+    """The one usage record of a request (stream USAGE); guarded by `Nats-Expected-Last-Subject-Sequence: 0`."""
+    return f"{USAGE_ROOT}.{token(request_id)}"
+
+
+def all_usage() -> str:
+    """Wildcard over every usage record (the USAGE stream's subjects)."""
+    return f"{USAGE_ROOT}.>"
 
 
 # --- CODES -----------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "events": ("services.cli.events", "tail lifecycle events"),
     "bench": ("services.cli.bench", "load-test a running mesh through the streaming API (TTS metrics)"),
     "keys": ("services.cli.keys", "API keys: make a keys-file entry from a secret read on stdin (keys hash)"),
+    "usage": ("services.cli.usage", "usage per day, tenant and model, read through a gateway's operator route"),
     "health": ("services.cli.health", "a container's healthcheck: its services answer their own $SRV.PING"),
 }
 

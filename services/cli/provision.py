@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from messages.errors import InvalidConfig
-from messages.streams import BusConfig
+from messages.streams import DAY_S, BusConfig
 from services.runtime import settings_schema as settings_lib
 from services.runtime.provision_settings import ProvisionSettings
 
@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_lib.resolve(ProvisionSettings, args)
         config = BusConfig(models=(settings.model_name,), num_partitions=settings.num_partitions,
                            max_queued_requests=settings.max_queued_requests, storage=settings.storage,
-                           stream_replicas=settings.stream_replicas)
+                           stream_replicas=settings.stream_replicas,
+                           usage_max_age_s=settings.usage_retention_days * DAY_S)
     except (settings_lib.SettingsError, InvalidConfig) as error:
         print(f"voxmesh provision: {error}", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ from starlette.requests import ClientDisconnect
 from services.gateway.errors import GatewayError, http_error, internal_error
 from services.gateway.http.openapi import documented_openapi
 from services.gateway.http.request_id import RequestIdMiddleware, request_id_of
-from services.gateway.http.routes import health, metrics, models, speech, speech_stream, saved_voices
+from services.gateway.http.routes import health, metrics, models, speech, speech_stream, saved_voices, admin_usage
 from services.gateway.gateway import Gateway
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.add_exception_handler(Exception, _internal_error)
     app.include_router(health.router)
     app.include_router(metrics.router)
+    app.include_router(admin_usage.router)
     app.include_router(models.router)
     app.include_router(speech.router)
     app.include_router(speech_stream.router)

@@ -23,6 +23,7 @@ from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.gateway import Gateway, build_gateway
 from services.gateway.settings import GatewaySettings
 from services.runtime.lifecycle import ServiceContext, ServiceParts, ServiceTask, run_service
+from services.usage.recorder import UsageRecorder
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +53,16 @@ async def serve(settings: GatewaySettings, stop: asyncio.Event, *,
 
 def gateway_parts(settings: GatewaySettings, gateway: Gateway, tasks: Sequence[ServiceTask]) -> ServiceParts:
     """The gateway as a service: `tasks` (the HTTP server) take requests; the supervisor ends what nobody else can
-    until the responses in flight are done."""
+    until the responses in flight are done; the usage recorder turns terminal events into usage records (shared
+    with every other gateway) until then too."""
     log.info("gateway %s serving model %r (%d voices)", gateway.replica, gateway.catalog.model,
              len(gateway.catalog.speakers))
     return ServiceParts(
         description="voxmesh HTTP/WebSocket gateway",
         metadata={"model": gateway.catalog.model},
         tasks=tasks,
-        background=[ServiceTask("supervisor", gateway.synthesizer.supervisor.run)],
+        background=[ServiceTask("supervisor", gateway.synthesizer.supervisor.run),
+                    ServiceTask("usage", UsageRecorder(gateway.synthesizer.nc, gateway.synthesizer.js).run)],
         grace_s=settings.drain_timeout_s + HTTP_CLOSE_MARGIN_S,
     )
 

@@ -16,3 +16,5 @@ class ProvisionSettings(CommonSettings):
     stream_replicas: int = setting(1, "copies of every stream, the KV bucket and the object stores, each on its own "
                                    "server of a JetStream cluster (3 or 5 on a cluster: a quorum stores every "
                                    "publish); an existing one is changed in place")
+    usage_retention_days: float = setting(35.0, "days the USAGE stream keeps each request's usage record (what "
+                                          "GET /admin/usage and `voxmesh usage` sum); at least 1 (EVENTS' 24 h)")

@@ -7,7 +7,8 @@ from nats.js import api
 
 from messages import SynthesisRequest, subjects
 from messages.key_limits import LIMITS_BUCKET
-from messages.streams import BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM, BusConfig
+from messages.streams import (BUCKET, CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM, USAGE_CONSUMER, USAGE_STREAM,
+                              BusConfig)
 from services.bus import NotProvisioned, ProvisionConflict, PullConsumer, QueueFull, Capacity, provision, \
     submit_request
 from services.bus.object_store import open_object_store
@@ -28,8 +29,8 @@ async def test_provision_creates_everything_and_is_idempotent(nats_client) -> No
     before = {s.config.name: s.config for s in await js.streams_info()}
     await provision(js, CONFIG)
     after = {s.config.name: s.config for s in await js.streams_info()}
-    assert set(after) == {REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM, f"KV_{BUCKET}", f"KV_{LIMITS_BUCKET}", f"OBJ_{REF_AUDIO_STORE}",
-                          f"OBJ_{VOICES_STORE}"}
+    assert set(after) == {REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM, USAGE_STREAM, f"KV_{BUCKET}", f"KV_{LIMITS_BUCKET}",
+                          f"OBJ_{REF_AUDIO_STORE}", f"OBJ_{VOICES_STORE}"}
     assert before == after
     requests = after[REQUESTS_STREAM]
     assert requests.retention == api.RetentionPolicy.WORK_QUEUE
@@ -42,6 +43,9 @@ async def test_provision_creates_everything_and_is_idempotent(nats_client) -> No
     prefill = await js.consumer_info(REQUESTS_STREAM, "prefill-qwen3-tts-0_6b")
     assert prefill.config.filter_subject == subjects.prefill_request("Qwen3-TTS-0.6B")
     await js.consumer_info(CODES_STREAM, "vocoder-p1")
+    assert after[USAGE_STREAM].max_age == 35 * 24 * 3600
+    usage = await js.consumer_info(EVENTS_STREAM, USAGE_CONSUMER)
+    assert usage.config.filter_subject == subjects.all_terminals() and usage.config.max_deliver == -1
     await open_bucket(js)
     assert (await (await open_object_store(js, REF_AUDIO_STORE)).status()).ttl == CONFIG.ref_audio_ttl_s
     assert (await (await open_object_store(js, VOICES_STORE)).status()).ttl in (None, 0)  # voices are kept

@@ -17,8 +17,8 @@ from tests.support.nats_cluster import ELECTION_TIMEOUT_S
 
 KEPT_KEY = subjects.lease_key("kept")
 CONFIG = BusConfig(models=("tiny",), num_partitions=2)
-EVERY_STREAM = {"REQUESTS", "EVENTS", "CODES", bucket_stream("voxmesh"), object_store_stream("voxmesh-ref-audio"),
-                object_store_stream(VOICES_STORE)}
+EVERY_STREAM = {"REQUESTS", "EVENTS", "CODES", "USAGE", bucket_stream("voxmesh"),
+                object_store_stream("voxmesh-ref-audio"), object_store_stream(VOICES_STORE)}
 
 
 async def _empty(js) -> None:

@@ -17,7 +17,7 @@ from nats.js import api
 
 from messages import subjects
 from messages.key_limits import LIMITS_BUCKET
-from messages.streams import BUCKET, REQUESTS_STREAM, BusConfig
+from messages.streams import BUCKET, REQUESTS_STREAM, USAGE_STREAM, BusConfig
 from services.bus.embedded import EmbeddedNats
 from services.bus.nats_auth import NatsAuth, write_auth
 from services.bus.provision import provision
@@ -112,6 +112,8 @@ async def test_a_service_with_refused_credentials_stops_at_once_and_says_why(ser
     ("gateway", subjects.mtp_step("mtp-a")), ("vocoder", subjects.mtp_step("mtp-a")),
     ("observer", subjects.request(MODEL)), ("observer", subjects.event("r1", "started")),
     ("observer", subjects.audio("r1")),
+    # only the gateway records usage
+    *((name, subjects.usage("r1")) for name in ("decode", "vocoder", "colocated", "prefill", "mtp", "observer")),
     # operator actions are bus endpoints: only the operator may ask a replica to drain
     ("gateway", subjects.admin("decode", "decode-1", "drain")),
     ("vocoder", subjects.admin("decode", "decode-1", "drain")),
@@ -248,3 +250,21 @@ async def test_only_the_gateway_writes_the_keys_limits(as_user, provisioned, nam
     with pytest.raises(nats.errors.TimeoutError):
         await user.nc.jetstream(timeout=0.5).purge_stream(f"KV_{LIMITS_BUCKET}")
     assert "permissions violation for publish" in await user.next_violation()
+
+
+@pytest.mark.parametrize("name", ["decode", "vocoder", "colocated", "prefill", "mtp", "observer"])
+async def test_only_the_gateway_records_and_reads_usage(as_user, provisioned, name):
+    from services.usage.reader import read_usage  # the gateway's own read (an ephemeral consumer)
+
+    gateway = await as_user("gateway")
+    stored = (await gateway.nc.jetstream().publish(subjects.usage("r1"), b"record")).seq
+    user = await as_user(name)
+    js = user.nc.jetstream(timeout=0.5)
+    with pytest.raises(nats.errors.TimeoutError):
+        await js.pull_subscribe(subjects.all_usage(), stream=USAGE_STREAM)
+    assert "permissions violation for publish" in await user.next_violation()
+    with pytest.raises(nats.errors.TimeoutError):
+        await js.get_msg(USAGE_STREAM, stored)
+    assert "permissions violation for publish" in await user.next_violation()
+    await read_usage(gateway.nc.jetstream(), 0.0)  # the gateway reads it (its records: not decodable here)
+    assert gateway.violations.empty()

@@ -60,8 +60,14 @@ def test_bus_config_specs_follow_the_design() -> None:
     assert by_name[streams.CODES_STREAM].retention == "limits"
     durables = {c.durable: c for c in config.consumers()}
     assert set(durables) == {"decode-tiny", "decode-qwen3-tts-0_6b", "prefill-tiny", "prefill-qwen3-tts-0_6b",
-                             "vocoder-p0", "vocoder-p1"}
+                             "vocoder-p0", "vocoder-p1", "usage"}
     assert durables["decode-tiny"].max_deliver == 3
+    # every gateway shares one consumer of terminal events, never given up on; the records outlive EVENTS
+    usage = durables[streams.USAGE_CONSUMER]
+    assert (usage.stream, usage.filter_subjects, usage.max_deliver) == (streams.EVENTS_STREAM,
+                                                                        (subjects.all_terminals(),), -1)
+    assert (by_name[streams.USAGE_STREAM].subjects, by_name[streams.USAGE_STREAM].max_age_s) == (
+        (subjects.all_usage(),), 35 * 24 * 3600)
     # decode's one consumer takes requests and prefilled hand-offs; prefill's, the prefill queue: disjoint subjects
     assert durables["decode-tiny"].filter_subjects == (subjects.request("tiny"), subjects.handoff_queue("tiny"))
     assert durables["prefill-tiny"].filter_subjects == (subjects.prefill_request("tiny"),)
@@ -69,7 +75,8 @@ def test_bus_config_specs_follow_the_design() -> None:
 
 
 @pytest.mark.parametrize("kwargs", [{"models": ()}, {"num_partitions": 0}, {"max_queued_requests": 0},
-                                    {"models": ("A.b", "a_b")}, {"duplicate_window_s": 1e9}])
+                                    {"models": ("A.b", "a_b")}, {"duplicate_window_s": 1e9},
+                                    {"usage_max_age_s": 3600.0}])
 def test_bad_bus_config_is_refused(kwargs: dict) -> None:
     with pytest.raises(InvalidConfig):
         streams.BusConfig(**kwargs)

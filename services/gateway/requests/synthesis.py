@@ -231,7 +231,7 @@ class Synthesizer:
 
     async def _announce(self, request: SynthesisRequest) -> None:
         event = Accepted(request_id=request.id, at=time.time(), model=request.model, seed=request.seed,
-                         text_chars=len(request.text))
+                         text_chars=len(request.text), tenant=request.tenant)
         try:
             await self.js.publish(event_subject(event), encode(event), stream=EVENTS_STREAM)
         except Exception as exc:  # the audit trail is not worth failing an admitted request for
