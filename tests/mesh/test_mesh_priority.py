@@ -19,12 +19,13 @@ from tests.support.mesh_client import events_of, stream_speech
 
 pytestmark = pytest.mark.asyncio
 MODEL = "tiny"
-SEATS = {"VOXMESH_MAX_NUM_SEQS": "2", "VOXMESH_INTERACTIVE_SHARE": "0.5"}
+SHARE = {"VOXMESH_INTERACTIVE_SHARE": "0.5"}
 
 
 @pytest.fixture(scope="module")
 def priority_mesh(tiny_checkpoint, tmp_path_factory):
-    with run_mesh(tiny_checkpoint, tmp_path_factory.mktemp("mesh-state"), env=SEATS) as running:
+    with run_mesh(tiny_checkpoint, tmp_path_factory.mktemp("mesh-state"), "--max-num-seqs", "2",
+                  env=SHARE) as running:
         yield running
 
 
