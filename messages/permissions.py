@@ -1,7 +1,8 @@
 """Which NATS subjects each voxmesh user may publish and subscribe to: least privilege, one user per service.
 
 The server enforces these lists (`services.bus.nats_auth` writes them into its configuration). The rules they make
-true: the gateway never publishes codes or audio; decode never publishes requests or audio; the vocoder never
+true: the gateway never publishes codes or audio; decode never publishes requests or audio (it hears them published,
+as the doorbell of its request lanes); the vocoder never
 publishes requests or codes; prefill publishes requests only onto decode's queue (prefilled, or left to decode),
 never codes, audio or events; only prefill answers on a KV transfer subject (decode asks there, and may not
 subscribe: it cannot pose as the replica holding an offer); an mtp replica publishes only its lease (and its
@@ -98,7 +99,9 @@ GATEWAY = _service(
 _DECODE_PUBLISH = (_every(subjects.CODES_ROOT), _every(subjects.EVENTS_ROOT), _kv("owner.*"),
                    _kv(subjects.all_lease_keys()), _objects(VOICES_STORE), _every(subjects.KV_TRANSFER_ROOT),
                    subjects.all_mtp_steps())
-_DECODE_SUBSCRIBE = (f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES)
+# decode hears every request published (the doorbell of its lanes, services.bus.laned_pull): it reads them anyway.
+_DECODE_SUBSCRIBE = (f"{subjects.ADMIN_ROOT}.decode.>", _every(subjects.VOICE_ROOT), ADVISORIES,
+                     f"{subjects.REQUESTS_ROOT}.*", _every(subjects.REQUESTS_ROOT))
 DECODE = _service(_DECODE_PUBLISH, _DECODE_SUBSCRIBE,
                   deny=(_every(subjects.REQUESTS_ROOT), _every(subjects.AUDIO_ROOT), DROP_REQUEST, *USAGE_READS))
 

@@ -32,6 +32,32 @@ def requests_consumer(model: str) -> str:
     return f"decode-{subjects.slug(model)}"
 
 
+def lane_consumer(model: str, priority: str, lane: int) -> str:
+    """The durable pull consumer of one priority lane of a model's requests, shared by that model's decode replicas."""
+    subjects.request_lane(model, priority, lane)  # validates
+    return f"decode-{subjects.slug(model)}-{priority}-{lane}"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLane:
+    """One queue decode takes a model's requests from: a consumer of REQUESTS and the subjects it holds."""
+
+    priority: str
+    durable: str
+    subjects: tuple[str, ...]
+
+
+def request_lanes(model: str) -> list[RequestLane]:
+    """Every queue of a model's decode work, in the order decode prefers them: the direct queue (hand-offs from
+    prefill, requests from before priorities; interactive), then each priority's tenant lanes."""
+    lanes = [RequestLane("interactive", requests_consumer(model),
+                         (subjects.request(model), subjects.handoff_queue(model)))]
+    lanes += [RequestLane(priority, lane_consumer(model, priority, lane),
+                          (subjects.request_lane(model, priority, lane),))
+              for priority in subjects.PRIORITIES for lane in range(subjects.TENANT_LANES)]
+    return lanes
+
+
 def prefill_consumer(model: str) -> str:
     """The durable pull consumer of one model's requests routed to remote prefill, shared by its prefill replicas."""
     return f"prefill-{subjects.slug(model)}"
@@ -156,14 +182,15 @@ class BusConfig:
         ]
 
     def consumers(self) -> list[ConsumerSpec]:
-        """Per model: the REQUESTS consumers of decode (requests and prefilled requests) and of prefill; one CODES
-        consumer per vocoder partition; the gateways' consumer of terminal events (usage)."""
+        """Per model: the REQUESTS consumers of decode (its direct queue and its priority lanes) and of prefill; one
+        CODES consumer per vocoder partition; the gateways' consumer of terminal events (usage)."""
+        # Decode's queues: the direct one (hand-offs, requests from before priorities) and one per priority lane;
+        # a replica pulls from them only as far as it has room, so its room is never promised twice.
         found = [
-            # One consumer for both kinds of decode's work, so a replica's room is never promised twice.
-            ConsumerSpec(REQUESTS_STREAM, requests_consumer(m), (subjects.request(m), subjects.handoff_queue(m)),
-                         self.request_max_deliver, self.request_ack_wait_s, self.max_queued_requests,
-                         f"decode replicas of {m}: requests, and requests prefilled remotely")
-            for m in self.models
+            ConsumerSpec(REQUESTS_STREAM, lane.durable, lane.subjects, self.request_max_deliver,
+                         self.request_ack_wait_s, self.max_queued_requests,
+                         f"decode replicas of {m}: {lane.priority} requests ({', '.join(lane.subjects)})")
+            for m in self.models for lane in request_lanes(m)
         ]
         found += [
             ConsumerSpec(REQUESTS_STREAM, prefill_consumer(m), (subjects.prefill_request(m),), self.request_max_deliver,

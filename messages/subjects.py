@@ -75,8 +75,48 @@ def _partition(partition: int) -> str:
 
 # --- REQUESTS --------------------------------------------------------------------------------------------------
 def request(model: str) -> str:
-    """Where the gateway publishes a model's synthesis requests (stream REQUESTS)."""
+    """A model's direct decode queue (stream REQUESTS): requests that were published before priorities existed, and
+    those a prefill replica leaves to decode. New requests go to their lane (`request_lane`)."""
     return f"{REQUESTS_ROOT}.{slug(model)}"
+
+
+PRIORITIES = ("interactive", "batch")
+"""The request priorities, in the order decode serves them (`SynthesisRequest.priority`)."""
+TENANT_LANES = 8
+"""Lanes per priority. A tenant's requests all go to one lane (`tenant_lane`), and decode takes from the lanes with
+work in turn, so two tenants in different lanes share decode's seats evenly whatever their backlogs; two tenants in
+one lane (a chance of 1 in TENANT_LANES) share it first-come-first-served. Part of the contract: the gateway and the
+provisioned consumers must agree on it."""
+
+
+def tenant_lane(tenant: str) -> int:
+    """The lane of a tenant's requests: a stable hash of its name, the same in every process and run."""
+    return zlib.crc32(tenant.encode()) % TENANT_LANES
+
+
+def _priority(priority: str) -> str:
+    if priority not in PRIORITIES:
+        raise InvalidToken(f"priority must be one of {PRIORITIES}, got {priority!r}")
+    return priority
+
+
+def request_lane(model: str, priority: str, lane: int) -> str:
+    """Where the gateway publishes a model's requests of one priority and tenant lane (stream REQUESTS):
+    `tts.req.<model>.<priority>.<lane>`; each lane has its own decode consumer (`streams.lane_consumer`)."""
+    if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < TENANT_LANES:
+        raise InvalidToken(f"lane must be an int in [0, {TENANT_LANES}), got {lane!r}")
+    return f"{REQUESTS_ROOT}.{slug(model)}.{_priority(priority)}.{lane}"
+
+
+def request_for(model: str, priority: str, tenant: str) -> str:
+    """The lane subject a request of `tenant` at `priority` is published on."""
+    return request_lane(model, priority, tenant_lane(tenant))
+
+
+def requests_of_model(model: str) -> str:
+    """Wildcard over every request subject of one model but the direct queue itself (lanes, prefill, hand-offs):
+    what decode watches to learn that work arrived."""
+    return f"{REQUESTS_ROOT}.{slug(model)}.>"
 
 
 def prefill_request(model: str) -> str:

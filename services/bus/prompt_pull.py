@@ -66,6 +66,16 @@ class PromptPull:
             messages += await self._stored(batch - 1, timeout_s)
         return messages
 
+    async def take_stored(self, count: int, timeout_s: float) -> list[Msg]:
+        """Up to `count` messages stored now, without waiting for more (a no-wait request); `timeout_s` bounds the
+        wait for the server's answer."""
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        queued = await self._queued()
+        if queued is not None:
+            return [queued] + (await self._stored(count - 1, timeout_s) if count > 1 else [])
+        return await self._stored(count, timeout_s)
+
     async def _first(self, timeout_s: float) -> Msg | None:
         queued = await self._queued()
         if queued is not None:

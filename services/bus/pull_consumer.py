@@ -78,7 +78,10 @@ class Delivery:
 
 class Capacity:
     """How many more messages the caller can take. The loop takes one slot per message it hands over; the
-    caller gives the slot back when the work is done (`release`), which wakes a loop waiting for room."""
+    caller gives the slot back when the work is done (`release`), which wakes a loop waiting for room.
+
+    `kind` (a request's priority, where the consumer has several) is passed to `take` and `release` for subclasses
+    that count kinds apart (decode keeps seats for interactive work); this one counts every slot alike."""
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -90,16 +93,32 @@ class Capacity:
     def room(self) -> int:
         return self.limit - self.in_use
 
-    def take(self) -> None:
+    def room_for(self, kind: str | None) -> int:
+        """Room for one kind of message; here every kind shares `room()`."""
+        return self.room()
+
+    def floor_for(self, kind: str | None) -> int:
+        """Slots other kinds leave free for this kind while it has work; none here."""
+        return 0
+
+    def take(self, kind: str | None = None) -> None:
         if self.in_use >= self.limit:
             raise RuntimeError("Capacity.take() with no room")
         self.in_use += 1
 
-    def release(self) -> None:
+    def release(self, kind: str | None = None) -> None:
         if self.in_use == 0:
             raise RuntimeError("Capacity.release() with nothing taken")
         self.in_use -= 1
         self._freed.set()
+
+    def clear_released(self) -> None:
+        """Forget earlier releases: `wait_released` then waits for the next one."""
+        self._freed.clear()
+
+    async def wait_released(self) -> None:
+        """Until a slot is released (or `nudge`d) after the last `clear_released`."""
+        await self._freed.wait()
 
     def nudge(self) -> None:
         """Room may have changed for another reason than `release` (a subclass's `room()` gate opened): wake a
@@ -130,13 +149,18 @@ class PullConsumer(Generic[M]):
                  handler: Handler, capacity: Capacity, max_batch: int = 16, fetch_timeout_s: float = 1.0,
                  retry_delay_s: float = 1.0, request_id_of: Callable[[Any], str | None] | None = None,
                  concurrent: bool = False,
-                 on_refused: Callable[[DecodeError], Awaitable[None]] | None = None) -> None:
+                 on_refused: Callable[[DecodeError], Awaitable[None]] | None = None,
+                 source: Any | None = None, kind_of: Callable[[Any], str | None] | None = None) -> None:
         self._js, self._nc = js, nc
         self.stream, self.durable = stream, durable
         self._type, self._handler, self.capacity = message_type, handler, capacity
         self._max_batch, self._fetch_timeout_s, self._retry_delay_s = max_batch, fetch_timeout_s, retry_delay_s
         self._request_id_of = request_id_of or (lambda m: getattr(m, "id", None) or getattr(m, "request_id", None))
-        self._pull: PromptPull | None = None
+        self._pull: Any | None = None
+        self._source = source
+        """Where messages come from when not from `durable` alone (decode's lanes: services.bus.laned_pull)."""
+        self._kind_of = kind_of or (lambda _m: None)
+        """The kind of a message, passed to Capacity.take (decode: the request's priority)."""
         self.num_termed = 0
         self.num_termed_by_code: Counter[str] = Counter()
         """Termed messages by the DecodeError's code (bad_message, unsupported_version), for the metrics."""
@@ -148,7 +172,11 @@ class PullConsumer(Generic[M]):
         """The running handler tasks (concurrent mode), kept until they end and awaited when the loop stops."""
 
     async def bind(self) -> None:
-        """Bind to the durable consumer; NotProvisioned if it does not exist."""
+        """Bind to the durable consumer (or open the `source`); NotProvisioned if it does not exist."""
+        if self._source is not None:
+            await self._source.open()
+            self._pull = self._source
+            return
         try:
             await self._js.consumer_info(self.stream, self.durable)
         except NotFoundError as exc:
@@ -172,7 +200,7 @@ class PullConsumer(Generic[M]):
                     message = await self._decoded(delivery)
                     if message is None:
                         continue
-                    self.capacity.take()  # here, not in the task: the next fetch must see the slot taken
+                    self.capacity.take(self._kind_of(message))  # here, not in the task: the next fetch must see the slot taken
                     if self._concurrent:
                         task = asyncio.create_task(self._handle(message, delivery))
                         self._handling.add(task)
@@ -215,7 +243,7 @@ class PullConsumer(Generic[M]):
                 await self._handler(message, delivery)
             except Exception:
                 log.exception("handler failed; nak with %.1fs delay", self._retry_delay_s)
-                self.capacity.release()
+                self.capacity.release(self._kind_of(message))
                 if not delivery.settled:
                     await delivery.nak(self._retry_delay_s)
 

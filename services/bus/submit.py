@@ -15,14 +15,15 @@ from services.bus.errors import JS_MAX_MESSAGES_EXCEEDED, NotProvisioned, QueueF
 async def submit_request(js: JetStreamContext, request: SynthesisRequest, *, headers: dict[str, str] | None = None,
                          timeout_s: float = 5.0, msg_id: str | None = None, subject: str | None = None,
                          retry: AckRetry = DEFAULT_RETRY) -> int:
-    """Publish `request` on `subject` (default `tts.req.<model>`, decode's queue); returns its REQUESTS sequence.
+    """Publish `request` on `subject` (default: decode's lane for the request's priority and tenant,
+    `tts.req.<model>.<priority>.<lane>`); returns its REQUESTS sequence.
 
     The Msg-Id (the request id unless `msg_id` names another, as a requeue for migration does) makes a retried submit
     within the duplicate window stored once: a submit that meets a leader election or a reconnect (no ack, no
     responders, 503) is retried with it (`ack_retry`). Raises QueueFull when REQUESTS is at its bound, NotProvisioned
     when no stream takes the subject.
     """
-    target = subject or subjects.request(request.model)
+    target = subject or subjects.request_for(request.model, request.priority, request.tenant)
     all_headers = dict(headers or {})
     all_headers[api.Header.MSG_ID.value] = msg_id or request.id
     payload = encode(request)

@@ -76,7 +76,7 @@ class DecodeCore:
         """Voice prompts of cloned voices (base checkpoints only)."""
         self.engine, self.worker = engine, worker
         self.served, self.settings, self.replica = served, settings, replica
-        self.capacity = EngineCapacity(engine)
+        self.capacity = EngineCapacity(engine, settings.interactive_seats_of())
         self.active = ActiveRequests()
         self.stats = DecodeStats()
         self.step_seconds = step_seconds
@@ -194,6 +194,6 @@ class DecodeCore:
     def _release(self, active: ActiveRequest) -> None:
         """Forget the request and give its intake slot back (once)."""
         if self.active.remove(active.request_id) is not None:
-            self.capacity.release()
+            self.capacity.release(active.request.priority)
             if active.span is not None:
                 active.span.end()

@@ -27,11 +27,12 @@ from messages.events import Failed, FirstFrame, Migrated, Started
 from messages.mtp import PrefillHandoff
 from messages.records import CancelRecord
 from messages.requests import SynthesisRequest
-from messages.streams import REQUESTS_STREAM, requests_consumer
+from messages.streams import REQUESTS_STREAM, request_lanes, requests_consumer
 from services.bus.claims import ClaimKind, OwnerClaim, RequestClaim, resolve_request_claim
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.errors import OwnershipConflict
 from services.bus.kvstore import read_cancel
+from services.bus.laned_pull import LanedPull
 from services.bus.pull_consumer import Delivery, PullConsumer
 from services.bus.terminal_guard import publish_terminal
 from services.bus.trace_context import REQUEST_ID, extract, inject, span_context, tracer
@@ -65,11 +66,16 @@ class Intake:
 
     def __init__(self, core: DecodeCore, *, fetch_timeout_s: float = 1.0) -> None:
         self.core = core
+        model = core.served.name
+        # Interactive lanes first, batch lanes as far as the seats kept for interactive work allow, the lanes of a
+        # priority in turn (services.bus.laned_pull).
+        lanes = LanedPull(core.js, core.nc, stream=REQUESTS_STREAM, model=model, lanes=request_lanes(model),
+                          capacity=core.capacity)
         self.consumer = PullConsumer(
-            core.js, core.nc, stream=REQUESTS_STREAM, durable=requests_consumer(core.served.name),
+            core.js, core.nc, stream=REQUESTS_STREAM, durable=requests_consumer(model),
             message_type=SynthesisRequest | PrefillHandoff, handler=self.handle, capacity=core.capacity,
             max_batch=core.settings.max_num_seqs, fetch_timeout_s=fetch_timeout_s, concurrent=True,
-            on_refused=self._refused, request_id_of=_request_id_of)
+            on_refused=self._refused, request_id_of=_request_id_of, source=lanes, kind_of=_priority_of)
         self.handoffs = HandoffFetcher(core)
         """Fetches the prompt KV of requests prefilled remotely."""
         self.admission = EngineWorker("decode-admission")
@@ -172,7 +178,7 @@ class Intake:
         resolved = await self._claim(request)
         if resolved is None:  # not ours to serve: this delivery is done with
             await delivery.ack()
-            core.capacity.release()
+            core.capacity.release(request.priority)
             return None
         epoch = resolved.claim.record.epoch
         admission = self._admit(request, is_takeover=epoch > 1)
@@ -261,7 +267,7 @@ class Intake:
                 log.warning("request %s: %s (attempt %d of %d)", request.id, exc, attempt, TAKEOVER_ATTEMPTS)
         else:
             log.error("request %s: its codes kept moving under epoch %d's takeover; standing down", request.id, epoch)
-            core.capacity.release()
+            core.capacity.release(request.priority)
             return None
         initial = request.initial_chunk_frames or core.settings.initial_chunk_frames
         stream = CodesStream(request.id, epoch, publisher, ChunkRule(initial, core.settings.chunk_frames),
@@ -331,7 +337,8 @@ def _add_to_engine(engine: Engine, admission: Admission, frames: np.ndarray,
             admission.request_id, admission.prompt, admission.request.seed, admission.params,
             admission.max_new_frames, predictor_params=admission.predictor_params,
             ignore_eos=admission.request.ignore_eos, min_new_frames=admission.request.min_new_tokens,
-            frames=torch.from_numpy(frames) if len(frames) else None, prompt_kv=kv))
+            frames=torch.from_numpy(frames) if len(frames) else None, prompt_kv=kv,
+            is_batch=admission.request.priority == "batch"))
 
     try:
         outcome = add(prompt_kv)
@@ -345,3 +352,7 @@ def _add_to_engine(engine: Engine, admission: Admission, frames: np.ndarray,
 
 def _request_id_of(message: SynthesisRequest | PrefillHandoff) -> str:
     return message.request.id if isinstance(message, PrefillHandoff) else message.id
+
+
+def _priority_of(message: SynthesisRequest | PrefillHandoff) -> str:
+    return message.request.priority if isinstance(message, PrefillHandoff) else message.priority

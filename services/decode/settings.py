@@ -19,6 +19,9 @@ class DecodeSettings(CommonSettings):
         0.0, "on CUDA: size the KV pool so this process holds at most this fraction of the card's total memory "
              "(weights, pool and graphs); 0: use --kv-cache-blocks")
     max_num_seqs: int = setting(64, "most requests decoding at once; decode pulls from REQUESTS only below this")
+    interactive_share: float = setting(
+        0.25, "share of --max-num-seqs kept for interactive requests (rounded up, at most all seats but one): batch "
+              "requests never hold those, so an interactive request within the share gets a seat at once")
     recompute_preemption: str = setting(
         "allow", "when the KV pool is full: allow (re-queue, replay faithfully) or fail (end with code preempted)",
         choices=("allow", "fail"))
@@ -89,9 +92,15 @@ class DecodeSettings(CommonSettings):
         if not (math.isfinite(self.runaway_frames_per_char) and self.runaway_frames_per_char >= 0):
             raise SettingsError(f"--runaway-frames-per-char: must be a finite number >= 0, "
                                 f"got {self.runaway_frames_per_char}")
+        if not (math.isfinite(self.interactive_share) and 0 <= self.interactive_share <= 1):
+            raise SettingsError(f"--interactive-share: must be in [0, 1], got {self.interactive_share}")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise SettingsError(f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
                                 f"({self.max_num_seqs}): every running request needs one token per step")
+
+    def interactive_seats_of(self) -> int:
+        """Seats kept for interactive requests: the share of max_num_seqs rounded up, leaving batch at least one."""
+        return min(math.ceil(self.interactive_share * self.max_num_seqs), self.max_num_seqs - 1)
 
     @property
     def preemption_mode(self) -> PreemptionMode:

@@ -146,6 +146,7 @@ class Engine:
         if request.prompt_kv is not None:
             seq.handed_kv = self._checked_handed_kv(seq, request.prompt_kv)
         seq.exports_kv = request.exports_kv
+        seq.is_batch = request.is_batch
         self.inbox.put(seq, self.scheduler)
         return None
 

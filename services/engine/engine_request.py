@@ -37,6 +37,8 @@ class EngineRequest:
             first scheduled. A preemption drops it and replays locally.
         exports_kv: the finished outcome carries the prompt's KV in `prompt_kv` (a prefill replica's request: a
             budget of one frame).
+        is_batch: a batch request (`SynthesisRequest.priority`): it waits behind interactive requests and is
+            preempted before any of them.
 
     Raises `InvalidRequestError` (code `invalid_request`) naming the field and the values it takes.
     """
@@ -52,6 +54,7 @@ class EngineRequest:
     frames: torch.Tensor | None = None
     prompt_kv: torch.Tensor | None = None
     exports_kv: bool = False
+    is_batch: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:

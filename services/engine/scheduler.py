@@ -1,10 +1,14 @@
 """Continuous batching over a paged KV pool, with the talker stage's preemption contract (DESIGN.md).
 
 Each step the scheduler first gives every running request its next tokens (one for a decoding
-request, a chunk for a prefilling one) in arrival order, preempting from the newest end when the
-pool runs dry; then, if nothing was preempted, it admits waiting requests while the token budget,
-`max_num_seqs` and the pool allow. A preempted request either goes back to the front of the queue
+request, a chunk for a prefilling one) in order, preempting from the end when the pool runs dry;
+then, if nothing was preempted, it admits waiting requests while the token budget, `max_num_seqs`
+and the pool allow. A preempted request either goes back to the front of its class in the queue
 to be replayed from its stored frames (`allow`) or ends with one failed outcome (`fail`).
+
+Both the queue and the running list hold interactive requests before batch ones (each class in
+arrival order): interactive requests are admitted first when both wait, and the end preemption
+takes from is the newest batch request while any batch request runs.
 
 A step is applied in two parts, so that the next step can be scheduled while this one runs on the device:
 `launched` (its tokens are in the cache, its sampled frames pending) when it is handed to the device, and
@@ -58,7 +62,7 @@ class Scheduler:
         if refused is not None:
             return refused
         self._by_id[seq.request_id] = seq
-        self.waiting.append(seq)
+        _insert_in_class(self.waiting, seq, at_front=False)
         return None
 
     def refusal(self, seq: Sequence) -> RequestOutcome | None:
@@ -155,7 +159,7 @@ class Scheduler:
         if self.mode is PreemptionMode.ALLOW:
             self.block_manager.free(victim.block_table)
             victim.reset_for_replay()
-            self.waiting.appendleft(victim)
+            _insert_in_class(self.waiting, victim, at_front=True)
             out.preempted_ids.append(victim.request_id)
         else:
             out.outcomes.append(self._end(victim, SequenceStatus.FAILED, FailureCode.PREEMPTED, _PREEMPTED_REASON))
@@ -167,12 +171,12 @@ class Scheduler:
             start = seq.num_tokens - 1 if seq.handed_kv is not None else 0
             num_new = min(seq.num_uncomputed_tokens - start, budget)
             if not self.block_manager.append(seq.block_table, start + num_new):
-                break  # first come, first served: later requests wait behind it
+                break  # first come, first served within a class: later requests wait behind it
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             seq.num_computed_tokens = start
             seq.text_position = max(0, start - seq.num_prompt_tokens)
-            self.running.append(seq)
+            _insert_in_class(self.running, seq, at_front=False)
             out.scheduled.append(ScheduledSequence.of(seq, start, num_new))
             budget -= num_new
 
@@ -238,7 +242,7 @@ class Scheduler:
             if self.mode is PreemptionMode.ALLOW:
                 self.block_manager.free(seq.block_table)
                 seq.reset_for_replay()
-                self.waiting.appendleft(seq)
+                _insert_in_class(self.waiting, seq, at_front=True)
             else:
                 outcomes.append(self._end(seq, SequenceStatus.FAILED, FailureCode.DRAINED, _DRAINED_REASON))
         outcomes.reverse()
@@ -267,3 +271,13 @@ class Scheduler:
 
     def get(self, request_id: str) -> Sequence | None:
         return self._by_id.get(request_id)
+
+
+def _insert_in_class(queue: deque[Sequence] | list[Sequence], seq: Sequence, *, at_front: bool) -> None:
+    """Put `seq` among the requests of its class (interactive ones before batch ones): at the front of its class
+    (a preempted request, replayed first) or at its end (a new one)."""
+    if seq.is_batch:
+        index = next((i for i, other in enumerate(queue) if other.is_batch), len(queue)) if at_front else len(queue)
+    else:
+        index = 0 if at_front else next((i for i, other in enumerate(queue) if other.is_batch), len(queue))
+    queue.insert(index, seq)

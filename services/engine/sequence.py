@@ -60,7 +60,7 @@ class Sequence:
         "request_id", "prompt", "num_prompt_tokens", "seed", "params", "predictor_params", "max_new_frames", "min_new_frames",
         "status",
         "num_computed_tokens", "text_position", "block_table", "prefill_embeds", "num_preemptions",
-        "num_pending_frames", "handed_kv", "exports_kv", "_frames", "_num_frames",
+        "num_pending_frames", "handed_kv", "exports_kv", "is_batch", "_frames", "_num_frames",
     )
 
     def __init__(
@@ -102,6 +102,8 @@ class Sequence:
         """KV of every token but the last frame's input, computed elsewhere (a remote prefill), in pool blocks
         [n, *block]: written into this request's first blocks when it is first scheduled, instead of a prefill."""
         self.exports_kv = False
+        self.is_batch = False
+        """A batch request: queued behind interactive ones, and preempted before any of them."""
         """Whether its outcome carries the KV of its prompt (a prefill replica's request)."""
         # numpy, not torch: a frame is appended per request per step, and a torch call each would release and
         # retake the interpreter lock that decode's event loop competes for.

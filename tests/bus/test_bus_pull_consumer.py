@@ -15,6 +15,7 @@ from services.bus.prompt_pull import PromptPull
 from tests.support.nats_server import fresh_bus
 
 CONFIG = BusConfig(models=("tiny",), num_partitions=1, max_queued_requests=16, request_max_deliver=3)
+DIRECT = subjects.request("tiny")  # the queue of the one consumer these tests pull from (decode-tiny)
 TIMEOUT_S = 10.0
 LONG_FETCH_S = 60.0
 """A fetch timeout far past TIMEOUT_S: a message held until its fetch times out fails the test instead of passing late."""
@@ -55,7 +56,7 @@ async def test_undecodable_message_is_termed_and_the_next_is_served(nats_client)
         await received.put((message, delivery.num_delivered))
 
     await js.publish(subjects.request("tiny"), b"\x93not a request")
-    await submit_request(js, request(1))
+    await submit_request(js, request(1), subject=DIRECT)
     async with Serving(nats_client, handler, Capacity(4)) as serving:
         message, num_delivered = await asyncio.wait_for(received.get(), TIMEOUT_S)
         advisory = json.loads((await terminated.next_msg(TIMEOUT_S)).data)
@@ -78,7 +79,7 @@ async def test_fetches_only_when_there_is_room(nats_client) -> None:
         await received.put(message.id)  # keeps its slot until the test releases it
 
     for n in range(3):
-        await submit_request(js, request(n))
+        await submit_request(js, request(n), subject=DIRECT)
     async with Serving(nats_client, handler, capacity):
         assert await asyncio.wait_for(received.get(), TIMEOUT_S) == "req-0"
         info = await js.consumer_info(REQUESTS_STREAM, "decode-tiny")
@@ -102,7 +103,7 @@ async def test_a_failing_handler_gets_a_nak_and_a_redelivery(nats_client) -> Non
         await delivery.ack(confirmed=True)
         capacity.release()
 
-    await submit_request(js, request(7))
+    await submit_request(js, request(7), subject=DIRECT)
     async with Serving(nats_client, handler, capacity, retry_delay_s=0.05):
         assert await asyncio.wait_for(deliveries.get(), TIMEOUT_S) == 1
         assert await asyncio.wait_for(deliveries.get(), TIMEOUT_S) == 2
@@ -120,7 +121,7 @@ async def test_max_deliver_exhaustion_is_observable(nats_client) -> None:
         await delivery.nak()  # always retryable: never succeeds
         capacity.release()
 
-    await submit_request(js, request(3))
+    await submit_request(js, request(3), subject=DIRECT)
     async with Serving(nats_client, handler, capacity):
         advisory = await asyncio.wait_for(exhausted.get(), TIMEOUT_S)
     assert (advisory.stream, advisory.consumer, advisory.deliveries) == (REQUESTS_STREAM, "decode-tiny", 3)
@@ -158,7 +159,7 @@ async def test_a_refused_message_naming_a_request_is_handed_to_its_owner(nats_cl
     await js.publish(subjects.request("tiny"), msgspec.msgpack.encode(
         {"type": "synthesis_request", "schema": 1, "id": "req-empty", "model": "tiny", "text": ""}))
     await js.publish(subjects.request("tiny"), b"\x93not a request")  # no readable id: termed and counted only
-    await submit_request(js, request(1))
+    await submit_request(js, request(1), subject=DIRECT)
     async with Serving(nats_client, handler, Capacity(4), on_refused=on_refused) as serving:
         assert await asyncio.wait_for(received.get(), TIMEOUT_S) == "req-1"
     assert [refused.get_nowait() for _ in range(refused.qsize())] == [("req-v9", "unsupported_version"),
@@ -184,7 +185,7 @@ async def test_a_lone_message_is_handed_over_without_waiting_for_the_rest_of_the
     try:
         for n in range(3):  # each published while the consumer's pull request waits at the server
             await until_a_pull_waits(js)
-            await submit_request(js, request(n))
+            await submit_request(js, request(n), subject=DIRECT)
             assert await asyncio.wait_for(received.get(), TIMEOUT_S) == f"req-{n}"
     finally:
         task.cancel()  # a stop would wait for the pull in flight, up to LONG_FETCH_S
@@ -214,7 +215,7 @@ async def test_a_waiting_pull_asks_for_one_message_and_takes_the_rest_without_wa
 
     async with Serving(nats_client, handler, Capacity(64), max_batch=64):
         for n in range(3):
-            await submit_request(js, request(n))
+            await submit_request(js, request(n), subject=DIRECT)
             assert await asyncio.wait_for(received.get(), TIMEOUT_S) == f"req-{n}"
         await asyncio.wait_for(enough.wait(), TIMEOUT_S)
     lingering = [pull for pull in pulls if "expires" in pull]
@@ -235,7 +236,7 @@ async def test_a_pull_takes_what_is_stored_up_to_its_batch_and_waits_only_for_th
     js = nats_client.jetstream()
     await fresh_bus(js, CONFIG)
     for n in range(5):
-        await submit_request(js, request(n))
+        await submit_request(js, request(n), subject=DIRECT)
     pull = PromptPull(nats_client, REQUESTS_STREAM, "decode-tiny")
     await pull.open()
     try:

@@ -17,7 +17,7 @@ import websockets
 from messages import decode, subjects
 from messages.events import Failed, Finished, TerminalEvent
 from messages.requests import SynthesisRequest
-from messages.streams import EVENTS_STREAM, REQUESTS_STREAM, requests_consumer
+from messages.streams import EVENTS_STREAM, REQUESTS_STREAM, lane_consumer
 from services.bus.claims import claim_request, read_owner
 from services.bus.leases import LeaseKeeper
 from services.bus.terminal_guard import publish_terminal
@@ -161,7 +161,9 @@ async def test_http_client_hanging_up_cancels_the_request_after_the_window(stand
 async def test_a_request_whose_decode_owner_died_is_requeued_once_for_a_takeover(standin, served_gateway,
                                                                                 gateway_bus):
     # The test plays decode: a replica claims the request, sends two chunks and dies (it never held a lease).
-    pull = await gateway_bus.js.pull_subscribe_bind(durable=requests_consumer(MODEL), stream=REQUESTS_STREAM)
+    # The request's lane: an anonymous interactive request's.
+    durable = lane_consumer(MODEL, "interactive", subjects.tenant_lane(""))
+    pull = await gateway_bus.js.pull_subscribe_bind(durable=durable, stream=REQUESTS_STREAM)
     async with served_gateway() as port, websockets.connect(f"ws://127.0.0.1:{port}{PATH}") as socket:
         await socket.send(json.dumps({"input": "My decode replica dies.", "voice": "ryan", "seed": 9}))
         start = json.loads(await socket.recv())

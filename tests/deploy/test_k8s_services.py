@@ -11,7 +11,7 @@ import re
 import pytest
 import yaml
 
-from messages.streams import REQUESTS_STREAM, requests_consumer
+from messages.streams import REQUESTS_STREAM, request_lanes
 from services.gateway.http.routes.health import router as health_router
 from services.mesh.compose_interpolation import interpolate_text
 from services.mesh.compose_plan import COMPOSE_DIR, load_plan
@@ -180,12 +180,18 @@ def test_decode_scales_on_the_pending_count_of_the_consumer_it_pulls_from(overla
     assert target.get("kind", "Deployment") == "Deployment" and target["name"] == "decode"
     assert "replicas" not in one(objects, "Deployment", "decode")["spec"]  # the autoscaler's alone
     assert 1 <= scaled["spec"]["minReplicaCount"] < scaled["spec"]["maxReplicaCount"]
-    [trigger] = scaled["spec"]["triggers"]
-    metadata = trigger["metadata"]
+    triggers = scaled["spec"]["triggers"]
     model = literal_values(environment(objects, container(objects, "decode")))["VOXMESH_MODEL_NAME"]
-    assert trigger["type"] == "nats-jetstream"
-    assert (metadata["stream"], metadata["consumer"], metadata["account"]) == (
-        REQUESTS_STREAM, requests_consumer(model), "$G")  # users of an `authorization` block are in $G
+    # one trigger per queue decode pulls the model's requests from, and the backlog is their sum
+    assert sorted(t["metadata"]["consumer"] for t in triggers) == sorted(lane.durable for lane in request_lanes(model))
+    modifiers = scaled["spec"]["advanced"]["scalingModifiers"]
+    assert sorted(modifiers["formula"].split(" + ")) == sorted(t["name"] for t in triggers)
+    assert modifiers["metricType"] == "AverageValue"
+    for trigger in triggers:
+        metadata = trigger["metadata"]
+        assert trigger["type"] == "nats-jetstream"
+        assert (metadata["stream"], metadata["account"]) == (REQUESTS_STREAM, "$G")  # an `authorization` block's users
+    metadata = triggers[0]["metadata"]
     nats = one(objects, "StatefulSet", "nats")
     headless = one(objects, "Service", nats["spec"]["serviceName"])
     monitor = {p["name"]: p["port"] for p in headless["spec"]["ports"]}["monitor"]

@@ -129,7 +129,12 @@ class DecodeUnderTest:
     task: asyncio.Task
 
     async def submit(self, request: SynthesisRequest) -> None:
+        """Onto decode's direct queue (where prefill leaves requests)."""
         await self.js.publish(subjects.request(MODEL), encode(request))
+
+    async def submit_in_lane(self, request: SynthesisRequest) -> None:
+        """Onto the lane of the request's priority and tenant, as the gateway publishes it."""
+        await self.js.publish(subjects.request_for(MODEL, request.priority, request.tenant), encode(request))
 
     async def stats(self) -> dict[str, Any]:
         reply = await self.nc.request(control_subject(ServiceVerb.STATS, SERVICE_NAME), b"", timeout=10.0)

@@ -25,8 +25,9 @@ from messages.errors import ErrorCode, Stage
 from messages.events import Failed, Finished
 from messages.frames import AudioChunk
 from messages.requests import RedecodeReply, RedecodeRequest, SynthesisRequest
-from messages.streams import REQUESTS_STREAM, requests_consumer
+from messages.streams import REQUESTS_STREAM, request_lanes, requests_consumer
 from services.bus.claims import claim_partition, claim_request
+from services.bus.laned_pull import LanedPull
 from services.bus.leases import LeaseKeeper
 from services.bus.pull_consumer import Capacity, Delivery, PullConsumer
 from services.bus.terminal_guard import publish_terminal
@@ -104,9 +105,12 @@ class StandInMesh:
 
     def start_consumer(self) -> None:
         """Begin pulling REQUESTS (leave it off to keep requests queued)."""
+        capacity = Capacity(64)
+        lanes = LanedPull(self.js, self.nc, stream=REQUESTS_STREAM, model=MODEL, lanes=request_lanes(MODEL),
+                          capacity=capacity)
         consumer = PullConsumer(self.js, self.nc, stream=REQUESTS_STREAM, durable=requests_consumer(MODEL),
-                                message_type=SynthesisRequest, handler=self._on_request, capacity=Capacity(64),
-                                fetch_timeout_s=0.2)
+                                message_type=SynthesisRequest, handler=self._on_request, capacity=capacity,
+                                fetch_timeout_s=0.2, source=lanes)
         self._own(consumer.run(self._stop))
 
     async def wait_acked(self, count: int) -> None:

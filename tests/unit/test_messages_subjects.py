@@ -59,8 +59,10 @@ def test_bus_config_specs_follow_the_design() -> None:
     assert by_name[streams.EVENTS_STREAM].max_age_s == 24 * 3600
     assert by_name[streams.CODES_STREAM].retention == "limits"
     durables = {c.durable: c for c in config.consumers()}
+    lanes = {f"decode-{m}-{p}-{n}" for m in ("tiny", "qwen3-tts-0_6b") for p in ("interactive", "batch")
+             for n in range(subjects.TENANT_LANES)}
     assert set(durables) == {"decode-tiny", "decode-qwen3-tts-0_6b", "prefill-tiny", "prefill-qwen3-tts-0_6b",
-                             "vocoder-p0", "vocoder-p1", "usage"}
+                             "vocoder-p0", "vocoder-p1", "usage"} | lanes
     assert durables["decode-tiny"].max_deliver == 3
     # every gateway shares one consumer of terminal events, never given up on; the records outlive EVENTS
     usage = durables[streams.USAGE_CONSUMER]
@@ -71,7 +73,21 @@ def test_bus_config_specs_follow_the_design() -> None:
     # decode's one consumer takes requests and prefilled hand-offs; prefill's, the prefill queue: disjoint subjects
     assert durables["decode-tiny"].filter_subjects == (subjects.request("tiny"), subjects.handoff_queue("tiny"))
     assert durables["prefill-tiny"].filter_subjects == (subjects.prefill_request("tiny"),)
+    assert durables["decode-tiny-batch-3"].filter_subjects == ("tts.req.tiny.batch.3",)
+    # a work queue refuses overlapping consumers: every subject is some one consumer's
+    request_filters = [f for c in config.consumers() if c.stream == streams.REQUESTS_STREAM for f in c.filter_subjects]
+    assert len(request_filters) == len(set(request_filters))
     assert config.bucket().name == "voxmesh"
+
+
+def test_a_tenant_keeps_one_lane_per_priority() -> None:
+    lane = subjects.tenant_lane("acme")
+    assert lane == subjects.tenant_lane("acme") and 0 <= lane < subjects.TENANT_LANES
+    assert subjects.request_for("tiny", "batch", "acme") == f"tts.req.tiny.batch.{lane}"
+    assert len({subjects.tenant_lane(f"key-{i}") for i in range(64)}) == subjects.TENANT_LANES
+    for bad in ({"priority": "urgent"}, {"lane": subjects.TENANT_LANES}, {"lane": -1}):
+        with pytest.raises(InvalidToken):
+            subjects.request_lane("tiny", bad.get("priority", "batch"), bad.get("lane", 0))
 
 
 @pytest.mark.parametrize("kwargs", [{"models": ()}, {"num_partitions": 0}, {"max_queued_requests": 0},

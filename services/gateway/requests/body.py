@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from messages.errors import ErrorCode
+from messages.requests import Priority
 from services.gateway.errors import AdmissionError
 
 Seed = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -59,6 +60,8 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             to 30 s; any sample rate, several channels are mixed down.
         ref_text: the transcript of ref_audio (in-context cloning, the default: required there).
         x_vector_only_mode: clone from the speaker embedding alone (no transcript; a looser likeness).
+        priority: "interactive" (seats kept for it, served first) or "batch" (a book read aloud: served when
+            interactive work leaves room, never starved); None: the key's default (interactive).
     """
 
     input: str
@@ -79,6 +82,7 @@ class SynthesisFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ref_audio: str | None = None
     ref_text: str | None = None
     x_vector_only_mode: bool = False
+    priority: Priority | None = None
 
     @property
     def voice_name(self) -> str | None:

@@ -47,7 +47,7 @@ class PrefillRoute:
 
     async def subject_for(self, request: SynthesisRequest) -> str:
         """The subject `request` is published on."""
-        local = subjects.request(request.model)
+        local = subjects.request_for(request.model, request.priority, request.tenant)
         if not self.is_on or len(request.text) < self.min_chars:
             return local
         await self._refresh()

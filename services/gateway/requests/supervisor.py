@@ -30,7 +30,7 @@ from messages.errors import ErrorCode, Stage
 from messages.events import Failed, TerminalEvent
 from messages.records import CancelRecord
 from messages.requests import SynthesisRequest
-from messages.streams import REQUESTS_STREAM, requests_consumer
+from messages.streams import REQUESTS_STREAM, request_lanes
 from services.bus.advisories import MaxDeliveriesAdvisory, load_exhausted_message, watch_max_deliveries
 from services.bus.claims import read_owner
 from services.bus.errors import MESSAGE_GONE_CODES
@@ -169,8 +169,9 @@ class Supervisor:
         """Check every `check_interval_s` until `stop` is set; follow terminal events and poison advisories. The
         terminal feed is closed on the way out (the gateway's responses are done by then)."""
         await self.terminals.start()
-        subscriptions = [
-            await watch_max_deliveries(self._nc, REQUESTS_STREAM, requests_consumer(self._model), self._on_poison),
+        subscriptions = [  # every queue decode takes the model's requests from
+            await watch_max_deliveries(self._nc, REQUESTS_STREAM, lane.durable, self._on_poison)
+            for lane in request_lanes(self._model)
         ]
         try:
             while not stop.is_set():

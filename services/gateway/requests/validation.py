@@ -12,11 +12,14 @@ import unicodedata
 from dataclasses import dataclass
 
 from messages.errors import ErrorCode
-from messages.requests import MAX_TEXT_CHARS, SamplingSpec, SynthesisRequest
+from messages.requests import MAX_TEXT_CHARS, Priority, SamplingSpec, SynthesisRequest
 from services.gateway.errors import AdmissionError
 from services.gateway.requests.body import SpeechBody, SynthesisFields, TextMode
 from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.requests.response_formats import audio_format
+
+DEFAULT_PRIORITY: Priority = "interactive"
+"""A request's priority when it names none (and its key sets no other default)."""
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 DEFAULT_TEXT_MODE: TextMode = "non-streaming"  # the reference package's default; the gateway always has the whole text
@@ -70,7 +73,13 @@ class AdmissionPolicy:
             deadline=now + self.queue_deadline_s,
             created_at=now,
             min_new_tokens=fields.min_new_tokens,
+            priority=self._checked_priority(fields.priority),
         )
+
+    def _checked_priority(self, requested: Priority | None) -> Priority:
+        """The request's priority: the one asked for, else the default (interactive). Where a key limits what it
+        may ask for, its clamp belongs here."""
+        return requested or DEFAULT_PRIORITY
 
     def _checked_text(self, text: str) -> str:
         if not text.strip():

@@ -1,0 +1,126 @@
+"""Pulling one model's decode work from its request lanes: interactive before batch, lanes of a priority in turn.
+
+REQUESTS holds a model's decode work in several queues (`messages.streams.request_lanes`): the direct queue
+(hand-offs from prefill, requests from before priorities) and, per priority, TENANT_LANES lanes keyed by a hash of
+the tenant. Each round of `fetch`:
+1. a census: one STREAM.INFO of REQUESTS filtered to the model's request subjects gives how many requests each lane
+   holds (a work queue keeps a message until it is acked, so a request another replica is claiming right now still
+   counts: its fetch then comes back short, which costs a round, never a request);
+2. a plan (`LanePicker`): interactive lanes first, as far as free seats allow; batch lanes only as far as the seats
+   not kept for interactive work allow; the lanes of one priority in turn;
+3. a no-wait pull of that many from each planned lane's consumer (`PromptPull.take_stored`), all at once.
+When there is nothing to take (or nothing this replica may take now), it waits for a doorbell: a core subscription
+to the model's request subjects rings on every publish, and a released seat (`Capacity.wait_released`) ends the
+wait too; `timeout_s` bounds it (redeliveries after a nak or an expired ack wait ring no doorbell).
+
+Nothing is held outside JetStream: a request is taken only when a seat is free for it, and the consumer keeps it
+unacked until decode claims it, so a replica that dies between the pull and the claim leaves it to redelivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from messages import subjects
+from messages.streams import RequestLane
+from services.bus.errors import NotProvisioned
+from services.bus.lane_picker import LanePicker
+from services.bus.prompt_pull import INBOX_PENDING_MSGS, PromptPull
+from services.bus.pull_consumer import Capacity
+
+log = logging.getLogger(__name__)
+
+
+class LanedPull:
+    """The fetch side of a PullConsumer over several lanes (same `open`/`close`/`fetch` as PromptPull).
+
+    `capacity` answers `room_for(priority)` (seats this replica may still fill with that priority's work),
+    `floor_for(priority)` (seats kept for it while it has work) and `clear_released()` / `wait_released()`."""
+
+    def __init__(self, js: JetStreamContext, nc: Client, *, stream: str, model: str, lanes: Sequence[RequestLane],
+                 capacity: Capacity) -> None:
+        self._js, self._nc, self.stream, self.model = js, nc, stream, model
+        self.picker = LanePicker(lanes, subjects.PRIORITIES)
+        self._capacity = capacity
+        self._pulls: dict[str, PromptPull] = {}
+        self._durable_of = {subject: lane.durable for lane in lanes for subject in lane.subjects}
+        """Each lane subject -> its consumer, to read the census by."""
+        self._doorbell = asyncio.Event()
+        self._doorbell_subs: list[Subscription] = []
+        self.num_rounds = 0
+        """Fetch rounds (census + plan), for tests and stats."""
+
+    async def open(self) -> None:
+        """Check every lane's consumer exists (NotProvisioned if one does not), open its pull, ring the doorbell on
+        every request published for the model."""
+        for lane in self.picker.lanes:
+            try:
+                await self._js.consumer_info(self.stream, lane.durable)
+            except NotFoundError as exc:
+                raise NotProvisioned(f"consumer {lane.durable} on stream {self.stream} does not exist: run "
+                                     "`voxmesh provision` (this version of decode pulls from every priority lane)") \
+                    from exc
+            pull = PromptPull(self._nc, self.stream, lane.durable)
+            await pull.open()
+            self._pulls[lane.durable] = pull
+        for subject in (subjects.request(self.model), subjects.requests_of_model(self.model)):
+            self._doorbell_subs.append(await self._nc.subscribe(subject, cb=self._ring,
+                                                                pending_msgs_limit=INBOX_PENDING_MSGS))
+
+    async def close(self) -> None:
+        pulls, self._pulls = self._pulls, {}
+        subs, self._doorbell_subs = self._doorbell_subs, []
+        for sub in subs:
+            await sub.unsubscribe()
+        for pull in pulls.values():
+            await pull.close()
+
+    async def _ring(self, _msg: Msg) -> None:
+        self._doorbell.set()
+
+    async def fetch(self, batch: int, timeout_s: float) -> list[Msg]:
+        """Up to `batch` requests, chosen by the lanes' census and the seats free per priority; waits up to
+        `timeout_s` (for a publish or a freed seat) and returns nothing when there is nothing to take now."""
+        self._doorbell.clear()  # before the census: a publish from here on rings again
+        self._capacity.clear_released()
+        self.num_rounds += 1
+        pending = await self._census()
+        rooms = {p: min(batch, self._capacity.room_for(p)) for p in subjects.PRIORITIES}
+        floors = {p: self._capacity.floor_for(p) for p in subjects.PRIORITIES}
+        plan = self.picker.plan(pending, rooms, floors)
+        taken: list[Msg] = []
+        if plan:
+            got = await asyncio.gather(*(self._pulls[lane.durable].take_stored(count, timeout_s)
+                                         for lane, count in plan))
+            taken = [msg for msgs in got for msg in msgs]
+        if not taken:
+            await self._wait(timeout_s)
+        return taken
+
+    async def _census(self) -> dict[str, int]:
+        """Requests held per lane consumer (by durable name)."""
+        info = await self._js.stream_info(self.stream, subjects_filter=f"{subjects.REQUESTS_ROOT}.>")
+        held: dict[str, int] = {}
+        for subject, count in (info.state.subjects or {}).items():
+            durable = self._durable_of.get(subject)
+            if durable is not None:
+                held[durable] = held.get(durable, 0) + count
+        return held
+
+    async def _wait(self, timeout_s: float) -> None:
+        """Until a request is published for the model, a seat is released, or `timeout_s`."""
+        waits = [asyncio.ensure_future(self._doorbell.wait()), asyncio.ensure_future(self._capacity.wait_released())]
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+
