@@ -5,13 +5,9 @@ first audible one where it is, as the pieces arrive; and the flags that ask for 
 from __future__ import annotations
 
 import argparse
-import io
 
-import av
-import lameenc
 import numpy as np
 import pytest
-import soundfile
 
 from loadtest.bench.audible import AUDIBLE_THRESHOLD
 from loadtest.bench.audio_decode import G711_TABLES, AudioDecodeError, decoder_for
@@ -21,43 +17,19 @@ from loadtest.bench.http_speech import _BodyRecorder, _header_refusal, speech_bo
 from loadtest.bench.stream_framing import FlacFrames, crc16
 from loadtest.bench.workload import PayloadError, RequestShape
 from services.cli import bench as bench_cli
-from services.gateway.http.wav import wav_header
 from services.gateway.requests.g711 import compand
+from tests.support import encoded_audio
+from tests.support.encoded_audio import SILENT_S, TONE_S
 
 RATE = 16000
-SILENT_S = 0.25  # the audio is silent this long, then a loud tone: the first audible sample is known
-TONE_S = 1.0
 
 
 def signal(rate: int = RATE) -> np.ndarray:
-    t = np.arange(int(rate * TONE_S)) / rate
-    tone = (np.sin(2 * np.pi * 440 * t) * 12000).astype(np.int16)
-    return np.concatenate([np.zeros(int(rate * SILENT_S), dtype=np.int16), tone])
+    return encoded_audio.signal(rate)
 
 
 def encode(response_format: str, pcm: np.ndarray, rate: int = RATE) -> bytes:
-    """`pcm` as the gateway's encoders would write it (a stand-in built from the same libraries)."""
-    if response_format == "wav":
-        return wav_header(0x7FFFFFF0 // 2, rate) + pcm.tobytes()  # a streamed WAV's length is unknown
-    if response_format in G711_TABLES:
-        return compand(pcm, response_format)
-    if response_format == "mp3":
-        encoder = lameenc.Encoder()
-        encoder.set_bit_rate(64), encoder.set_in_sample_rate(rate), encoder.set_channels(1), encoder.set_quality(2)
-        return bytes(encoder.encode(pcm.tobytes()) + encoder.flush())
-    if response_format == "aac":
-        out = io.BytesIO()
-        with av.open(out, "w", format="adts") as container:
-            stream = container.add_stream("aac", rate=rate, layout="mono")
-            frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
-            frame.sample_rate = rate
-            for packet in [*stream.encode(frame), *stream.encode(None)]:
-                container.mux(packet)
-        return out.getvalue()
-    out = io.BytesIO()
-    soundfile.write(out, pcm, rate, format={"flac": "FLAC", "opus": "OGG"}[response_format],
-                    subtype={"flac": "PCM_16", "opus": "OPUS"}[response_format])
-    return out.getvalue()
+    return encoded_audio.encode(response_format, pcm, rate)
 
 
 def scan(scanner: DecodedScanner, data: bytes, piece: int) -> list[int]:
