@@ -50,7 +50,13 @@ class AudibleSample:
 
 
 class PcmScanner:
-    """Follows one stream of s16le mono PCM: its first byte, whole samples per piece and its first audible sample."""
+    """Follows one stream of s16le mono PCM: its first byte, whole samples per piece and its first audible sample.
+
+    Raw PCM says nothing of its rate (`declared_rate`, `decode_rate`: None) and holds nothing back (`finish`: 0), as
+    the decoding scanner of other formats (decoded_scanner.py) may."""
+
+    declared_rate: int | None = None
+    decode_rate: int | None = None
 
     def __init__(self) -> None:
         self.first_byte_at: float | None = None
@@ -69,13 +75,20 @@ class PcmScanner:
         self._carry = data[whole:]
         if not whole:
             return 0
-        if self.first_audible is None:
-            index = first_audible_index(np.frombuffer(data[:whole], dtype="<i2"))
+        return self.feed_samples(np.frombuffer(data[:whole], dtype="<i2"), at)
+
+    def feed_samples(self, samples: np.ndarray, at: float) -> int:
+        """Take s16 samples that became playable at `at` (decoded from another format); returns their count."""
+        if self.first_audible is None and samples.size:
+            index = first_audible_index(samples)
             if index is not None:
                 self.first_audible = AudibleSample(at=at, index=self.num_samples + index)
-        count = whole // BYTES_PER_SAMPLE
-        self.num_samples += count
-        return count
+        self.num_samples += samples.size
+        return int(samples.size)
+
+    def finish(self, at: float) -> int:
+        """The stream ended at `at`: raw PCM has no samples held back."""
+        return 0
 
     @property
     def has_partial_sample(self) -> bool:

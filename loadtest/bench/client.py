@@ -7,6 +7,11 @@ then `{"type": "audio.done", "samples", ...}` or `{"type": "error", "code", "mes
 audio made so far, when a request fails mid-stream). `StreamRecorder` turns those messages, with their arrival
 times, into a `StreamRecord`, independent of any socket library: the asyncio client here and the Locust user's
 blocking one (locustfile.py) feed it the same way. Times come from `time.perf_counter`.
+
+A request may ask for G.711 frames (`format`: `pcm_mulaw`, `pcm_alaw`, one byte a sample, decoded by table) and
+for another rate (`sample_rate`); `audio.start` says the rate the frames are in. Audio resampled from the model's
+24 kHz may count its `audio.done` samples at 24 kHz (G.711 does) and ends with a resampling filter's tail, so at any
+rate but 24 kHz the samples received need only match the announced ones within RESAMPLED_SLACK_S.
 """
 
 from __future__ import annotations
@@ -18,16 +23,23 @@ import re
 from time import perf_counter
 from urllib.parse import urlsplit, urlunsplit
 
+import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from loadtest.bench.audible import PcmScanner
+from loadtest.bench.audio_decode import G711_TABLES
 from loadtest.bench.metrics import ChunkArrival, StreamError, StreamRecord
 from messages.audio_format import BYTES_PER_SAMPLE, SAMPLE_RATE
 
 STREAM_PATH = "/v1/audio/speech/stream"
 PCM_FORMAT = "pcm_s16le"
+G711_STREAM_FORMATS = {"pcm_mulaw": "ulaw", "pcm_alaw": "alaw"}
+"""The socket's binary G.711 formats and the law of each."""
+STREAM_FORMAT_OF = {"pcm": PCM_FORMAT, **{law: name for name, law in G711_STREAM_FORMATS.items()}}
+"""The socket's `format` for each `response_format` it can send (the bench's --response-format)."""
 DEFAULT_SAMPLE_RATE = SAMPLE_RATE
+RESAMPLED_SLACK_S = 0.02
 _WS_SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
 # Audio frames are a chunk's PCM (a few hundred KB at most); the default 1 MiB cap is lifted so a large
@@ -105,6 +117,7 @@ class StreamRecorder:
         self.request_id: str | None = None
         self.sample_rate = DEFAULT_SAMPLE_RATE
         self.num_bytes = 0
+        self._law: str | None = None  # a G.711 stream's law
         self._chunks: list[ChunkArrival] = []
         self._scanner = PcmScanner()
         self._started = False
@@ -117,7 +130,7 @@ class StreamRecorder:
 
     @property
     def num_samples(self) -> int:
-        return self.num_bytes // BYTES_PER_SAMPLE
+        return self.num_bytes if self._law is not None else self.num_bytes // BYTES_PER_SAMPLE
 
     def mark_sent(self, at: float) -> None:
         self.sent_at = at
@@ -149,6 +162,12 @@ class StreamRecorder:
     def _on_audio(self, pcm: bytes, at: float) -> None:
         if not self._started:
             self._end(at, StreamError("protocol_error", "binary audio arrived before audio.start"))
+        elif self._law is not None:
+            self.num_bytes += len(pcm)
+            samples = G711_TABLES[self._law][np.frombuffer(pcm, dtype=np.uint8)]
+            if samples.size and self._scanner.first_byte_at is None:
+                self._scanner.first_byte_at = at
+            self._chunks.append(ChunkArrival(at=at, num_samples=self._scanner.feed_samples(samples, at)))
         elif len(pcm) % BYTES_PER_SAMPLE:
             self._end(at, StreamError("protocol_error", f"a PCM frame of {len(pcm)} bytes is not whole s16 samples"))
         else:
@@ -172,15 +191,25 @@ class StreamRecorder:
                                       stage=event.get("stage")))
 
     def _on_start(self, event: dict, at: float) -> None:
-        if event.get("format", PCM_FORMAT) != PCM_FORMAT or event.get("channels", 1) != 1:
-            self._end(at, StreamError("protocol_error", f"expected mono {PCM_FORMAT}, the gateway sends {event}"))
+        audio_format = event.get("format", PCM_FORMAT)
+        if audio_format not in (PCM_FORMAT, *G711_STREAM_FORMATS) or event.get("channels", 1) != 1:
+            self._end(at, StreamError("protocol_error", f"expected mono {PCM_FORMAT}, pcm_mulaw or pcm_alaw, the "
+                                                        f"gateway sends {event}"))
             return
+        self._law = G711_STREAM_FORMATS.get(audio_format)
         self.sample_rate = int(event.get("sample_rate", DEFAULT_SAMPLE_RATE))
         self._started = True
 
+    def _samples_match(self, announced: int) -> bool:
+        """The samples received are the ones `audio.done` announced (at a resampled rate: within the slack)."""
+        if announced == self.num_samples or self.sample_rate == DEFAULT_SAMPLE_RATE:
+            return announced == self.num_samples
+        expected = announced * self.sample_rate / DEFAULT_SAMPLE_RATE  # announced at the model's rate
+        return abs(self.num_samples - expected) <= RESAMPLED_SLACK_S * self.sample_rate
+
     def _on_done(self, event: dict, at: float) -> None:
         announced = event.get("samples")
-        if announced is not None and announced != self.num_samples:
+        if announced is not None and not self._samples_match(announced):
             self._end(at, StreamError("incomplete_audio", f"audio.done announced {announced} samples, "
                                                           f"{self.num_samples} arrived"))
             return

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, TextIO
 
-from loadtest.bench.client import stream_request
+from loadtest.bench.client import PCM_FORMAT, STREAM_FORMAT_OF, stream_request
 from loadtest.bench.metrics import LevelSummary, Slo, StreamRecord, request_metrics, summarize_level
 from loadtest.bench.workload import Level, LoadError, Prompt, RequestShape, prompt_for
 
@@ -29,7 +29,8 @@ DoneFn = Callable[[StreamRecord], None]
 _MIN_TIMEOUT_S = 0.05
 _BAR_WIDTH = 20
 TRANSPORTS = ("websocket", "http")
-"""`websocket`: /v1/audio/speech/stream; `http`: POST /v1/audio/speech with raw PCM streamed (http_speech.py)."""
+"""`websocket`: /v1/audio/speech/stream; `http`: POST /v1/audio/speech with raw PCM streamed (http_speech.py), or
+another `response_format` decoded as it streams."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +249,10 @@ class LevelRunner:
             payload = self.shape.payload(prompt.text, index)
             if target.transport == "http":
                 return await self.http.request(target.url, payload, index=index, prompt_id=prompt.id,
-                                               timeout_s=timeout)
+                                               timeout_s=timeout, response_format=self.shape.response_format)
+            stream_format = STREAM_FORMAT_OF[self.shape.response_format]
+            if stream_format != PCM_FORMAT:  # the socket's default is left out, as before formats could be asked
+                payload["format"] = stream_format
             return await stream_request(target.url, payload, index=index, prompt_id=prompt.id, timeout_s=timeout,
                                         api_key=self.api_key)
 

@@ -117,15 +117,25 @@ def _percentiles(summary: Summary) -> dict:
     return {"p50": summary.median, "p95": summary.p95, "p99": summary.p99}
 
 
-def figure_labels(transport: str, length_mode: str) -> dict:
-    """What every figure of a target was measured with (the public method's labels)."""
-    return {"transport": transport, "length_mode": length_mode, "audible_threshold": audible_threshold_label(),
+def figure_labels(transport: str, length_mode: str, response_format: str = "pcm",
+                  sample_rate: int | None = None) -> dict:
+    """What every figure of a target was measured with (the public method's labels): the audio's format and the
+    rate asked (None: the format's own) among them."""
+    return {"transport": transport, "length_mode": length_mode, "response_format": response_format,
+            "sample_rate": sample_rate, "audible_threshold": audible_threshold_label(),
             "audible_note": RANDOM_WEIGHTS_NOTE}
+
+
+def audio_label(labels: dict) -> str:
+    """`pcm`, `mp3 at 16000 Hz`: the format and the rate asked (documents written before either was asked: pcm)."""
+    rate = labels.get("sample_rate")
+    return labels.get("response_format", "pcm") + ("" if rate is None else f" at {rate} Hz")
 
 
 def target_section(target: Target, results: Sequence[LevelResult], p95_bound_s: float, warmup: dict,
                    stages: Sequence[dict | None] | None = None, gate: Gate | None = None,
-                   length_mode: str = "natural") -> dict:
+                   length_mode: str = "natural", response_format: str = "pcm",
+                   sample_rate: int | None = None) -> dict:
     """One target's levels; `stages`, when the run read them, each level's first packets by stage (stages.py);
     open levels get the public method's gate verdict."""
     gate = gate or Gate()
@@ -144,7 +154,7 @@ def target_section(target: Target, results: Sequence[LevelResult], p95_bound_s: 
                 request["first_packet_stages"] = by_request.get(request["request_id"])
         levels.append({**level, "requests": requests})
     return {"label": target.label, "url": target.url, "transport": target.transport, "warmup": warmup,
-            "labels": figure_labels(target.transport, length_mode),
+            "labels": figure_labels(target.transport, length_mode, response_format, sample_rate),
             "max_sustained_rate": max_sustained_rate(results, p95_bound_s),
             "max_sustained_rps": max_sustained_rps(results, gate), "levels": levels}
 
@@ -187,7 +197,8 @@ def public_rows(target: dict) -> list[str]:
     opened = [level for level in target["levels"] if level["level"]["mode"] == "open"]
     if labels is None or not opened:
         return []
-    rows = [f"{target['label']} public method ({labels['transport']}, {labels['length_mode']} length, audible >= "
+    rows = [f"{target['label']} public method ({labels['transport']}, {audio_label(labels)}, "
+            f"{labels['length_mode']} length, audible >= "
             f"{labels['audible_threshold']}; {labels['audible_note']}):"]
     for level in opened:
         s = level["summary"]

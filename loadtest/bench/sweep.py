@@ -17,7 +17,7 @@ from pathlib import Path
 from loadtest.bench.audible import AUDIBLE_DBFS, AUDIBLE_THRESHOLD, RANDOM_WEIGHTS_NOTE
 from loadtest.bench.client import redacted
 from loadtest.bench.gate import Gate, SweepStop
-from loadtest.bench.http_speech import STREAMED_PCM_FIELDS, HttpSpeechClient
+from loadtest.bench.http_speech import HttpSpeechClient, streamed_fields
 from loadtest.bench.loadgen import LevelResult, LevelRunner, Progress, Target
 from loadtest.bench.metrics import GAP_THRESHOLD_S, Slo
 from loadtest.bench.stage_reader import StageReader
@@ -143,7 +143,9 @@ def _sweep_section(config: BenchConfig, results: dict[str, list[LevelResult]], s
 def public_method(config: BenchConfig) -> dict:
     """How the public open-loop method's figures were taken: every figure of the document is labelled by this."""
     return {"transports": {target.label: target.transport for target in config.targets},
-            "http_fields": STREAMED_PCM_FIELDS, "length_mode": config.shape.length_mode,
+            "http_fields": streamed_fields(config.shape.response_format),
+            "response_format": config.shape.response_format, "sample_rate": config.shape.sample_rate,
+            "length_mode": config.shape.length_mode,
             "length": config.shape.describe_length(), "audible_threshold_dbfs": AUDIBLE_DBFS,
             "audible_threshold_s16": AUDIBLE_THRESHOLD, "audible_note": RANDOM_WEIGHTS_NOTE,
             "underrun_rule": "an event each time the player, its clock started at the first audible sample, finds "
@@ -165,7 +167,8 @@ def _document(config: BenchConfig, command: str, results: dict[str, list[LevelRe
               num_prompts: int, stages: dict[str, list[dict | None]]) -> dict:
     bound = config.p95_first_packet_bound_s
     targets = [target_section(target, results[target.label], bound, warmups[target.label], stages.get(target.label),
-                              gate=config.gate, length_mode=config.shape.length_mode)
+                              gate=config.gate, length_mode=config.shape.length_mode,
+                              response_format=config.shape.response_format, sample_rate=config.shape.sample_rate)
                for target in config.targets]
     comparison = None
     if len(config.targets) == 2:

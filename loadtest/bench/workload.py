@@ -83,6 +83,9 @@ class RequestShape:
         seed: request i gets seed + i, so reruns make the same audio.
         reference: a cloned voice's reference audio sent with every request (base checkpoints), or None.
         realistic_length: realistic-length mode: each request's frames from its text (length_mode.py).
+        response_format: the audio's format (HTTP's `response_format`; the socket's `format` for pcm, ulaw, alaw),
+            decoded by the bench as it streams when not pcm.
+        sample_rate: the audio's rate, sent as `sample_rate`; None asks for the format's own.
     """
 
     voice: str | None = "ryan"
@@ -94,10 +97,14 @@ class RequestShape:
     seed: int = 0
     reference: ReferenceVoice | None = None
     realistic_length: bool = False
+    response_format: str = "pcm"
+    sample_rate: int | None = None
 
     def __post_init__(self) -> None:
         if self.realistic_length and self.fixed_frames is not None:
             raise PayloadError("choose one length mode: fixed frames or realistic length, not both")
+        if self.sample_rate is not None and self.sample_rate <= 0:
+            raise PayloadError(f"sample_rate must be a positive number of Hz, got {self.sample_rate}")
         for name in ("fixed_frames", "initial_chunk_frames"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -121,7 +128,7 @@ class RequestShape:
         """The JSON message for request `index` saying `text`."""
         body: dict = {"input": text, "language": self.language, "seed": self.seed + index}
         optional = {"voice": self.voice, "model": self.model, "initial_chunk_frames": self.initial_chunk_frames,
-                    "temperature": self.temperature}
+                    "temperature": self.temperature, "sample_rate": self.sample_rate}
         body.update({key: value for key, value in optional.items() if value is not None})
         if self.fixed_frames is not None:
             body.update(ignore_eos=True, max_new_tokens=self.fixed_frames)
@@ -136,7 +143,8 @@ class RequestShape:
         return {"voice": self.voice, "language": self.language, "model": self.model,
                 "length_mode": self.length_mode, "length": self.describe_length(), "fixed_frames": self.fixed_frames,
                 "initial_chunk_frames": self.initial_chunk_frames, "temperature": self.temperature,
-                "seed": self.seed, "reference": None if self.reference is None else self.reference.to_dict()}
+                "seed": self.seed, "reference": None if self.reference is None else self.reference.to_dict(),
+                "response_format": self.response_format, "sample_rate": self.sample_rate}
 
 
 class LoadError(ValueError):

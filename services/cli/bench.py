@@ -6,6 +6,8 @@ limit per request. Writes a JSON document (every request's metrics, per-level su
 machine) and a PNG plot; prints a progress line per level on stderr and a table on stdout. The public open-loop
 method: `--transport http --mode open --sweep --length-mode realistic --trials 3 --fresh-mesh` (gate.py, trials.py).
 A gateway with API keys gets the one in `VOXMESH_API_KEY` (or in the file `VOXMESH_API_KEY_FILE` names).
+`--response-format` and `--sample-rate` ask for the audio in another format or rate (HTTP: any format, decoded as it
+streams; the WebSocket: pcm, ulaw, alaw); the document records both.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtest.bench.client import TargetError, check_events_url, redacted
+from loadtest.bench.audio_decode import DECODED_FORMATS
+from loadtest.bench.client import STREAM_FORMAT_OF, TargetError, check_events_url, redacted
 from loadtest.bench.fresh_mesh import MeshLauncher, MeshStartError
 from loadtest.bench.gate import Gate, rate_ladder
 from loadtest.bench.http_speech import endpoint_url
@@ -47,6 +50,7 @@ from services.runtime.settings_schema import SettingsError, resolve, setting
 _ERRORS = (TargetError, PromptsError, SloError, LoadError, PayloadError, BenchError, PlotError, EventsUnreachable,
            MeshStartError)
 DEFAULT_URL = "http://127.0.0.1:8000"
+RESPONSE_FORMATS = ("pcm", *DECODED_FORMATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                               f"{FRAMES_PER_WORD:g} frames a word of the prompt (4.5 s mean on the shared prompts; "
                               "random-weight checkpoints); default: fixed with --fixed-frames, else natural")
     request.add_argument("--initial-chunk-frames", type=int, help="frames in the first chunk")
+    request.add_argument("--response-format", choices=RESPONSE_FORMATS, default="pcm",
+                         help="the audio's format (default pcm); not pcm: decoded as it streams, so first audio and "
+                              "underruns are measured on what a player could play (the WebSocket: pcm, ulaw, alaw)")
+    request.add_argument("--sample-rate", type=int, help="ask for the audio at this rate in Hz (`sample_rate`; default: "
+                                                         "the format's own, 24000, G.711 8000)")
     request.add_argument("--temperature", type=float)
     clone = parser.add_argument_group("cloned voice (base checkpoints)")
     clone.add_argument("--ref-audio", type=Path, help="reference audio file sent with every request (then no --voice)")
@@ -163,9 +172,17 @@ def _rates(args: argparse.Namespace) -> list[float]:
     return rate_ladder(*args.rate_ladder) if args.rate_ladder else args.rates
 
 
+def _check_format(args: argparse.Namespace) -> None:
+    """The WebSocket sends PCM or G.711 only; every format goes over HTTP."""
+    if args.transport == "websocket" and args.response_format not in STREAM_FORMAT_OF:
+        raise PayloadError(f"--response-format {args.response_format} goes with --transport http (the WebSocket "
+                           f"sends {', '.join(STREAM_FORMAT_OF)})")
+
+
 def build_config(args: argparse.Namespace) -> BenchConfig:
     """Turn parsed flags into a BenchConfig (raises the loadtest errors on bad values)."""
     targets = _targets(args)
+    _check_format(args)
     modes = MODES if args.mode == "both" else (args.mode,)
     if args.sweep and args.mode != "open":
         raise LoadError("--sweep runs open-loop levels: add --mode open")
@@ -177,7 +194,8 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     shape = RequestShape(voice=None if reference is not None else args.voice or None, language=args.language,
                          model=args.model, fixed_frames=args.fixed_frames,
                          initial_chunk_frames=args.initial_chunk_frames, temperature=args.temperature, seed=args.seed,
-                         reference=reference, realistic_length=_length(args))
+                         reference=reference, realistic_length=_length(args), response_format=args.response_format,
+                         sample_rate=args.sample_rate)
     if args.compare_events_url and not args.compare_url:
         raise LoadError("--compare-events-url needs --compare-url, the gateway whose mesh it names")
     for url in (args.events_url, args.compare_events_url):

@@ -1,7 +1,9 @@
 """`voxmesh say "text" -o out.wav`: synthesize through a running mesh's HTTP API.
 
 `voxmesh say --stdin -o out.wav` (or `-o -` for raw PCM on stdout) streams instead: text in as it is typed, audio
-out as it is made (say_stream.py).
+out as it is made (say_stream.py). `--response-format` (by default the output file's suffix: `out.mp3` is mp3) and
+`--sample-rate` go into the request as its `response_format` and `sample_rate`; the gateway says the rate it served
+in `X-Sample-Rate` (the WebSocket: in `audio.start`), and a rate other than the one asked is an error.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from services.cli.reference_fields import add_reference_arguments, reference_fields
+from services.cli.say_formats import RAW_FORMATS, RESPONSE_FORMATS, default_rate, format_for_output, playback_hint
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,9 +24,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stdin", action="store_true",
                         help="stream: read text from standard input as it arrives; speak each sentence at once")
     parser.add_argument("-o", "--output", type=Path, required=True,
-                        help="WAV file to write; with --stdin, '-' writes the audio to standard output")
-    parser.add_argument("--format", choices=("wav", "pcm"), default=None,
-                        help="with --stdin: wav or raw s16le 24 kHz mono pcm (default: wav for a file, pcm for '-')")
+                        help="file to write ('-': standard output)")
+    parser.add_argument("--response-format", "--format", dest="format", choices=RESPONSE_FORMATS, default=None,
+                        help="the audio's format (default: the output's suffix, .mp3 .flac .opus .aac .pcm .ulaw "
+                             ".alaw, else wav; pcm for '-'); with --stdin: wav, pcm (s16le mono), ulaw or alaw")
+    parser.add_argument("--sample-rate", type=int, default=None,
+                        help="the audio's rate in Hz (default: the format's, 24000; 8000 for ulaw and alaw)")
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway (default http://127.0.0.1:8000)")
     parser.add_argument("--model", default="tiny", help="model name as served")
     parser.add_argument("--voice", default=None, help="speaker of the checkpoint (default: the model's first), or a "
@@ -43,14 +49,9 @@ def run(args: argparse.Namespace) -> int:
         from services.cli.say_stream import stream_stdin
 
         return asyncio.run(stream_stdin(args))
-    if str(args.output) == "-" or args.format is not None:
-        print("voxmesh say: '-o -' and --format go with --stdin", file=sys.stderr)
-        return 2
-    body = {"model": args.model, "input": args.text, "response_format": "wav"}
-    for key in ("voice", "language", "seed"):
-        if getattr(args, key) is not None:
-            body[key] = getattr(args, key)
-    body.update(reference_fields(args))
+    output = None if str(args.output) == "-" else args.output
+    response_format = args.format or format_for_output(output)
+    body = speech_body(args, response_format)
     headers = {}
     if args.api_key_file is not None:
         headers["Authorization"] = "Bearer " + args.api_key_file.read_text(encoding="utf-8").strip()
@@ -63,6 +64,35 @@ def run(args: argparse.Namespace) -> int:
     if response.status_code != 200:
         print(f"voxmesh say: request {request_id} failed ({response.status_code}): {response.text}", file=sys.stderr)
         return 1
-    args.output.write_bytes(response.content)
-    print(f"request {request_id}: wrote {len(response.content)} bytes to {args.output}")
+    served = served_rate(response.headers, response_format)
+    if args.sample_rate is not None and served != args.sample_rate:
+        print(f"voxmesh say: request {request_id}: asked for {args.sample_rate} Hz, the gateway sent {served} Hz",
+              file=sys.stderr)
+        return 1
+    if output is None:
+        sys.stdout.buffer.write(response.content)
+        sys.stdout.buffer.flush()
+    else:
+        output.write_bytes(response.content)
+    where = "standard output" if output is None else output
+    hint = f" (play it: {playback_hint(response_format, served)})" if response_format in RAW_FORMATS else ""
+    print(f"request {request_id}: wrote {len(response.content)} bytes of {response_format} at {served} Hz to "
+          f"{where}{hint}", file=sys.stderr if output is None else sys.stdout)
     return 0
+
+
+def speech_body(args: argparse.Namespace, response_format: str) -> dict:
+    """The body of `POST /v1/audio/speech` for the one-shot command line."""
+    body = {"model": args.model, "input": args.text, "response_format": response_format}
+    for key in ("voice", "language", "seed", "sample_rate"):
+        if getattr(args, key) is not None:
+            body[key] = getattr(args, key)
+    return body | reference_fields(args)
+
+
+def served_rate(headers: httpx.Headers, response_format: str) -> int:
+    """The rate of the answer: its `X-Sample-Rate`, else (a gateway that does not say) the format's default."""
+    try:
+        return int(headers["x-sample-rate"])
+    except (KeyError, ValueError):
+        return default_rate(response_format)

@@ -5,19 +5,21 @@
 // buffer. If a frame arrives after the audio scheduled so far has run out (the network or the mesh fell behind),
 // playback is re-anchored to now, and that underrun is counted. The PCM is also kept (recording.js): the waveform
 // (waveform.js) is drawn from it as it plays, and once the request is done it is offered as a WAV file. A base model
-// speaks in a cloned voice: a saved one, or a reference audio file sent with the request (voices.js).
+// speaks in a cloned voice: a saved one, or a reference audio file sent with the request (voices.js). The format and
+// rate picker (formats.js) streams pcm or G.711 at the picked rate the same way (G.711 offered as it came), or asks
+// for a whole file of another format, which the browser plays in the <audio> element and offers as it came.
 "use strict";
 
 (() => {
   const START_LEAD_S = 0.2;
   const config = JSON.parse(document.getElementById("voxmesh-config").textContent);
   const $ = (id) => document.getElementById(id);
-  const { ClonedVoices, Recording, Waveform } = window.voxmeshParts;
+  const { ClonedVoices, FormatPicker, Recording, Waveform, fetchSpeech } = window.voxmeshParts;
 
   // What happened in the last session, for people (the page) and for tests (window.voxmesh).
   const report = window.voxmesh = {
     config, events: [], buffers: [], scheduledSamples: 0, underruns: 0, firstPacketMs: null, audioDone: [],
-    waveform: null,
+    waveform: null, format: "pcm", sampleRate: config.sample_rate, file: null,
   };
 
   class StreamPlayer {
@@ -78,7 +80,10 @@
   let recording = null;
   let downloadUrl = null;
   let voices = null; // a base model's ClonedVoices
+  let frames = []; // the stream's binary frames as they came (a G.711 download is these bytes)
+  let fileRequest = null; // the AbortController of a whole-file request
   const waveform = new Waveform($("waveform"), report);
+  const picker = new FormatPicker(config, $);
 
   function setState(text) { $("state").textContent = text; }
 
@@ -94,6 +99,7 @@
     for (const language of config.languages) $("language").add(new Option(language, language));
     $("voice").disabled = config.voices.length === 0;
     $("api-key-field").hidden = !config.api_key_required;
+    picker.init();
     if (config.model_type === "base") {
       voices = new ClonedVoices(config, $, authHeaders);
       voices.init();
@@ -107,11 +113,20 @@
     return { type: "session.update", ...settings };
   }
 
-  function offerDownload(done) {
+  // Offer `blob` (null: nothing) as `name`, described as `what`.
+  function offerDownload(blob, name = "voxmesh.wav", what = "WAV") {
     if (downloadUrl !== null) URL.revokeObjectURL(downloadUrl);
-    downloadUrl = done ? URL.createObjectURL(done.wav()) : null;
+    downloadUrl = blob ? URL.createObjectURL(blob) : null;
     $("download").href = downloadUrl ?? "#";
+    $("download").download = name;
+    $("download").textContent = `Download the audio (${what})`;
     $("download").hidden = downloadUrl === null;
+  }
+
+  function offerRecording() {
+    const raw = picker.rawFile(frames);
+    if (raw) offerDownload(raw, picker.fileName(), `${picker.format}, ${report.sampleRate} Hz`);
+    else offerDownload(recording.wav(), "voxmesh.wav", `WAV, ${report.sampleRate} Hz`);
   }
 
   function onEvent(event, current) {
@@ -119,6 +134,9 @@
                          event });
     if (event.type === "audio.start") {
       $("request-id").textContent = event.request_id;
+      if (event.sample_rate !== report.sampleRate) {
+        showError(`asked for ${report.sampleRate} Hz audio, the gateway sends ${event.sample_rate} Hz`);
+      }
     } else if (event.type === "audio.done") {
       report.audioDone.push(event);
     } else if (event.type === "error") {
@@ -126,12 +144,13 @@
     } else if (event.type === "session.done") {
       setState(`done: ${event.duration_s.toFixed(2)} s of audio in ${event.segments} segment(s)`);
       recording.isComplete = true;
-      offerDownload(recording);
+      offerRecording();
     }
   }
 
-  function onAudio(pcm, sentAt, current) {
-    const samples = new Int16Array(pcm);
+  function onAudio(frame, sentAt, current) {
+    const samples = picker.samples(frame);
+    frames.push(frame);
     recording.add(samples);
     if (report.firstPacketMs === null) {
       report.firstPacketMs = performance.now() - sentAt;
@@ -140,7 +159,7 @@
     }
     report.scheduledSamples += current.schedule(samples);
     $("samples-scheduled").textContent = String(report.scheduledSamples);
-    $("seconds-scheduled").textContent = `${(report.scheduledSamples / config.sample_rate).toFixed(2)} s`;
+    $("seconds-scheduled").textContent = `${(report.scheduledSamples / report.sampleRate).toFixed(2)} s`;
   }
 
   async function speak() {
@@ -153,13 +172,21 @@
     }
     stop();
     Object.assign(report, { events: [], buffers: [], scheduledSamples: 0, underruns: 0, firstPacketMs: null,
-                            audioDone: [], waveform: null });
+                            audioDone: [], waveform: null, format: picker.format, sampleRate: picker.sampleRate,
+                            file: null });
     showError("");
     offerDownload(null);
     $("first-packet").textContent = "–";
     $("samples-scheduled").textContent = "0";
-    const current = player = new StreamPlayer(config.sample_rate); // in the click: a gesture may start audio
-    recording = new Recording(config.sample_rate);
+    $("player").hidden = true;
+    if (!picker.isStreamed) {
+      await speakFile(settings);
+      return;
+    }
+    Object.assign(settings, picker.streamFields());
+    frames = [];
+    const current = player = new StreamPlayer(picker.sampleRate); // in the click: a gesture may start audio
+    recording = new Recording(picker.sampleRate);
     waveform.start(current, recording);
     if (voices !== null) {
       try { // a saved voice, or the reference file read now
@@ -197,7 +224,47 @@
     $("stop").disabled = false;
   }
 
+  // A whole file of the picked format from POST /v1/audio/speech, played by the browser's own decoder.
+  async function speakFile(settings) {
+    const { type: _type, format: _format, ...speech } = settings;
+    const body = { model: config.model, input: $("text").value, ...speech, ...picker.fileFields() };
+    const controller = fileRequest = new AbortController();
+    setState("waiting for audio");
+    $("stop").disabled = false;
+    try {
+      if (voices !== null) Object.assign(body, await voices.sessionFields());
+      const file = await fetchSpeech(config.speech_path, body, authHeaders(), controller.signal);
+      if (controller !== fileRequest) return; // stopped or restarted meanwhile
+      report.file = { bytes: file.blob.size, type: file.blob.type, sampleRate: file.sampleRate };
+      report.firstPacketMs = file.headersMs;
+      $("first-packet").textContent = `${file.headersMs.toFixed(0)} ms`;
+      $("request-id").textContent = file.requestId ?? "–";
+      if (file.sampleRate !== picker.sampleRate) {
+        showError(`asked for ${picker.sampleRate} Hz audio, the gateway sent ${file.sampleRate} Hz`);
+      }
+      offerDownload(file.blob, picker.fileName(), `${picker.format}, ${file.sampleRate} Hz`);
+      const audio = $("player");
+      audio.src = $("download").href;
+      audio.hidden = false;
+      setState("playing");
+      await audio.play();
+    } catch (error) {
+      if (controller === fileRequest && error.name !== "AbortError") showError(error.message);
+      if (controller === fileRequest) setState("failed");
+    } finally {
+      if (controller === fileRequest) $("stop").disabled = true;
+    }
+  }
+
+  function onFileEnded() {
+    setState(`done: ${$("player").duration.toFixed(2)} s of ${picker.format} audio`);
+    report.file = { ...report.file, durationS: $("player").duration };
+  }
+
   function stop() {
+    if (fileRequest) fileRequest.abort();
+    fileRequest = null;
+    $("player").pause();
     if (socket && socket.readyState === WebSocket.OPEN) {
       socket.send(JSON.stringify({ type: "cancel" }));
       socket.close(1000);
@@ -213,4 +280,5 @@
   fillPickers();
   $("speak").addEventListener("click", speak);
   $("stop").addEventListener("click", stop);
+  $("player").addEventListener("ended", onFileEnded);
 })();
