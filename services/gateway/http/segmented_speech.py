@@ -103,7 +103,7 @@ async def speech_stream(synthesizer: Synthesizer, body: SpeechBody, request_id: 
             yield stream
         return
     try:  # the whole body, once: a bad voice is a 400 before any segment reaches the mesh
-        admitted = synthesizer.admission.admit(body, request_id=request_id)
+        admitted = synthesizer.admission.admit(body, request_id=request_id, tenant=tenant)
     except GatewayError as error:
         synthesizer.metrics.refused(error)
         raise

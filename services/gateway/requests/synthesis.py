@@ -119,7 +119,7 @@ class Synthesizer:
         GatewayError raised inside carries the request id."""
         tenant = tenant if tenant is not None else anonymous()
         try:
-            request = msgspec.structs.replace(self.admission.admit(fields, request_id=request_id), tenant=tenant.name)
+            request = self.admission.admit(fields, request_id=request_id, tenant=tenant)
             self._check_room()
         except GatewayError as error:
             self.metrics.refused(error)

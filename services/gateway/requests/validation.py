@@ -17,6 +17,7 @@ from services.gateway.errors import AdmissionError
 from services.gateway.requests.body import SpeechBody, SynthesisFields, TextMode
 from services.gateway.requests.catalog import VoiceCatalog
 from services.gateway.requests.response_formats import audio_format
+from services.gateway.tenancy.tenant import Tenant
 
 DEFAULT_PRIORITY: Priority = "interactive"
 """A request's priority when it names none (and its key sets no other default)."""
@@ -45,10 +46,11 @@ class AdmissionPolicy:
         if self.queue_deadline_s <= 0:
             raise ValueError(f"queue_deadline_s must be > 0, got {self.queue_deadline_s}")
 
-    def admit(self, fields: SynthesisFields, *, now: float | None = None,
-              request_id: str | None = None) -> SynthesisRequest:
-        """Validate `fields` and fix the request's id (`request_id`, or a fresh one), seed and deadline.
-        Raises AdmissionError."""
+    def admit(self, fields: SynthesisFields, *, now: float | None = None, request_id: str | None = None,
+              tenant: Tenant | None = None) -> SynthesisRequest:
+        """Validate `fields` for `tenant` (None: the anonymous tenant) and fix the request's id (`request_id`, or a
+        fresh one), seed, deadline and priority. Raises AdmissionError, or PriorityNotAllowed for a priority above
+        what the tenant's key allows."""
         now = time.time() if now is None else now
         if isinstance(fields, SpeechBody):
             _check_output(fields)
@@ -73,13 +75,9 @@ class AdmissionPolicy:
             deadline=now + self.queue_deadline_s,
             created_at=now,
             min_new_tokens=fields.min_new_tokens,
-            priority=self._checked_priority(fields.priority),
+            tenant=tenant.name if tenant is not None else "",
+            priority=_checked_priority(fields.priority, tenant),
         )
-
-    def _checked_priority(self, requested: Priority | None) -> Priority:
-        """The request's priority: the one asked for, else the default (interactive). Where a key limits what it
-        may ask for, its clamp belongs here."""
-        return requested or DEFAULT_PRIORITY
 
     def _checked_text(self, text: str) -> str:
         if not text.strip():
@@ -119,6 +117,14 @@ class AdmissionPolicy:
             raise AdmissionError(ErrorCode.UNKNOWN_LANGUAGE, f"unknown language {language!r}; this model knows: "
                                  f"{', '.join(self.catalog.languages)}", param="language")
         return language.lower()
+
+
+def _checked_priority(requested: Priority | None, tenant: Tenant | None) -> Priority:
+    """The request's priority: what its key allows of the one asked for (the key's default when none is asked);
+    without a tenant, the one asked for or the default (interactive)."""
+    if tenant is not None:
+        return tenant.allowed_priority(requested)
+    return requested or DEFAULT_PRIORITY
 
 
 def _is_control(ch: str) -> bool:

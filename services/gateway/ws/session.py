@@ -143,12 +143,12 @@ class SpeechSession:
 
     async def _handle(self, message: Any) -> None:
         if isinstance(message, SynthesisFields):  # a one-shot request
-            self._synthesizer.admission.admit(message)  # refused here: an error now, and nothing queued
+            self._synthesizer.admission.admit(message, tenant=self._tenant)  # refused here: nothing queued
             self._add(self._job(lambda: self._synthesizer.synthesize(message, tenant=self._tenant), BINARY_FORMAT))
         elif isinstance(message, SessionUpdate):
             config = self._config.updated(message)
             fields = config.fields_for("check")
-            self._synthesizer.admission.admit(fields)  # voice, language, model: refused now
+            self._synthesizer.admission.admit(fields, tenant=self._tenant)  # voice, language, priority: refused now
             if fields.ref_audio is not None:  # read and stored now, so a bad reference is refused now
                 await self._synthesizer.check_voice(fields)
             self._config = config
