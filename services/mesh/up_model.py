@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.runtime.hub_cache import HubAccess
 from services.runtime.model_source import ResolvedModel, resolve_model
 from services.runtime.settings_schema import SettingsError
 
@@ -35,7 +36,7 @@ class ModelChoice:
 
 
 def choose_model(model: str | None, revision: str | None, model_name: str | None, state_dir: Path,
-                 environ: Mapping[str, str] = os.environ) -> ModelChoice:
+                 environ: Mapping[str, str] = os.environ, access: HubAccess | None = None) -> ModelChoice:
     """The flags `--model`, `--revision`, `--model-name` (a flag, else its variable, as the services read them);
     a hub id missing from the cache is downloaded now. Raises SettingsError (or HubModelError) with what to do."""
     revision = revision or environ.get("VOXMESH_REVISION") or None
@@ -44,7 +45,7 @@ def choose_model(model: str | None, revision: str | None, model_name: str | None
         if revision is not None:
             raise SettingsError(f"--revision / VOXMESH_REVISION ({revision!r}) needs --model ORG/NAME (a hub id)")
         model = str(_first_run_checkpoint(state_dir))
-    resolved = resolve_model(model, revision, model_name, download=True)
+    resolved = resolve_model(model, revision, model_name, download=True, access=access)
     if resolved.snapshot is not None:
         return ModelChoice(resolved.snapshot.repo_id, resolved.snapshot.commit, resolved)
     folder = resolved.folder
