@@ -176,14 +176,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls: TlsDir | None) -> int:
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    try:  # before the bus starts: a download takes its time, and a model that cannot be had stops nothing
+    try:  # before the bus starts (a model that cannot be had has nothing to stop) and before the signals are taken
+        # over: a download takes its time, and Ctrl-C stops it
         model = choose_model(args.model, args.revision, args.model_name, state_dir)
     except SettingsError as error:
         print(f"voxmesh up: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("voxmesh up: interrupted before anything started", file=sys.stderr)
+        return 130
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     embedded, auth = None, None
     if args.nats_url is None:
         from services.bus.nats_auth import write_auth
