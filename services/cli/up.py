@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls: TlsDir | None) -> int:
     try:  # before the bus starts (a model that cannot be had has nothing to stop) and before the signals are taken
         # over: a download takes its time, and Ctrl-C stops it
-        model = choose_model(args.model, args.revision, args.model_name, state_dir)
+        model = choose_model(args.model, args.revision, args.model_name, state_dir, os.environ)
     except SettingsError as error:
         print(f"voxmesh up: {error}", file=sys.stderr)
         return 2

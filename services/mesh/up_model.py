@@ -4,7 +4,6 @@ run), and the name clients ask for."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,9 +35,9 @@ class ModelChoice:
 
 
 def choose_model(model: str | None, revision: str | None, model_name: str | None, state_dir: Path,
-                 environ: Mapping[str, str] = os.environ, access: HubAccess | None = None) -> ModelChoice:
-    """The flags `--model`, `--revision`, `--model-name` (a flag, else its variable, as the services read them);
-    a hub id missing from the cache is downloaded now. Raises SettingsError (or HubModelError) with what to do."""
+                 environ: Mapping[str, str], access: HubAccess | None = None) -> ModelChoice:
+    """The flags `--model`, `--revision`, `--model-name` (a flag, else its variable in `environ`, `voxmesh up`'s
+    environment, as the services read them); a hub id missing from the cache is downloaded now. Raises SettingsError (or HubModelError) with what to do."""
     revision = revision or environ.get("VOXMESH_REVISION") or None
     model_name = model_name or environ.get("VOXMESH_MODEL_NAME") or None
     if model is None:
