@@ -2,7 +2,8 @@
 
 Services run with least privilege and create nothing; this step (run by `voxmesh up`, or
 once per cluster) is idempotent. With --create-model-if-missing it also writes the tiny
-checkpoint at the model dir when none is there (the compose default's first run).
+checkpoint at the model dir when none is there (the compose default's first run); a hub id
+(--model-dir ORG/NAME) missing from the hub's cache is downloaded here, before any service starts.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from messages.errors import InvalidConfig
 from messages.streams import DAY_S, BusConfig
 from services.runtime import settings_schema as settings_lib
+from services.runtime.model_source import hub_id_of, with_model_resolved
 from services.runtime.provision_settings import ProvisionSettings
 
 
@@ -48,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         settings = settings_lib.resolve(ProvisionSettings, args)
+        if args.create_model_if_missing and settings.model_dir and hub_id_of(settings.model_dir) is None:
+            _create_model(Path(settings.model_dir))
+        # The step before the services: a hub id missing from the cache is downloaded here, never by them.
+        settings, model = with_model_resolved(settings, download=True)
         config = BusConfig(models=(settings.model_name,), num_partitions=settings.num_partitions,
                            max_queued_requests=settings.max_queued_requests, storage=settings.storage,
                            stream_replicas=settings.stream_replicas,
@@ -55,10 +61,8 @@ def run(args: argparse.Namespace) -> int:
     except (settings_lib.SettingsError, InvalidConfig) as error:
         print(f"voxmesh provision: {error}", file=sys.stderr)
         return 2
-    if args.create_model_if_missing and settings.model_dir:
-        _create_model(Path(settings.model_dir))
     asyncio.run(_provision(settings, config))
-    print(f"provisioned {settings.nats_url}: model {settings.model_name}, {settings.num_partitions} partitions, "
+    print(f"provisioned {settings.nats_url}: {model.describe()}, {settings.num_partitions} partitions, "
           f"{settings.stream_replicas} replica(s)")
     return 0
 

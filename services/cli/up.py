@@ -1,8 +1,9 @@
 """`voxmesh up`: the whole mesh on this machine, from a topology's compose file.
 
 Starts an embedded nats-server (JetStream, loopback, store under the state dir, HTTP
-monitoring on a free loopback port), or with --nats-cluster N a JetStream cluster of N, unless --nats-url is given, writes the tiny checkpoint on first run if no --model is given, runs
-the compose file's one-shot steps (provisioning), starts its services as local processes,
+monitoring on a free loopback port), or with --nats-cluster N a JetStream cluster of N, unless --nats-url is given,
+writes the tiny checkpoint on first run if no --model is given (a hub id: taken from the hub's cache, or downloaded
+into it first), runs the compose file's one-shot steps (provisioning), starts its services as local processes,
 waits until the gateway is ready, prints the URLs, and on Ctrl-C or SIGTERM drains and
 stops everything.
 """
@@ -29,6 +30,8 @@ from services.mesh.roles import nats_user_of, role_of
 from services.mesh.processes import ProcessGroup, child_environment
 from services.mesh.state_lock import StateDirInUse, StateLock
 from services.mesh.tls_dir import TlsDir, TlsDirError
+from services.mesh.up_model import ModelChoice, choose_model
+from services.runtime.settings_schema import SettingsError
 
 log = logging.getLogger("voxmesh.up")
 
@@ -42,8 +45,12 @@ def default_state_dir() -> Path:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", default="single", help="compose/<NAME>.yml to run (default: single)")
-    parser.add_argument("--model", type=Path, default=None,
-                        help="checkpoint dir; default: a tiny random checkpoint made in the state dir on first run")
+    parser.add_argument("--model", default=None,
+                        help="checkpoint dir, or a Hugging Face hub id ORG/NAME (taken from the hub's cache, downloaded "
+                             "into it when missing); default: a tiny random checkpoint made in the state dir on first "
+                             "run")
+    parser.add_argument("--revision", default=None,
+                        help="with a hub id: the branch, tag or commit to serve (default: VOXMESH_REVISION, else main)")
     parser.add_argument("--port", type=int, default=8000, help="gateway port on 127.0.0.1 (default 8000)")
     parser.add_argument("--nats-url", default=None,
                         help="use this NATS server (or cluster: its URLs, comma-separated) instead of an embedded one")
@@ -59,7 +66,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(and client.pem, client-key.pem: the server then verifies its clients)")
     parser.add_argument("--state-dir", type=Path, default=None, help=f"default: {default_state_dir()}")
     parser.add_argument("--model-name", default=None,
-                        help="the name clients ask for (default: the compose file's, `tiny`)")
+                        help="the name clients ask for (default: VOXMESH_MODEL_NAME, else the hub id or the checkpoint "
+                             "folder's name: `tiny` for the first-run checkpoint)")
     parser.add_argument("--device", default=None, help="torch device for decode and vocoder (default: the file's)")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"))
     parser.add_argument("--kv-cache-blocks", type=int, default=None, help="decode's KV pool size in blocks")
@@ -74,15 +82,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "index), e.g. --gpus prefill=1 --gpus decode=0; repeatable; unnamed services see all")
 
 
-def _overrides(args: argparse.Namespace, nats_url: str, model_dir: Path,
+def _overrides(args: argparse.Namespace, nats_url: str, model: ModelChoice,
                stream_replicas: int | None) -> dict[str, str]:
     values = {
         "VOXMESH_NATS_URL": nats_url,
         "VOXMESH_STREAM_REPLICAS": stream_replicas,  # read by the provisioning step only
-        "VOXMESH_MODEL_DIR": str(model_dir),
+        **model.environment(),
         "VOXMESH_HOST": "127.0.0.1",
         "VOXMESH_PORT": str(args.port),
-        "VOXMESH_MODEL_NAME": args.model_name,
         "VOXMESH_DEVICE": args.device,
         "VOXMESH_DTYPE": args.dtype,
         "VOXMESH_KV_CACHE_BLOCKS": args.kv_cache_blocks,
@@ -122,20 +129,6 @@ def _environment(plan: ServicePlan, overrides: dict[str, str], auth: NatsAuth | 
         env["VOXMESH_NATS_USER"] = user
         env["VOXMESH_NATS_PASSWORD_FILE"] = str(auth.password_file(user))
     return env
-
-
-def _ensure_model(args: argparse.Namespace, state_dir: Path) -> Path:
-    if args.model is not None:
-        if not (args.model / "config.json").is_file():
-            raise SystemExit(f"voxmesh up: --model {args.model} has no config.json (voxmesh model init writes one)")
-        return args.model
-    model_dir = state_dir / "models" / "tiny"
-    if not (model_dir / "config.json").is_file():
-        from services.random_checkpoint.checkpoint_writer import write_checkpoint
-
-        print(f"first run: writing the tiny checkpoint to {model_dir}", file=sys.stderr)
-        write_checkpoint(model_dir, "tiny", seed=0)
-    return model_dir
 
 
 def _wait_ready(url: str, group: ProcessGroup, stop: threading.Event, tls: TlsDir | None) -> bool:
@@ -183,6 +176,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls: TlsDir | None) -> int:
+    try:  # before the bus starts (a model that cannot be had has nothing to stop) and before the signals are taken
+        # over: a download takes its time, and Ctrl-C stops it
+        model = choose_model(args.model, args.revision, args.model_name, state_dir, os.environ)
+    except SettingsError as error:
+        print(f"voxmesh up: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("voxmesh up: interrupted before anything started", file=sys.stderr)
+        return 130
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -200,8 +202,8 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls
         nats_url, bus, replicas = args.nats_url, f"NATS {args.nats_url}", None
     group = ProcessGroup(stop)
     try:
-        overrides = _overrides(args, nats_url, _ensure_model(args, state_dir), replicas)
-        return _serve(args, plan, state_dir, overrides, bus, group, stop, auth, tls)
+        overrides = _overrides(args, nats_url, model, replicas)
+        return _serve(args, plan, state_dir, overrides, model, bus, group, stop, auth, tls)
     finally:
         group.stop()
         if embedded is not None:
@@ -209,9 +211,8 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls
         print("voxmesh stopped", file=sys.stderr)
 
 
-def _serve(args, plan, state_dir: Path, overrides: dict[str, str], bus: str, group: ProcessGroup,
-           stop: threading.Event, auth: NatsAuth | None, tls: TlsDir | None) -> int:
-    model_dir = overrides["VOXMESH_MODEL_DIR"]
+def _serve(args, plan, state_dir: Path, overrides: dict[str, str], model: ModelChoice, bus: str,
+           group: ProcessGroup, stop: threading.Event, auth: NatsAuth | None, tls: TlsDir | None) -> int:
     resume_secret = ensure_resume_secret(state_dir)
     for step in plan.one_shot:
         group.run_one_shot(step, _environment(step, overrides, auth, resume_secret, tls), timeout_s=120)
@@ -226,7 +227,8 @@ def _serve(args, plan, state_dir: Path, overrides: dict[str, str], bus: str, gro
         elif not stop.is_set():
             print(f"voxmesh up: the gateway was not ready within {READY_TIMEOUT_S:.0f}s", file=sys.stderr)
         return 1 if not stop.is_set() else 0
-    print(f"voxmesh is serving: {gateway}  ({bus}, topology {plan.topology}, model {model_dir})", flush=True)
+    print(f"voxmesh is serving: {gateway}  ({bus}, topology {plan.topology}, {model.describe()})",
+          flush=True)
     stop.wait()
     if group.exited_child is not None:
         print(f"voxmesh up: {group.exited_child.name} exited; stopping the mesh", file=sys.stderr)

@@ -24,8 +24,13 @@ class CommonSettings:
     nats_tls_cert_file: str | None = setting(None, "this client's certificate (PEM), for a NATS server that "
                                              "verifies its clients (with --nats-tls-key-file)")
     nats_tls_key_file: str | None = setting(None, "the key (PEM) of --nats-tls-cert-file")
-    model_dir: str | None = setting(None, "checkpoint directory (voxmesh model init writes one)")
-    model_name: str = setting("tiny", "model name clients ask for; slugged into subjects")
+    model_dir: str | None = setting(None, "the checkpoint: a directory (voxmesh model init writes one) or a Hugging "
+                                    "Face hub id ORG/NAME, found in the hub's cache (HF_HOME; services never "
+                                    "download: `voxmesh up` and `voxmesh provision` fetch a missing one first)")
+    revision: str | None = setting(None, "a hub id's revision: a branch, a tag or a commit; default: main")
+    model_name: str | None = setting(None, "model name clients ask for; slugged into subjects; default: the hub id, "
+                                     "or the checkpoint folder's name (a hub cache snapshot's: its id; no "
+                                     "checkpoint: tiny)")
     device: str = setting("cpu", "torch device: cpu, cuda, cuda:1 ...")
     dtype: str = setting("float32", "weights dtype", choices=("float32", "bfloat16"))
     replica: str | None = setting(None, "replica name (subject token), unique per process start (a restarted "

@@ -55,18 +55,23 @@ def main(service: str, argv: list[str] | None = None) -> int:
     args = build_parser(service).parse_args(argv)
     from services.bus.tls import TlsConfigError
     from services.runtime.common_settings import check_common
+    from services.runtime.model_source import with_model_resolved
     from services.runtime.nats_connect import nats_tls
 
     try:
         settings = settings_lib.resolve(module.SETTINGS, args)
         check_common(settings)
         nats_tls(settings)  # unreadable or half-given TLS files: said now, not as a traceback at the first connect
+        # Once, here: every service of the process serves the same folder under the same name. From the hub's cache
+        # only: the steps before the services download (several replicas must not race for one download).
+        settings, model = with_model_resolved(settings, download=False)
     except (settings_lib.SettingsError, TlsConfigError) as error:
         print(f"voxmesh {service}: {error}", file=sys.stderr)
         return EXIT_USAGE
     from services.bus.logs import configure_logging
 
     configure_logging(service, settings.log_level)
+    logging.getLogger(__name__).info("%s serves %s", service, model.describe())
     logging.getLogger(__name__).info("%s settings: %s", service, settings_lib.describe(settings))
     from services.runtime.tracing import TracingConfigError, configure_tracing
 
