@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-rate", type=int, default=None,
                         help="the audio's rate in Hz (default: the format's, 24000; 8000 for ulaw and alaw)")
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway (default http://127.0.0.1:8000)")
-    parser.add_argument("--model", default="tiny", help="model name as served")
+    parser.add_argument("--model", help="model name as served (default: the one the gateway serves)")
     parser.add_argument("--voice", default=None, help="speaker of the checkpoint (default: the model's first), or a "
                         "base model's saved voice")
     parser.add_argument("--language", default=None, help="'auto' or a language of the checkpoint")
@@ -83,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
 def speech_body(args: argparse.Namespace, response_format: str) -> dict:
     """The body of `POST /v1/audio/speech` for the one-shot command line."""
-    body = {"model": args.model, "input": args.text, "response_format": response_format}
+    body = {"input": args.text, "response_format": response_format}
+    if args.model is not None:
+        body["model"] = args.model
     for key in ("voice", "language", "seed", "sample_rate"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)

@@ -90,7 +90,9 @@ def stream_url(url: str) -> str:
 
 def session_update(args, audio_format: str) -> dict:
     """The session's settings from the command line; `audio_format` is what is written (wav, pcm, ulaw, alaw)."""
-    update = {"type": "session.update", "model": args.model, "format": STREAM_FORMATS[audio_format]}
+    update = {"type": "session.update", "format": STREAM_FORMATS[audio_format]}
+    if args.model is not None:
+        update["model"] = args.model
     for key in ("voice", "language", "seed", "sample_rate"):
         if getattr(args, key) is not None:
             update[key] = getattr(args, key)

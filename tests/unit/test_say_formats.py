@@ -24,8 +24,9 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_the_one_shot_body_asks_for_the_format_and_the_rate():
     args = parse("Hello.", "-o", "out.mp3", "--sample-rate", "16000", "--voice", "ryan")
     body = say.speech_body(args, format_for_output(args.output))
-    assert body == {"model": "tiny", "input": "Hello.", "response_format": "mp3", "sample_rate": 16000,
-                    "voice": "ryan"}
+    assert body == {"input": "Hello.", "response_format": "mp3", "sample_rate": 16000, "voice": "ryan"}, (
+        "no model named: the gateway's own serves (a hub id is served under the id)")
+    assert say.speech_body(parse("Hi.", "--model", "acme/tts"), "wav")["model"] == "acme/tts"
     plain = say.speech_body(parse("Hello.", "-o", "out.wav"), "wav")
     assert "sample_rate" not in plain and plain["response_format"] == "wav"
     assert parse("Hi.", "-o", "x.bin", "--format", "flac").format == "flac", "--format is --response-format"
@@ -48,8 +49,8 @@ def test_the_served_rate_is_the_answers_header_else_the_formats_own():
 
 def test_the_stream_session_asks_for_the_socket_format_and_rate():
     args = parse("--stdin", "-o", "-", "--sample-rate", "16000", "--seed", "3")
-    assert session_update(args, "pcm") == {"type": "session.update", "model": "tiny", "format": "pcm_s16le",
-                                           "seed": 3, "sample_rate": 16000}
+    assert session_update(args, "pcm") == {"type": "session.update", "format": "pcm_s16le", "seed": 3,
+                                           "sample_rate": 16000}
     assert session_update(parse("--stdin", "-o", "a.ulaw"), "ulaw")["format"] == "pcm_mulaw"
     assert "sample_rate" not in session_update(parse("--stdin", "-o", "a.wav"), "wav")
 
