@@ -1,8 +1,9 @@
 """How s16le mono PCM becomes a speech response in its `response_format` (requests/response_formats.py says which
 exist), either as one whole file or as a stream of bytes made while the audio is still being generated.
 
-wav and pcm are written here, ulaw and alaw by g711.py (resampled to 8 kHz, the same bytes streamed or whole);
-flac and opus (in Ogg) are encoded by libsndfile through `soundfile` (its wheels ship libsndfile with FLAC and
+The model's 24 kHz audio is first brought to the answer's rate by requests/resampler.py (libsoxr as a stream: the
+same samples streamed or whole; nothing at 24 kHz). wav and pcm are written here, ulaw and alaw by g711.py; flac and
+opus (in Ogg) are encoded by libsndfile through `soundfile` (its wheels ship libsndfile with FLAC and
 Opus); mp3 by LAME through `lameenc`, which writes plain CBR frames with no Xing header, so
 a streamed mp3 is the same as a whole one (libsndfile's mp3 writer rewrites a Xing frame at the start on close,
 which a stream cannot take back).
@@ -24,6 +25,7 @@ import soundfile
 from messages.audio_format import CHANNELS
 from services.gateway.requests.g711 import LAWS, G711Encoder
 from services.gateway.http.wav import BITS_PER_SAMPLE, wav_bytes
+from services.gateway.requests.resampler import PcmResampler, resampled
 from services.gateway.requests.response_formats import AudioFormat
 
 UNKNOWN_SIZE = 0xFFFFFFFF  # RIFF/data size of a WAV streamed before its length is known
@@ -31,22 +33,23 @@ MP3_KBPS = 64  # constant bit rate of mp3 output: transparent enough for 24 kHz 
 MP3_QUALITY = 2  # LAME's quality/speed trade-off (2: near-best, still far faster than real time)
 
 
-def encode_whole(fmt: AudioFormat, pcm: bytes, sample_rate: int) -> bytes:
-    """A complete file of s16le mono `pcm` (exact lengths in its headers). CPU work: call it off the event loop
-    for long audio in a compressed format."""
+def encode_whole(fmt: AudioFormat, pcm: bytes, in_rate: int, out_rate: int | None = None) -> bytes:
+    """A complete file of s16le mono `pcm` at `in_rate`, served at `out_rate` (None: `in_rate`), with exact lengths
+    in its headers. CPU work: call it off the event loop for long audio in a compressed format or at another rate."""
+    rate = in_rate if out_rate is None else out_rate
+    pcm = resampled(pcm, in_rate, rate)
     if fmt.name == "pcm":
         return pcm
     if fmt.name == "wav":
-        return wav_bytes(pcm, sample_rate)
+        return wav_bytes(pcm, rate)
     if fmt.name in LAWS:
-        encoder = G711Encoder(fmt.name, sample_rate)
-        return encoder.feed(pcm) + encoder.finish()
+        return G711Encoder(fmt.name).feed(pcm)
     if fmt.name == "mp3":
-        encoder = _Mp3Encoder(sample_rate)
+        encoder = _Mp3Encoder(rate)
         return encoder.feed(pcm) + encoder.finish()
     major, subtype = fmt.libsndfile  # type: ignore[misc]  # every other format is libsndfile's
     out = io.BytesIO()
-    soundfile.write(out, np.frombuffer(pcm, dtype="<i2"), sample_rate, format=major, subtype=subtype)
+    soundfile.write(out, np.frombuffer(pcm, dtype="<i2"), rate, format=major, subtype=subtype)
     return out.getvalue()
 
 
@@ -60,17 +63,40 @@ class StreamEncoder(Protocol):
         """Flush the codec; returns the file's last bytes."""
 
 
-def stream_encoder(fmt: AudioFormat, sample_rate: int) -> StreamEncoder:
-    """A fresh encoder of one streamed file in `fmt`."""
+def stream_encoder(fmt: AudioFormat, in_rate: int, out_rate: int | None = None) -> StreamEncoder:
+    """A fresh encoder of one streamed file in `fmt` of PCM at `in_rate`, served at `out_rate` (None: `in_rate`)."""
+    rate = in_rate if out_rate is None else out_rate
+    encoder = _encoder_at(fmt, rate)
+    resampler = PcmResampler(in_rate, rate)
+    return encoder if resampler.is_identity else _Resampled(resampler, encoder)
+
+
+def _encoder_at(fmt: AudioFormat, rate: int) -> StreamEncoder:
+    """An encoder of PCM already at the answer's `rate`."""
     if fmt.name == "pcm":
         return _RawEncoder()
     if fmt.name == "wav":
-        return _WavStreamEncoder(sample_rate)
+        return _WavStreamEncoder(rate)
     if fmt.name in LAWS:
-        return G711Encoder(fmt.name, sample_rate)
+        return G711Encoder(fmt.name)
     if fmt.name == "mp3":
-        return _Mp3Encoder(sample_rate)
-    return _SoundFileStreamEncoder(fmt, sample_rate)
+        return _Mp3Encoder(rate)
+    return _SoundFileStreamEncoder(fmt, rate)
+
+
+class _Resampled:
+    """An encoder fed through a resampler: the codec sees the audio at its own rate, and the filter's tail before
+    the codec's own end."""
+
+    def __init__(self, resampler: PcmResampler, encoder: StreamEncoder) -> None:
+        self._resampler = resampler
+        self._encoder = encoder
+
+    def feed(self, pcm: bytes) -> bytes:
+        return self._encoder.feed(self._resampler.feed(pcm))
+
+    def finish(self) -> bytes:
+        return self._encoder.feed(self._resampler.finish()) + self._encoder.finish()
 
 
 def streaming_wav_header(sample_rate: int) -> bytes:
@@ -109,6 +135,7 @@ class _Mp3Encoder:
         self._lame = lameenc.Encoder()
         self._lame.set_bit_rate(MP3_KBPS)
         self._lame.set_in_sample_rate(sample_rate)
+        self._lame.set_out_sample_rate(sample_rate)  # LAME would pick its own output rate for the bit rate
         self._lame.set_channels(CHANNELS)
         self._lame.set_quality(MP3_QUALITY)
         self._has_audio = False
