@@ -1,13 +1,15 @@
 """`sample_rate` over real HTTP (the gateway under uvicorn, the stand-in decode and vocoder on a real nats-server):
 each format at a rate other than its default, whole, streamed and as SSE, says the rate in `X-Sample-Rate` and
 carries the same audio either way (a streamed wav or flac differs from the whole file only in its header's length);
-raw PCM is libsoxr's resampling of the whole 24 kHz audio; a rate a format lacks is refused with nothing queued."""
+raw PCM is libsoxr's resampling of the whole 24 kHz audio; aac is ADTS, the same bytes streamed or whole, decoded by
+FFmpeg through PyAV; a rate a format lacks is refused with nothing queued."""
 
 from __future__ import annotations
 
 import io
 import struct
 
+import av
 import httpx
 import numpy as np
 import pytest
@@ -50,6 +52,10 @@ def samples_of(fmt: str, data: bytes, rate: int) -> tuple[int, np.ndarray]:
         return rate, np.frombuffer(data, dtype="<i2")
     if fmt in ("ulaw", "alaw"):
         return rate, g711_decode(data, fmt)
+    if fmt == "aac":
+        with av.open(io.BytesIO(data), format="adts") as container:
+            frames = [frame.to_ndarray().ravel() for frame in container.decode(audio=0)]
+            return container.streams.audio[0].rate, np.concatenate(frames)
     if fmt == "wav" and data[4:8] == b"\xff\xff\xff\xff":
         data = data[:4] + struct.pack("<I", len(data) - 8) + data[8:40] + struct.pack("<I", len(data) - 44) + data[44:]
     if fmt == "flac" and int.from_bytes(data[18:26], "big") & (1 << 36) - 1 == 0:
@@ -61,7 +67,7 @@ def samples_of(fmt: str, data: bytes, rate: int) -> tuple[int, np.ndarray]:
 
 
 @pytest.mark.parametrize(("fmt", "rate"), [("pcm", 16000), ("wav", 44100), ("flac", 8000), ("mp3", 22050),
-                                           ("opus", 48000), ("ulaw", 16000), ("alaw", 24000)])
+                                           ("opus", 48000), ("aac", 44100), ("ulaw", 16000), ("alaw", 24000)])
 async def test_each_format_at_another_rate_is_the_same_audio_whole_streamed_and_as_events(client, fmt, rate):
     whole = await speak(client, response_format=fmt, sample_rate=rate)
     streaming, streamed_bytes = await streamed(client, response_format=fmt, sample_rate=rate)
@@ -76,6 +82,20 @@ async def test_each_format_at_another_rate_is_the_same_audio_whole_streamed_and_
     assert np.array_equal(whole_samples, streamed_samples) and np.array_equal(whole_samples, events_samples)
     if fmt in ("pcm", "wav", "flac"):  # lossless: libsoxr's resampling of the whole 24 kHz audio
         assert whole_samples.tobytes() == resampled(expected_pcm(CHUNKS), 24000, rate)
+
+
+@pytest.mark.parametrize("rate", [None, 8000])
+async def test_aac_is_adts_the_same_bytes_streamed_or_whole(client, rate):
+    fields = {"response_format": "aac"} | ({} if rate is None else {"sample_rate": rate})
+    whole = await speak(client, **fields)
+    streaming, streamed_bytes = await streamed(client, **fields)
+    for response in (whole, streaming):
+        assert (response.status_code, response.headers["content-type"]) == (200, "audio/aac")
+        assert response.headers["x-sample-rate"] == str(rate or 24000)
+    assert streamed_bytes == whole.content and whole.content[:2] == b"\xff\xf1"  # ADTS frames, nothing else
+    decoded_rate, samples = samples_of("aac", whole.content, rate or 24000)
+    expected = len(expected_pcm(CHUNKS)) // 2 * (rate or 24000) // 24000
+    assert decoded_rate == (rate or 24000) and expected <= len(samples) <= expected + 3 * 1024  # priming, padding
 
 
 async def test_an_openai_style_body_names_the_rate_beside_the_format(client):

@@ -1,13 +1,15 @@
 """Every response format at every rate it is served at, without a server: the model's 24 kHz audio encoded whole and
 streamed piece by piece (pieces of a chunk's size and odd sizes), decoded by an independent decoder (libsndfile
-through `soundfile` for wav, flac, mp3 and opus; the tests' own G.711 tables), must be the same samples streamed or
-whole, at the rate asked for; the lossless formats must carry libsoxr's resampling of the whole signal."""
+through `soundfile` for wav, flac, mp3 and opus; FFmpeg's decoder through PyAV for aac; the tests' own G.711
+tables), must be the same samples streamed or whole, at the rate asked for; the lossless formats must carry libsoxr's
+resampling of the whole signal."""
 
 from __future__ import annotations
 
 import io
 import struct
 
+import av
 import numpy as np
 import pytest
 import soundfile
@@ -43,6 +45,8 @@ def decoded(name: str, data: bytes, rate: int, num_samples: int) -> tuple[int, n
         return rate, np.frombuffer(data, dtype="<i2").astype(np.float64)
     if name in ("ulaw", "alaw"):
         return rate, g711_decode(data, name).astype(np.float64)
+    if name == "aac":
+        return aac_decoded(data)
     if name == "wav" and data[4:8] == b"\xff\xff\xff\xff":  # streamed: libsndfile needs the sizes, known now
         data = data[:4] + struct.pack("<I", len(data) - 8) + data[8:40] + struct.pack("<I", len(data) - 44) + data[44:]
     if name == "flac" and int.from_bytes(data[18:26], "big") & (1 << 36) - 1 == 0:
@@ -51,6 +55,14 @@ def decoded(name: str, data: bytes, rate: int, num_samples: int) -> tuple[int, n
     with soundfile.SoundFile(io.BytesIO(data)) as file:  # in blocks: a streamed flac does not say its length
         blocks = list(file.blocks(blocksize=4096, dtype="int16"))
         return file.samplerate, np.concatenate(blocks).astype(np.float64)
+
+
+def aac_decoded(data: bytes) -> tuple[int, np.ndarray]:
+    """(rate, int16-scaled samples) of ADTS AAC, as FFmpeg's decoder reads it."""
+    with av.open(io.BytesIO(data), format="adts") as container:
+        frames = [frame.to_ndarray().ravel() for frame in container.decode(audio=0)]
+        rate = container.streams.audio[0].rate
+    return rate, np.concatenate(frames).astype(np.float64) * 32768
 
 
 def pitch(samples: np.ndarray, rate: int) -> float:
@@ -69,7 +81,7 @@ def test_streamed_equals_whole_at_the_rate_asked_for(name, rate):
         whole_rate, whole_samples = decoded(name, whole, rate, num_samples)
         assert got_rate == whole_rate == rate
         assert np.array_equal(samples, whole_samples), "the same audio streamed or whole"
-    # One second; codecs pad the ends (mp3: encoder delay and its last frame, ~0.1 s at low rates).
+    # One second; codecs pad the ends (mp3, aac: encoder delay and a last frame, ~0.1 s at low rates).
     assert len(whole_samples) == pytest.approx(rate, abs=max(0.07 * rate, 1800))
     assert pitch(whole_samples, rate) == pytest.approx(TONE_HZ, abs=2)
 
@@ -101,4 +113,17 @@ def test_a_rate_the_format_lacks_is_refused_naming_its_rates(name, rate):
 
 def test_default_rates():
     assert {name: served_rate(fmt, None) for name, fmt in FORMATS.items()} == {
-        "wav": 24000, "pcm": 24000, "flac": 24000, "mp3": 24000, "opus": 24000, "ulaw": 8000, "alaw": 8000}
+        "wav": 24000, "pcm": 24000, "flac": 24000, "mp3": 24000, "opus": 24000, "aac": 24000, "ulaw": 8000,
+        "alaw": 8000}
+
+
+@pytest.mark.parametrize("rate", FORMATS["aac"].rates)
+def test_aac_is_adts_streamed_frame_by_frame_the_same_bytes_as_whole(rate):
+    pcm = tone().tobytes()
+    whole = encode_whole(FORMATS["aac"], pcm, MODEL_RATE, rate)
+    encoder = stream_encoder(FORMATS["aac"], MODEL_RATE, rate)
+    pieces = [encoder.feed(pcm[i:i + 7680]) for i in range(0, len(pcm), 7680)]
+    pieces.append(encoder.finish())
+    assert b"".join(pieces) == whole
+    assert sum(1 for piece in pieces[:-1] if piece) >= len(pieces) // 2  # frames leave as they are made
+    assert whole[:2] == b"\xff\xf1"  # an ADTS sync word (MPEG-4, no CRC) opens the stream

@@ -4,8 +4,8 @@ exist), either as one whole file or as a stream of bytes made while the audio is
 The model's 24 kHz audio is first brought to the answer's rate by requests/resampler.py (libsoxr as a stream: the
 same samples streamed or whole; nothing at 24 kHz). wav and pcm are written here, ulaw and alaw by g711.py; flac and
 opus (in Ogg) are encoded by libsndfile through `soundfile` (its wheels ship libsndfile with FLAC and
-Opus); mp3 by LAME through `lameenc`, which writes plain CBR frames with no Xing header, so
-a streamed mp3 is the same as a whole one (libsndfile's mp3 writer rewrites a Xing frame at the start on close,
+Opus); aac by FFmpeg through PyAV (aac.py: ADTS frames, the same bytes streamed or whole); mp3 by LAME through
+`lameenc`, which writes plain CBR frames with no Xing header, so a streamed mp3 is the same as a whole one (libsndfile's mp3 writer rewrites a Xing frame at the start on close,
 which a stream cannot take back).
 
 Streamed files cannot know their length up front: a streamed wav carries the "unknown length" sizes (0xFFFFFFFF)
@@ -23,6 +23,7 @@ import numpy as np
 import soundfile
 
 from messages.audio_format import CHANNELS
+from services.gateway.http.aac import AacEncoder
 from services.gateway.requests.g711 import LAWS, G711Encoder
 from services.gateway.http.wav import BITS_PER_SAMPLE, wav_bytes
 from services.gateway.requests.resampler import PcmResampler, resampled
@@ -44,8 +45,8 @@ def encode_whole(fmt: AudioFormat, pcm: bytes, in_rate: int, out_rate: int | Non
         return wav_bytes(pcm, rate)
     if fmt.name in LAWS:
         return G711Encoder(fmt.name).feed(pcm)
-    if fmt.name == "mp3":
-        encoder = _Mp3Encoder(rate)
+    if fmt.name in ("mp3", "aac"):
+        encoder = _encoder_at(fmt, rate)
         return encoder.feed(pcm) + encoder.finish()
     major, subtype = fmt.libsndfile  # type: ignore[misc]  # every other format is libsndfile's
     out = io.BytesIO()
@@ -81,6 +82,8 @@ def _encoder_at(fmt: AudioFormat, rate: int) -> StreamEncoder:
         return G711Encoder(fmt.name)
     if fmt.name == "mp3":
         return _Mp3Encoder(rate)
+    if fmt.name == "aac":
+        return AacEncoder(rate)
     return _SoundFileStreamEncoder(fmt, rate)
 
 

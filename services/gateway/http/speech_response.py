@@ -34,7 +34,7 @@ from services.gateway.requests.synthesis import Synthesizer
 
 log = logging.getLogger(__name__)
 
-_WHOLE_IN_THREAD = ("flac", "mp3", "opus")  # codecs worth keeping off the event loop for a whole file (so is resampling)
+_WHOLE_IN_THREAD = ("flac", "mp3", "opus", "aac")  # codecs worth keeping off the event loop for a whole file (so is resampling)
 
 
 class SpeechResponse(Response):

@@ -3,13 +3,14 @@ rates each is served at, and the refusal (before anything is queued) of any othe
 rate (`unsupported_value`), naming the ones that work.
 
 wav and pcm are written by the gateway itself, and ulaw and alaw (G.711, requests/g711.py); flac and opus (in
-Ogg) by libsndfile through `soundfile` (builds differ in the codecs they carry), mp3 by LAME through `lameenc`; aac
-has no encoder. How PCM becomes each format is services/gateway/http/encoders.py; the model's 24 kHz audio reaches
-another rate through requests/resampler.py.
+Ogg) by libsndfile through `soundfile` (builds differ in the codecs they carry), mp3 by LAME through `lameenc`, aac
+(in ADTS) by FFmpeg through PyAV (`av`). How PCM becomes each format is services/gateway/http/encoders.py; the
+model's 24 kHz audio reaches another rate through requests/resampler.py.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import soundfile
@@ -18,6 +19,10 @@ try:  # optional at import: without it mp3 is refused with a clear error instead
     import lameenc
 except ImportError:  # pragma: no cover - lameenc is a pinned dependency
     lameenc = None
+try:  # the same for aac
+    import av
+except ImportError:  # pragma: no cover - av is a pinned dependency
+    av = None
 
 from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
@@ -51,6 +56,8 @@ class AudioFormat:
         """Whether this process can encode it (libsndfile builds differ in the codecs they carry)."""
         if self.name == "mp3":
             return lameenc is not None
+        if self.name == "aac":
+            return _has_aac_encoder()
         if self.libsndfile is None:
             return True
         major, subtype = self.libsndfile
@@ -60,16 +67,29 @@ class AudioFormat:
 RATES = (8000, 16000, 22050, 24000, 44100, 48000)  # telephony, wideband, and the common audio rates
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the only rates Opus codes
 
+@functools.cache
+def _has_aac_encoder() -> bool:
+    """Whether PyAV's FFmpeg has the aac encoder and the adts muxer (a build without them is possible)."""
+    if av is None or "adts" not in av.formats_available:
+        return False
+    try:
+        av.codec.Codec("aac", "w")
+    except Exception:  # noqa: BLE001 - PyAV raises its own error kinds for a missing codec
+        return False
+    return True
+
+
 FORMATS: dict[str, AudioFormat] = {
     "wav": AudioFormat("wav", "audio/wav", rates=RATES),
     "pcm": AudioFormat("pcm", "audio/pcm", raw_bits=16, rates=RATES),
     "flac": AudioFormat("flac", "audio/flac", ("FLAC", "PCM_16"), rates=RATES),
     "mp3": AudioFormat("mp3", "audio/mpeg", rates=RATES),
     "opus": AudioFormat("opus", "audio/ogg", ("OGG", "OPUS"), rates=OPUS_RATES),
+    "aac": AudioFormat("aac", "audio/aac", rates=RATES),
     "ulaw": AudioFormat("ulaw", "audio/basic", raw_bits=8, rates=RATES, default_rate=G711_RATE),
     "alaw": AudioFormat("alaw", "audio/x-alaw-basic", raw_bits=8, rates=RATES, default_rate=G711_RATE),
 }
-_NEVER = {"aac": "libsndfile has no AAC encoder"}
+_LACKING = {"mp3": "this server lacks lameenc", "aac": "this server's PyAV lacks FFmpeg's aac encoder or adts muxer"}
 
 
 def available_formats() -> tuple[str, ...]:
@@ -82,7 +102,7 @@ def audio_format(name: str) -> AudioFormat:
     fmt = FORMATS.get(name)
     if fmt is not None and fmt.is_available:
         return fmt
-    why = _NEVER.get(name) or ("this server's libsndfile lacks its codec" if fmt else "it is not an audio format")
+    why = _LACKING.get(name, "this server's libsndfile lacks its codec") if fmt else "it is not an audio format"
     raise AdmissionError(ErrorCode.UNSUPPORTED_FORMAT, f"response_format {name!r} is not supported ({why}); use one "
                          f"of {', '.join(available_formats())}", param="response_format")
 
