@@ -91,7 +91,8 @@ class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
     SGLang-Omni); peer_fields.py resolves the latter into the former before anything runs.
 
     Attributes:
-        response_format: wav (mono s16), pcm (raw s16le mono), flac, mp3, opus (in Ogg), ulaw or alaw (G.711, raw).
+        response_format: wav (mono s16), pcm (raw s16le mono), flac, mp3, opus (in Ogg), aac (in ADTS), ulaw or
+            alaw (G.711, raw).
         sample_rate: the answer's rate (the model's 24 kHz audio resampled by libsoxr): 8000, 16000, 22050, 24000,
             44100 or 48000 (opus: 8000, 12000, 16000, 24000, 48000); None: 24000 (G.711: 8000). vLLM-Omni's field
             of the same meaning.
