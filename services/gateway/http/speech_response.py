@@ -34,7 +34,8 @@ from services.gateway.requests.synthesis import Synthesizer
 
 log = logging.getLogger(__name__)
 
-_WHOLE_IN_THREAD = ("flac", "mp3", "opus", "aac")  # codecs worth keeping off the event loop for a whole file (so is resampling)
+# Codecs worth keeping off the event loop for a whole file (so is resampling: see _send_whole).
+_WHOLE_IN_THREAD = ("flac", "mp3", "opus", "aac")
 
 
 class SpeechResponse(Response):

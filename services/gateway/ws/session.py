@@ -288,12 +288,14 @@ class SpeechSession:
         resampled audio replays them) only go through the encoder, so its state is the first stream's."""
         samples, sample_rate = 0, SAMPLE_RATE
         encoder: StreamEncoder | None = None
+        is_resampled = False
         last_seq = 0
         async for chunk in stream.chunks():
             if job.is_cancelled:
                 continue  # silence at once; the mesh's terminal follows the cancel
             if encoder is None:
                 encoder = stream_encoder(response_format_of(job.audio_format), chunk.sample_rate, job.sample_rate)
+                is_resampled = chunk.sample_rate != job.sample_rate
             data = encoder.feed(chunk.pcm)
             last_seq = chunk.seq
             if chunk.seq < job.first_seq:
@@ -302,7 +304,7 @@ class SpeechSession:
             job.next_seq = chunk.seq + 1
             samples += chunk.num_samples
             sample_rate = chunk.sample_rate
-        if encoder is not None and sample_rate != job.sample_rate and not job.is_cancelled:
+        if encoder is not None and is_resampled and not job.is_cancelled:
             # The resampling filter's tail (the request's last few ms): one more frame, numbered as the last chunk.
             await self._channel.audio(job.audio_format, stream.request_id, last_seq, encoder.finish())
         return samples, sample_rate
