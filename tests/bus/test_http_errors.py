@@ -29,7 +29,7 @@ ERROR_CASES = [
     ({"input": "x" * 4097}, "text_too_long", "input", "the limit is 4096"),
     ({"voice": "alloy"}, "unknown_voice", "voice", "ryan, vivian, eric"),
     ({"model": "gpt-4o-mini-tts"}, "unknown_model", "model", "this gateway serves 'tiny'"),
-    ({"response_format": "aac"}, "unsupported_format", "response_format", "use one of wav, pcm, flac, mp3, opus"),
+    ({"response_format": "aiff"}, "unsupported_format", "response_format", "use one of wav, pcm, flac, mp3, opus, aac"),
     ({"extra_body": {"language": "klingon"}}, "unknown_language", "language", "auto, english"),
     ({"extra_body": {"top_p": 1.5}}, "out_of_range", "top_p", "<= 1.0"),
     ({"speed": 5.0}, "out_of_range", "speed", "outside 0.25..4.0"),

@@ -56,17 +56,6 @@ async def test_g711_whole_streamed_and_sse_are_the_same_8_khz_bytes(client, law)
     assert (np.abs(decoded - reference) <= np.maximum(np.abs(reference) * 0.06, 16)).all()
 
 
-async def test_sample_rate_must_be_the_formats_rate(client, standin):
-    accepted = await speak(client, response_format="ulaw", sample_rate=8000)
-    refused = [await speak(client, response_format=fmt, sample_rate=rate)
-               for fmt, rate in (("ulaw", 24000), ("alaw", 16000), ("pcm", 8000))]
-    assert accepted.status_code == 200 and accepted.headers["x-sample-rate"] == "8000"
-    for response in refused:
-        error = response.json()["error"]
-        assert (response.status_code, error["code"], error["param"]) == (400, "unsupported_value", "sample_rate")
-    assert len(standin.requests) == 1
-
-
 @pytest.mark.parametrize(("ws_format", "law"), [("pcm_mulaw", "ulaw"), ("pcm_alaw", "alaw")])
 async def test_websocket_g711_formats_send_the_bytes_of_the_http_answer(standin, served_gateway, ws_format, law):
     standin.plan = Plan(num_chunks=CHUNKS)

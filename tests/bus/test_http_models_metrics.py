@@ -37,7 +37,10 @@ async def test_models_list_the_served_model_with_its_fingerprint(served_gateway,
     assert (model.id, model.object, model.owned_by) == ("tiny", "model", "voxmesh")
     assert model.model_extra["fingerprint"] == checkpoint_fingerprint(tiny_checkpoint)
     assert model.model_extra["voices"] == ["ryan", "vivian", "eric"]
-    assert model.model_extra["response_formats"] == ["wav", "pcm", "flac", "mp3", "opus", "ulaw", "alaw"]
+    assert model.model_extra["response_formats"] == ["wav", "pcm", "flac", "mp3", "opus", "aac", "ulaw", "alaw"]
+    assert model.model_extra["sample_rate"] == 24000
+    assert model.model_extra["sample_rates"]["opus"] == [8000, 12000, 16000, 24000, 48000]
+    assert model.model_extra["sample_rates"]["ulaw"] == [8000, 16000, 22050, 24000, 44100, 48000]
     assert one.model_dump() == model.model_dump()
     assert (unknown.value.status_code, unknown.value.code) == (404, "unknown_model")
 

@@ -118,7 +118,7 @@ REFUSED = [
     ({"initial_codec_chunk_frames": 0}, 400, "out_of_range", "initial_codec_chunk_frames"),
     ({"initial_codec_chunk_frames": 3, "initial_chunk_frames": 4}, 400, "conflicting_fields",
      "initial_codec_chunk_frames"),
-    ({"sample_rate": 8000}, 400, "unsupported_value", "sample_rate"),
+    ({"sample_rate": 11025}, 400, "unsupported_value", "sample_rate"),  # served rates: tests/bus/test_http_rates.py
     ({"speed": 1.5}, 400, "unsupported_value", "speed"),
     ({"language": ""}, 400, "unknown_language", "language"),
     ({"sample_rate": 0}, 400, "out_of_range", "sample_rate"),

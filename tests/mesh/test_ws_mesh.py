@@ -14,6 +14,8 @@ import pytest
 
 from messages import Failed, Finished
 from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
+from services.gateway.http.encoders import stream_encoder
+from services.gateway.requests.response_formats import FORMATS
 from tests.support.mesh import REPO
 from tests.support.mesh_client import events_of, service_stats, terminal_count
 from tests.support.ws_client import WAIT_S, ws_connect
@@ -116,6 +118,29 @@ async def test_disconnect_then_resume_gets_exactly_the_missing_chunks(mesh, fram
     redecodes = (await service_stats(mesh.nats_url, "voxmesh-vocoder"))[0]["redecodes"]
     assert redecodes > redecodes_before, "the missing chunks came from a re-decode of CODES"
     assert await terminal_count(mesh.nats_url, request_id) == 1
+
+
+async def test_a_resume_at_another_rate_gets_the_bytes_an_unbroken_stream_would_have(mesh):
+    """Resampled audio depends on all the audio before it: a resume (the request still running) is replayed from its
+    first chunk through the resampler, so the frames after last_seq are those of a stream that never broke."""
+    text = "Resume at sixteen kilohertz."
+    settings = {**GREEDY, "max_new_tokens": 120, "ignore_eos": True}
+    encoder = stream_encoder(FORMATS["pcm"], SAMPLE_RATE, 16000)
+    reference = [encoder.feed(frame) for frame in await one_shot(mesh, text, **settings)] + [encoder.finish()]
+    async with ws_connect(mesh.gateway_url) as client:
+        await client.send("session.update", **settings, sample_rate=16000)
+        await client.send("input.text", text=text + "\n")
+        start = (await client.until("audio.start")).event
+        seen = await client.until(frames=3)
+    async with ws_connect(mesh.gateway_url) as client:
+        await client.send("session.update", sample_rate=16000)
+        await client.send("resume", request_id=start["request_id"], last_seq=1, resume_token=start["resume_token"])
+        resumed = await client.until("audio.done", "error")
+    again = next(e for e in resumed.events if e["type"] == "audio.start")
+    assert (start["sample_rate"], again["sample_rate"], again["first_seq"]) == (16000, 16000, 2)
+    assert seen.frames == reference[:3]
+    assert resumed.frames == reference[2:], "chunks 2.. and the filter's tail, as an unbroken stream sends them"
+    assert resumed.event["chunk_count"] == len(reference) - 1
 
 
 async def test_bad_and_oversized_messages_on_the_real_mesh(mesh):

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import soxr
 
-from services.gateway.requests.g711 import G711_RATE, G711Encoder, compand
+from services.gateway.http.encoders import stream_encoder
+from services.gateway.requests.g711 import G711_RATE, compand
+from services.gateway.requests.response_formats import FORMATS
 from tests.support.g711_tables import decode
 
 ALL_SAMPLES = np.arange(-32768, 32768, dtype=np.int32)
@@ -43,7 +45,7 @@ def speech_like(seconds: float, seed: int = 3) -> np.ndarray:
 
 
 def streamed(law: str, pcm: np.ndarray, piece_samples: int) -> bytes:
-    encoder = G711Encoder(law, 24000)
+    encoder = stream_encoder(FORMATS[law], 24000, G711_RATE)
     pieces = [encoder.feed(pcm[i:i + piece_samples].tobytes()) for i in range(0, len(pcm), piece_samples)]
     return b"".join(pieces) + encoder.finish()
 

@@ -31,9 +31,23 @@ def test_each_message_type_decodes_to_its_struct():
     assert isinstance(one_shot, SynthesisFields) and one_shot.input == "Hello."
 
 
-def test_session_update_takes_every_speech_field_but_input_and_the_format():
+def test_session_update_takes_every_speech_field_but_input_and_the_format_and_rate():
     speech = {info.name for info in msgspec.structs.fields(SynthesisFields)} - {"input"}
-    assert {info.name for info in msgspec.structs.fields(SessionUpdate)} == speech | {"format"}
+    assert {info.name for info in msgspec.structs.fields(SessionUpdate)} == speech | {"format", "sample_rate"}
+
+
+def test_session_update_sets_the_rate_each_format_is_served_at():
+    config = SessionConfig().updated(parse({"type": "session.update", "format": "pcm_mulaw"}))
+    assert (config.sample_rate, config.served_rate()) == (None, 8000)  # G.711's own
+    config = config.updated(parse({"type": "session.update", "sample_rate": 16000}))
+    assert config.served_rate() == 16000
+    config = config.updated(parse({"type": "session.update", "format": "pcm_s16le"}))
+    assert config.served_rate() == 16000  # the rate stays across a format change
+    assert config.updated(parse({"type": "session.update", "sample_rate": None})).served_rate() == 24000
+    with pytest.raises(AdmissionError) as refused:
+        config.updated(parse({"type": "session.update", "sample_rate": 12000}))
+    assert (refused.value.code, refused.value.param) == ("unsupported_value", "sample_rate")
+    assert "format 'pcm_s16le'" in refused.value.message and "44100" in refused.value.message
 
 
 def test_session_update_changes_only_the_fields_it_names():

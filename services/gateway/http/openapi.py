@@ -96,7 +96,8 @@ SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
                          "server-sent events (`stream_format: sse`).",
           "headers": {
               "X-Sample-Rate": {"required": True, "schema": _INTEGER,
-                                "description": "Samples per second of the audio (24000; 8000 for ulaw and alaw)."},
+                                "description": "Samples per second of the audio: the body's `sample_rate`, or "
+                                               "the format's default (24000; 8000 for ulaw and alaw)."},
               "X-Channels": {"schema": _INTEGER, "description": "Channels (1), on headerless formats."},
               "X-Bit-Depth": {"schema": _INTEGER, "description": "Bits per sample, on headerless formats (pcm: 16, "
                                                                  "ulaw and alaw: 8)."}},

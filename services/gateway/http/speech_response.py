@@ -29,13 +29,14 @@ from services.gateway.http.encoders import StreamEncoder, encode_whole, stream_e
 from services.gateway.http.segmented_speech import SegmentedStream, speech_stream
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.body import SpeechBody
-from services.gateway.requests.response_formats import AudioFormat, audio_format
+from services.gateway.requests.response_formats import AudioFormat, audio_format, served_rate
 from services.gateway.requests.synthesis import Synthesizer
 from services.gateway.tenancy.tenant import Tenant
 
 log = logging.getLogger(__name__)
 
-_WHOLE_IN_THREAD = ("flac", "mp3", "opus", "ulaw", "alaw")  # codecs worth keeping off the event loop for a whole file
+# Codecs worth keeping off the event loop for a whole file (so is resampling: see _send_whole).
+_WHOLE_IN_THREAD = ("flac", "mp3", "opus", "aac")
 
 
 class SpeechResponse(Response):
@@ -78,9 +79,11 @@ class _Delivery:
         self._send = send
         self._mode = body.stream_format
         self._format_name = body.response_format
+        self._requested_rate = body.sample_rate
         self._format: AudioFormat | None = None  # looked up once admitted: admission refuses unknown formats
         self._encoder: StreamEncoder | None = None
-        self._sample_rate = SAMPLE_RATE
+        self._sample_rate = SAMPLE_RATE  # the model's audio's
+        self._out_rate = SAMPLE_RATE  # the answer's (X-Sample-Rate)
         self._num_samples = 0
         self._request_id = request_id or ""
         self.is_started = False
@@ -89,16 +92,17 @@ class _Delivery:
         """Deliver the whole request; GatewayError from the stream propagates (to `fail`)."""
         self._request_id = stream.request_id
         self._format = audio_format(self._format_name)
+        self._out_rate = served_rate(self._format, self._requested_rate)
         if self._mode is None:
             await self._send_whole(stream)
             return
         async for chunk in stream.chunks():
             if self._encoder is None:
                 self._sample_rate = chunk.sample_rate
-                self._encoder = stream_encoder(self._format, chunk.sample_rate)
+                self._encoder = stream_encoder(self._format, chunk.sample_rate, self._out_rate)
             self._num_samples += chunk.num_samples
             await self._send_piece(self._encoder.feed(chunk.pcm))
-        encoder = self._encoder or stream_encoder(self._format, self._sample_rate)
+        encoder = self._encoder or stream_encoder(self._format, self._sample_rate, self._out_rate)
         await self._send_piece(encoder.finish())
         if self._mode == "sse":
             finished = stream.terminal if isinstance(stream.terminal, Finished) else None
@@ -128,10 +132,10 @@ class _Delivery:
         async for chunk in stream.chunks():
             pcm += chunk.pcm
             self._sample_rate = chunk.sample_rate
-        if self._format.name in _WHOLE_IN_THREAD:
-            data = await asyncio.to_thread(encode_whole, self._format, bytes(pcm), self._sample_rate)
+        if self._format.name in _WHOLE_IN_THREAD or self._out_rate != self._sample_rate:
+            data = await asyncio.to_thread(encode_whole, self._format, bytes(pcm), self._sample_rate, self._out_rate)
         else:
-            data = encode_whole(self._format, bytes(pcm), self._sample_rate)
+            data = encode_whole(self._format, bytes(pcm), self._sample_rate, self._out_rate)
         await self._start({"Content-Length": str(len(data))})
         await self._body_part(data, more=False)
 
@@ -145,7 +149,7 @@ class _Delivery:
     async def _start(self, extra: dict[str, str]) -> None:
         media_type = sse.MEDIA_TYPE if self._mode == "sse" else self._format.media_type
         headers = {"Content-Type": media_type, "X-Request-Id": self._request_id,
-                   "X-Sample-Rate": str(self._format.sample_rate or self._sample_rate), **extra}
+                   "X-Sample-Rate": str(self._out_rate), **extra}
         if self._format.raw_bits is not None:  # a headerless format: what a player needs besides the rate
             headers.update({"X-Channels": "1", "X-Bit-Depth": str(self._format.raw_bits)})
         if self._mode is not None:

@@ -95,7 +95,11 @@ class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
     SGLang-Omni); peer_fields.py resolves the latter into the former before anything runs.
 
     Attributes:
-        response_format: wav (24 kHz mono s16), pcm (raw 24 kHz s16le mono), flac, mp3 or opus (in Ogg).
+        response_format: wav (mono s16), pcm (raw s16le mono), flac, mp3, opus (in Ogg), aac (in ADTS), ulaw or
+            alaw (G.711, raw).
+        sample_rate: the answer's rate (the model's 24 kHz audio resampled by libsoxr): 8000, 16000, 22050, 24000,
+            44100 or 48000 (opus: 8000, 12000, 16000, 24000, 48000); None: 24000 (G.711: 8000). vLLM-Omni's field
+            of the same meaning.
         speed: OpenAI's range is 0.25..4.0; only 1.0 is served (the model has no speed control, and resampling
             would change the pitch): anything else is refused rather than ignored.
         stream_format: None answers the whole file once it is complete (exact length; a failure is an HTTP error
@@ -110,7 +114,6 @@ class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
         task_type: what the model does (CustomVoice, VoiceDesign, Base); must be what the served checkpoint does.
         speaker: vLLM-Omni's and SGLang-Omni's other name of `voice`.
         initial_codec_chunk_frames: their name of `initial_chunk_frames`.
-        sample_rate: vLLM-Omni's output rate; only the model's own (24000) is served.
         word_timestamps: vLLM-Omni's per-word timing header; only false is served.
         stream_codec_output, suppress_bootstrap_silence: SGLang-Omni's switches; only false (their default).
         speaker_embedding ... stage_params: known fields of other models or servers that this server cannot
@@ -119,6 +122,7 @@ class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
     """
 
     response_format: str = "wav"
+    sample_rate: PosInt | None = None
     speed: float | None = 1.0
     stream_format: Literal["audio", "sse"] | None = None
     text_mode: TextMode | None = None
@@ -129,7 +133,6 @@ class SpeechBody(SynthesisFields, kw_only=True, forbid_unknown_fields=True):
     task_type: TaskType | None = None
     speaker: str | None = None
     initial_codec_chunk_frames: NonNegInt | None = None
-    sample_rate: PosInt | None = None
     word_timestamps: bool = False
     stream_codec_output: bool | None = None
     suppress_bootstrap_silence: bool | None = None

@@ -1,22 +1,17 @@
-"""G.711 (ITU-T) telephony audio: 8 kHz, one byte a sample, mu-law (`ulaw`) or A-law (`alaw`), headerless.
+"""G.711 (ITU-T) telephony audio: one byte a sample, mu-law (`ulaw`) or A-law (`alaw`), headerless; 8 kHz unless
+the client asks for another rate.
 
-The model's 24 kHz PCM is resampled to 8 kHz by libsoxr (`soxr`, its HQ filter) as a stream: each piece is
-resampled as it comes, the resampler keeping the filter's history between pieces, and `finish` flushes the filter's
-tail. In float32 libsoxr's streamed output equals its one-call output of the whole signal, so a streamed answer and
-a whole one carry the same bytes, and the same audio always gives the same bytes. Each resampled sample is rounded to
-16 bits, then companded by a 65,536-entry table built once from the standard's segment rule (mu-law: 14-bit
-magnitude plus a bias of 33, 8 segments of 16 steps, bits inverted; A-law: 13-bit magnitude, 8 segments, even
+The model's 24 kHz PCM is first resampled to the answer's rate (requests/resampler.py, the same for every format);
+each 16-bit sample is then companded by a 65,536-entry table built once from the standard's segment rule (mu-law:
+14-bit magnitude plus a bias of 33, 8 segments of 16 steps, bits inverted; A-law: 13-bit magnitude, 8 segments, even
 bits inverted).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import soxr
 
-G711_RATE = 8000
-RESAMPLER_QUALITY = "HQ"
-_FULL_SCALE = 32768.0
+G711_RATE = 8000  # the telephony rate: a G.711 answer's rate when the client names none
 _MULAW_CLIP = 8158  # the largest 14-bit magnitude whose biased value (plus 33) stays in segment 7
 _MULAW_BIAS = 33
 
@@ -57,25 +52,17 @@ def compand(samples: np.ndarray, law: str) -> bytes:
 
 
 class G711Encoder:
-    """One stream of s16le mono PCM at `in_rate` as G.711 `law` bytes at 8 kHz (a StreamEncoder)."""
+    """One stream of s16le mono PCM as G.711 `law` bytes at the same rate (a StreamEncoder)."""
 
-    def __init__(self, law: str, in_rate: int) -> None:
+    def __init__(self, law: str) -> None:
         if law not in _TABLES:
             raise ValueError(f"unknown G.711 law {law!r}; one of {', '.join(LAWS)}")
         self._law = law
-        self._resampler = soxr.ResampleStream(in_rate, G711_RATE, 1, dtype="float32", quality=RESAMPLER_QUALITY)
 
     def feed(self, pcm: bytes) -> bytes:
-        """The bytes of the next PCM that the resampler's filter has let through (a few ms stay in it)."""
-        if not pcm:
-            return b""
-        floats = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / _FULL_SCALE
-        return self._encoded(self._resampler.resample_chunk(floats, last=False))
+        """One byte for each sample of `pcm`."""
+        return compand(np.frombuffer(pcm, dtype="<i2"), self._law)
 
     def finish(self) -> bytes:
-        """The filter's tail: the stream's last bytes."""
-        return self._encoded(self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
-
-    def _encoded(self, floats: np.ndarray) -> bytes:
-        samples = np.clip(np.rint(floats.astype(np.float64) * _FULL_SCALE), -32768, 32767).astype(np.int16)
-        return compand(samples, self._law)
+        """Nothing: companding keeps no state."""
+        return b""

@@ -33,6 +33,7 @@ class Job:
     Attributes:
         describe: what `audio.start` says besides the request id (segment, text, resumed...).
         audio_format: how its audio is sent.
+        sample_rate: the rate it is sent at (None: the format's own).
         first_seq: the first chunk the client gets (0, or last_seq+1 on resume).
         next_seq: the chunk after the last one sent to the client.
         is_announced: its `audio.start` was sent (the client knows its request id).
@@ -40,10 +41,11 @@ class Job:
     """
 
     def __init__(self, open_stream: StreamOpener, cancel_request: CancelRequest, *, audio_format: str,
-                 first_seq: int = 0, describe: dict[str, Any] | None = None) -> None:
+                 sample_rate: int | None = None, first_seq: int = 0, describe: dict[str, Any] | None = None) -> None:
         self._open_stream = open_stream
         self._cancel_request = cancel_request
         self.audio_format = audio_format
+        self.sample_rate = sample_rate
         self.first_seq = first_seq
         self.next_seq = first_seq
         self.describe = describe or {}

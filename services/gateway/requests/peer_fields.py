@@ -10,8 +10,9 @@ voxmesh's own before the request runs, or refused with a specific code (nothing 
 - `task_type`: must name what the served checkpoint does (`task_type_mismatch` otherwise).
 - `speaker`, `initial_codec_chunk_frames`: other names of `voice` and `initial_chunk_frames`; `voice: "default"`
   (SGLang-Omni's default) is the model's default speaker on a checkpoint with named speakers and none so named.
-- `sample_rate` (the response format's rate: 24000, or 8000 for G.711), `word_timestamps`, `stream_codec_output`,
-  `suppress_bootstrap_silence`: only the value that changes nothing is served; any other is `unsupported_value`.
+- `sample_rate` is voxmesh's own field too (the answer's rate, checked with the response format in validation.py).
+- `word_timestamps`, `stream_codec_output`, `suppress_bootstrap_silence`: only the value that changes nothing is
+  served; any other is `unsupported_value`.
 - `speed`, `language`, `x_vector_only_mode` as null (the peers' default): 1.0, "auto", false.
 The fields other models use (REFUSED_FIELDS) are refused when the body is decoded (body.py).
 """
@@ -20,12 +21,10 @@ from __future__ import annotations
 
 import msgspec
 
-from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from services.gateway.errors import AdmissionError
 from services.gateway.requests.body import SpeechBody, TaskType, TextMode, VoiceRef
 from services.gateway.requests.catalog import VoiceCatalog
-from services.gateway.requests.response_formats import FORMATS
 from services.gateway.requests.validation import DEFAULT_TEXT_MODE
 
 DEFAULT_VOICE = "default"  # SGLang-Omni's `voice` when the client names none
@@ -46,8 +45,7 @@ def resolved(body: SpeechBody, catalog: VoiceCatalog) -> SpeechBody:
         speed=1.0 if body.speed is None else body.speed,
         language="auto" if body.language is None else body.language,
         x_vector_only_mode=bool(body.x_vector_only_mode),
-        stream=None, non_streaming_mode=None, task_type=None, speaker=None, initial_codec_chunk_frames=None,
-        sample_rate=None)
+        stream=None, non_streaming_mode=None, task_type=None, speaker=None, initial_codec_chunk_frames=None)
 
 
 def _stream_format(body: SpeechBody) -> str | None:
@@ -111,12 +109,6 @@ def _check_task_type(task_type: TaskType | None, model_type: str) -> None:
 
 def _check_no_op_values(body: SpeechBody) -> None:
     """The peers' output switches, served at the value that leaves the audio as this server makes it."""
-    fmt = FORMATS.get(body.response_format)
-    rate = (fmt.sample_rate if fmt is not None else None) or SAMPLE_RATE
-    if body.sample_rate is not None and body.sample_rate != rate:
-        raise AdmissionError(ErrorCode.UNSUPPORTED_VALUE, f"sample_rate {body.sample_rate} is not served: "
-                             f"response_format {body.response_format!r} is {rate} Hz; send {rate} or omit it",
-                             param="sample_rate")
     if body.word_timestamps:
         raise AdmissionError(ErrorCode.UNSUPPORTED_VALUE, "word_timestamps is not served (this server runs no forced "
                              "aligner); send false or omit it", param="word_timestamps")

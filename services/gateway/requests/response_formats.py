@@ -1,24 +1,21 @@
-"""The speech API's response formats: which `response_format` names exist, which this process can encode, and the
-refusal (code `unsupported_format`, before anything is queued) of any other.
+"""The speech API's response formats: which `response_format` names exist, which this process can encode, the sample
+rates each is served at, and the refusal (before anything is queued) of any other format (`unsupported_format`) or
+rate (`unsupported_value`), naming the ones that work.
 
-wav and pcm are written by the gateway itself, and ulaw and alaw (G.711 at 8 kHz, http/g711.py); flac and opus (in
-Ogg) by libsndfile through `soundfile` (builds differ in the codecs they carry), mp3 by LAME through `lameenc`; aac
-has no encoder. How PCM becomes each format is services/gateway/http/encoders.py.
+wav and pcm are written by the gateway itself, and ulaw and alaw (G.711, requests/g711.py); mp3, opus (in Ogg), flac
+and aac (in ADTS) by FFmpeg through PyAV (requests/ffmpeg_encoder.py). How PCM becomes each format is
+services/gateway/http/encoders.py; the model's 24 kHz audio reaches another rate through requests/resampler.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import soundfile
-
-try:  # optional at import: without it mp3 is refused with a clear error instead of the gateway not starting
-    import lameenc
-except ImportError:  # pragma: no cover - lameenc is a pinned dependency
-    lameenc = None
-
+from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from services.gateway.errors import AdmissionError
+from services.gateway.requests import ffmpeg_encoder
+from services.gateway.requests.g711 import G711_RATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,39 +25,39 @@ class AudioFormat:
     Attributes:
         name: the API's name for it.
         media_type: the Content-Type of a response in it.
-        libsndfile: (major format, subtype) for libsndfile, or None when it is not libsndfile's to encode.
+        by_ffmpeg: FFmpeg encodes it (requests/ffmpeg_encoder.py); else the gateway itself.
         raw_bits: bits per sample of a headerless format (its answers say them in `X-Bit-Depth`, with
             `X-Channels`, as SGLang-Omni's do); None for a format with a header.
-        sample_rate: the rate the format is always in (G.711: 8000); None: the model's own (24000).
+        rates: the sample rates it is served at (`sample_rate`).
+        default_rate: its rate when the client names none (the model's own, 24000; G.711's 8000).
     """
 
     name: str
     media_type: str
-    libsndfile: tuple[str, str] | None = None
+    by_ffmpeg: bool = False
     raw_bits: int | None = None
-    sample_rate: int | None = None
+    rates: tuple[int, ...] = ()
+    default_rate: int = SAMPLE_RATE
 
     @property
     def is_available(self) -> bool:
-        """Whether this process can encode it (libsndfile builds differ in the codecs they carry)."""
-        if self.name == "mp3":
-            return lameenc is not None
-        if self.libsndfile is None:
-            return True
-        major, subtype = self.libsndfile
-        return major in soundfile.available_formats() and subtype in soundfile.available_subtypes(major)
+        """Whether this process can encode it (PyAV may be missing, or its FFmpeg built without the codec)."""
+        return not self.by_ffmpeg or ffmpeg_encoder.is_available(self.name)
 
+
+RATES = (8000, 16000, 22050, 24000, 44100, 48000)  # telephony, wideband, and the common audio rates
+OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the only rates Opus codes
 
 FORMATS: dict[str, AudioFormat] = {
-    "wav": AudioFormat("wav", "audio/wav"),
-    "pcm": AudioFormat("pcm", "audio/pcm", raw_bits=16),
-    "flac": AudioFormat("flac", "audio/flac", ("FLAC", "PCM_16")),
-    "mp3": AudioFormat("mp3", "audio/mpeg"),
-    "opus": AudioFormat("opus", "audio/ogg", ("OGG", "OPUS")),
-    "ulaw": AudioFormat("ulaw", "audio/basic", raw_bits=8, sample_rate=8000),
-    "alaw": AudioFormat("alaw", "audio/x-alaw-basic", raw_bits=8, sample_rate=8000),
+    "wav": AudioFormat("wav", "audio/wav", rates=RATES),
+    "pcm": AudioFormat("pcm", "audio/pcm", raw_bits=16, rates=RATES),
+    "flac": AudioFormat("flac", "audio/flac", by_ffmpeg=True, rates=RATES),
+    "mp3": AudioFormat("mp3", "audio/mpeg", by_ffmpeg=True, rates=RATES),
+    "opus": AudioFormat("opus", "audio/ogg", by_ffmpeg=True, rates=OPUS_RATES),
+    "aac": AudioFormat("aac", "audio/aac", by_ffmpeg=True, rates=RATES),
+    "ulaw": AudioFormat("ulaw", "audio/basic", raw_bits=8, rates=RATES, default_rate=G711_RATE),
+    "alaw": AudioFormat("alaw", "audio/x-alaw-basic", raw_bits=8, rates=RATES, default_rate=G711_RATE),
 }
-_NEVER = {"aac": "libsndfile has no AAC encoder"}
 
 
 def available_formats() -> tuple[str, ...]:
@@ -73,6 +70,20 @@ def audio_format(name: str) -> AudioFormat:
     fmt = FORMATS.get(name)
     if fmt is not None and fmt.is_available:
         return fmt
-    why = _NEVER.get(name) or ("this server's libsndfile lacks its codec" if fmt else "it is not an audio format")
+    why = "this server's PyAV (FFmpeg) lacks its codec" if fmt else "it is not an audio format"
     raise AdmissionError(ErrorCode.UNSUPPORTED_FORMAT, f"response_format {name!r} is not supported ({why}); use one "
                          f"of {', '.join(available_formats())}", param="response_format")
+
+
+def served_rate(fmt: AudioFormat, requested: int | None, *, format_field: str = "response_format",
+                format_name: str | None = None) -> int:
+    """The rate an answer in `fmt` is served at: `requested`, or the format's default when None; AdmissionError
+    (`unsupported_value`, param `sample_rate`) naming the format's rates when it has no such rate. `format_field` and
+    `format_name` say how the client named the format (the WebSocket's `format`)."""
+    if requested is None:
+        return fmt.default_rate
+    if requested not in fmt.rates:
+        raise AdmissionError(ErrorCode.UNSUPPORTED_VALUE, f"sample_rate {requested} is not served for {format_field} "
+                             f"{format_name or fmt.name!r}; use one of {', '.join(map(str, fmt.rates))} (or omit it "
+                             f"for {fmt.default_rate})", param="sample_rate")
+    return requested

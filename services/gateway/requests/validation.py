@@ -16,7 +16,7 @@ from messages.requests import MAX_TEXT_CHARS, Priority, SamplingSpec, SynthesisR
 from services.gateway.errors import AdmissionError
 from services.gateway.requests.body import SpeechBody, SynthesisFields, TextMode
 from services.gateway.requests.catalog import VoiceCatalog
-from services.gateway.requests.response_formats import audio_format
+from services.gateway.requests.response_formats import audio_format, served_rate
 from services.gateway.tenancy.tenant import Tenant
 
 DEFAULT_PRIORITY: Priority = "interactive"
@@ -132,7 +132,8 @@ def _is_control(ch: str) -> bool:
 
 
 def _check_output(body: SpeechBody) -> None:
-    audio_format(body.response_format)  # unsupported_format naming the ones that work
+    # unsupported_format / unsupported_value, naming the formats (the format's rates) that work
+    served_rate(audio_format(body.response_format), body.sample_rate)
     low, high = SPEED_RANGE
     if not low <= body.speed <= high:
         raise AdmissionError(ErrorCode.OUT_OF_RANGE, f"speed {body.speed} is outside {low}..{high}; this server "

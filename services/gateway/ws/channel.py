@@ -8,7 +8,6 @@ import base64
 
 from starlette.websockets import WebSocket
 
-from messages.frames import AudioChunk
 from services.gateway.errors import GatewayError
 from services.gateway.ws.protocol import BASE64_FORMAT, AudioDelta, ErrorEvent, ServerEvent, encode_event
 
@@ -30,14 +29,13 @@ class ClientChannel:
         await self.event(ErrorEvent(request_id=error.request_id, code=error.code, message=error.message,
                                     param=error.param, stage=error.stage))
 
-    async def audio(self, audio_format: str, chunk: AudioChunk, encoded: bytes | None = None) -> None:
-        """One chunk: a binary frame of s16le PCM (or of `encoded`, the chunk in the socket's G.711 format), or an
-        `audio.delta` event carrying it in base64."""
+    async def audio(self, audio_format: str, request_id: str, seq: int, data: bytes) -> None:
+        """The bytes of chunk `seq` in the socket's format: a binary frame, or an `audio.delta` event carrying them
+        in base64."""
         if audio_format == BASE64_FORMAT:
-            await self.event(AudioDelta(request_id=chunk.request_id, seq=chunk.seq,
-                                        audio=base64.b64encode(chunk.pcm).decode()))
+            await self.event(AudioDelta(request_id=request_id, seq=seq, audio=base64.b64encode(data).decode()))
             return
-        await self.binary(chunk.pcm if encoded is None else encoded)
+        await self.binary(data)
 
     async def binary(self, data: bytes) -> None:
         """A binary frame."""

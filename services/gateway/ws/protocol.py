@@ -2,7 +2,8 @@
 
 Client -> server (JSON text messages):
 - `session.update`: any of the speech fields of `POST /v1/audio/speech` except `input` (voice, language, seed,
-  sampling extras...) and `format`; fields left out keep their value. Applies to text segmented after it.
+  sampling extras...), `format` and `sample_rate`; fields left out keep their value. Applies to text segmented (and
+  requests resumed) after it.
 - `input.text` {text}: more text; each sentence is synthesized as soon as its end is certain.
 - `input.flush`: synthesize what is buffered now, sentence end or not.
 - `input.done`: no more text; the server answers `session.done` after the last segment's audio, then closes.
@@ -12,8 +13,9 @@ Client -> server (JSON text messages):
 - A JSON object without `type` is one complete request (the speech fields with `input`), served in turn.
 
 Server -> client: `session.updated`, `audio.start`, the audio (binary frames of s16le PCM, or `audio.delta` events
-with base64 when `format` is `pcm_s16le_base64`, or binary frames of G.711 at 8 kHz for `pcm_mulaw` / `pcm_alaw`),
-`audio.done`, `error`, `session.done`.
+with base64 when `format` is `pcm_s16le_base64`, or binary frames of G.711 for `pcm_mulaw` / `pcm_alaw`; at the
+session's `sample_rate`: one frame or event a chunk, then, when the audio is resampled, one more with the
+filter's tail), `audio.done`, `error`, `session.done`.
 """
 
 from __future__ import annotations
@@ -26,20 +28,19 @@ from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode, Stage
 from messages.requests import MAX_TEXT_CHARS
 from services.gateway.errors import AdmissionError
-from services.gateway.requests.g711 import G711_RATE
-from services.gateway.requests.body import SynthesisFields, parse_body, too_deep, validation_error
+from services.gateway.requests.body import PosInt, SynthesisFields, parse_body, too_deep, validation_error
+from services.gateway.requests.response_formats import FORMATS, AudioFormat as ResponseFormat, served_rate
 
 BINARY_FORMAT = "pcm_s16le"
 BASE64_FORMAT = "pcm_s16le_base64"
-# G.711 at 8 kHz in binary frames (services/gateway/requests/g711.py): each chunk's bytes, then one last frame with the
-# resampling filter's tail, before `audio.done`.
-G711_LAW_OF_FORMAT = {"pcm_mulaw": "ulaw", "pcm_alaw": "alaw"}
+# The socket's formats as the HTTP answers whose bytes they carry: s16le PCM, or G.711 in binary frames.
+RESPONSE_FORMAT_OF = {"pcm_s16le": "pcm", "pcm_s16le_base64": "pcm", "pcm_mulaw": "ulaw", "pcm_alaw": "alaw"}
 AudioFormat = Literal["pcm_s16le", "pcm_s16le_base64", "pcm_mulaw", "pcm_alaw"]
 
 
-def wire_rate(audio_format: str) -> int:
-    """The sample rate of the audio a socket of `audio_format` receives."""
-    return G711_RATE if audio_format in G711_LAW_OF_FORMAT else SAMPLE_RATE
+def response_format_of(audio_format: str) -> ResponseFormat:
+    """The HTTP response format whose bytes a socket of `audio_format` receives."""
+    return FORMATS[RESPONSE_FORMAT_OF[audio_format]]
 
 _Tagged = dict(tag_field="type", kw_only=True, forbid_unknown_fields=True)
 
@@ -51,6 +52,7 @@ def _session_update_type() -> type[msgspec.Struct]:
         (info.name, Union[info.type, msgspec.UnsetType], msgspec.UNSET)
         for info in msgspec.structs.fields(SynthesisFields) if info.name != "input"]
     fields.append(("format", Union[AudioFormat, msgspec.UnsetType], msgspec.UNSET))
+    fields.append(("sample_rate", Union[PosInt, None, msgspec.UnsetType], msgspec.UNSET))
     return msgspec.defstruct("SessionUpdate", fields, tag="session.update", module=__name__, **_Tagged)
 
 
@@ -102,18 +104,30 @@ class SessionConfig(msgspec.Struct, kw_only=True, frozen=True):
 
     Attributes:
         speech: the speech fields (everything of SynthesisFields but `input`) that were set.
-        format: how audio is sent: binary frames (pcm_s16le) or base64 `audio.delta` events (pcm_s16le_base64).
+        format: how audio is sent: binary frames of s16le PCM (pcm_s16le) or of G.711 (pcm_mulaw, pcm_alaw), or
+            base64 `audio.delta` events of s16le PCM (pcm_s16le_base64).
+        sample_rate: the audio's rate as the client asked for it; None: the format's own (24000; G.711: 8000).
     """
 
     speech: dict[str, Any] = {}
     format: AudioFormat = BINARY_FORMAT
+    sample_rate: int | None = None
 
     def updated(self, update: Any) -> SessionConfig:
-        """These settings with the fields `update` (a SessionUpdate) sets."""
+        """These settings with the fields `update` (a SessionUpdate) sets; AdmissionError (`unsupported_value`) when
+        the format is not served at the rate they name."""
         given = {info.name: getattr(update, info.name) for info in msgspec.structs.fields(update)
                  if getattr(update, info.name) is not msgspec.UNSET}
         audio_format = given.pop("format", self.format)
-        return SessionConfig(speech={**self.speech, **given}, format=audio_format)
+        sample_rate = given.pop("sample_rate", self.sample_rate)
+        config = SessionConfig(speech={**self.speech, **given}, format=audio_format, sample_rate=sample_rate)
+        config.served_rate()
+        return config
+
+    def served_rate(self) -> int:
+        """The rate the socket's audio is sent at; AdmissionError when its format has no such rate."""
+        return served_rate(response_format_of(self.format), self.sample_rate, format_field="format",
+                           format_name=self.format)
 
     def fields_for(self, text: str) -> SynthesisFields:
         """The request body of one segment."""

@@ -22,7 +22,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from services.gateway.errors import GatewayError, RequestFailed
-from services.gateway.requests.g711 import G711Encoder
+from services.gateway.http.encoders import StreamEncoder, stream_encoder
 from services.gateway.requests.audio_stream import AudioStream
 from services.gateway.requests.body import SynthesisFields
 from services.gateway.requests.synthesis import Synthesizer
@@ -30,9 +30,9 @@ from services.gateway.tenancy.tenant import Tenant
 from services.gateway.ws.channel import ClientChannel
 from services.gateway.requests.job_queue import Job, JobQueue
 from services.gateway.ws.orphan_resume import adopt_orphan
-from services.gateway.ws.protocol import (BINARY_FORMAT, G711_LAW_OF_FORMAT, AudioDone, AudioStart, Cancel,
-                                          InputDone, InputFlush, InputText, Resume, SessionConfig, SessionDone,
-                                          SessionUpdate, SessionUpdated, parse_client_message, wire_rate)
+from services.gateway.ws.protocol import (BINARY_FORMAT, AudioDone, AudioStart, Cancel, InputDone, InputFlush,
+                                          InputText, Resume, SessionConfig, SessionDone, SessionUpdate,
+                                          SessionUpdated, parse_client_message, response_format_of)
 from services.gateway.ws.resume import ParkedRequest, ResumeRefused, ResumeRegistry, resumed_stream
 from services.gateway.ws.resume_token import ResumeTokens
 from services.gateway.requests.sentences import SentenceSegmenter
@@ -178,10 +178,14 @@ class SpeechSession:
         fields = self._config.fields_for(text)
         index, self._num_segments = self._num_segments, self._num_segments + 1
         return self._job(lambda: self._synthesizer.synthesize(fields, tenant=self._tenant), self._config.format,
-                         describe={"segment": index, "text": text})
+                         self._config.served_rate(), describe={"segment": index, "text": text})
 
     def _resume_job(self, message: Resume) -> Job:
         from_seq = 0 if message.last_seq is None else message.last_seq + 1
+        rate = self._config.served_rate()
+        # Resampled audio depends on all the audio before it: the chunks the client had are replayed through the
+        # resampler (not sent), so the rest are the bytes the first stream would have sent (see _forward).
+        replay_from = from_seq if rate == SAMPLE_RATE else 0
 
         @contextlib.asynccontextmanager
         async def open_stream() -> AsyncIterator[AudioStream]:
@@ -196,7 +200,7 @@ class SpeechSession:
                                                 message.last_seq)
                     if parked is None:
                         raise
-                async with resumed_stream(self._synthesizer, self._registry, parked, from_seq) as stream:
+                async with resumed_stream(self._synthesizer, self._registry, parked, replay_from) as stream:
                     entered = True
                     yield stream
             except GatewayError as error:
@@ -205,10 +209,10 @@ class SpeechSession:
                 error.request_id = message.request_id
                 raise
 
-        return self._job(open_stream, self._config.format, first_seq=from_seq, describe={"resumed": True})
+        return self._job(open_stream, self._config.format, rate, first_seq=from_seq, describe={"resumed": True})
 
-    def _job(self, open_stream, audio_format: str, **options: Any) -> Job:
-        return Job(open_stream, self._cancel_in_mesh, audio_format=audio_format, **options)
+    def _job(self, open_stream, audio_format: str, sample_rate: int = SAMPLE_RATE, **options: Any) -> Job:
+        return Job(open_stream, self._cancel_in_mesh, audio_format=audio_format, sample_rate=sample_rate, **options)
 
     def _add(self, job: Job) -> None:
         if self._is_input_done:
@@ -259,7 +263,7 @@ class SpeechSession:
             return  # cancelled before the client heard of it (the holder cancels it in the mesh)
         self._registry.attach(stream.request_id)
         await self._channel.event(AudioStart(request_id=stream.request_id, format=job.audio_format,
-                                    sample_rate=wire_rate(job.audio_format), first_seq=job.first_seq,
+                                    sample_rate=job.sample_rate, first_seq=job.first_seq,
                                     resume_token=self._tokens.issue(stream.request_id), **job.describe))
         job.is_announced = True
         try:
@@ -282,21 +286,30 @@ class SpeechSession:
         self._samples_delivered += samples
 
     async def _forward(self, job: Job, stream: AudioStream) -> tuple[int, int]:
-        """Send the stream's chunks until its end (none once the client cancelled); (samples sent, rate)."""
+        """Send the stream's chunks from `job.first_seq` until its end (none once the client cancelled), in the
+        job's format and rate; (model samples sent, their rate). Chunks before `first_seq` (a resumed stream of
+        resampled audio replays them) only go through the encoder, so its state is the first stream's."""
         samples, sample_rate = 0, SAMPLE_RATE
-        law = G711_LAW_OF_FORMAT.get(job.audio_format)
-        encoder: G711Encoder | None = None
+        encoder: StreamEncoder | None = None
+        is_resampled = False
+        last_seq = 0
         async for chunk in stream.chunks():
             if job.is_cancelled:
                 continue  # silence at once; the mesh's terminal follows the cancel
-            if law is not None and encoder is None:
-                encoder = G711Encoder(law, chunk.sample_rate)  # a resumed request's filter starts afresh
-            await self._channel.audio(job.audio_format, chunk, None if encoder is None else encoder.feed(chunk.pcm))
+            if encoder is None:
+                encoder = stream_encoder(response_format_of(job.audio_format), chunk.sample_rate, job.sample_rate)
+                is_resampled = chunk.sample_rate != job.sample_rate
+            data = encoder.feed(chunk.pcm)
+            last_seq = chunk.seq
+            if chunk.seq < job.first_seq:
+                continue
+            await self._channel.audio(job.audio_format, stream.request_id, chunk.seq, data)
             job.next_seq = chunk.seq + 1
             samples += chunk.num_samples
             sample_rate = chunk.sample_rate
-        if encoder is not None and not job.is_cancelled:
-            await self._channel.binary(encoder.finish())  # the filter's tail: the request's last few ms
+        if encoder is not None and is_resampled and not job.is_cancelled:
+            # The resampling filter's tail (the request's last few ms): one more frame, numbered as the last chunk.
+            await self._channel.audio(job.audio_format, stream.request_id, last_seq, encoder.finish())
         return samples, sample_rate
 
     # Leaving.

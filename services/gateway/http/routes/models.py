@@ -12,17 +12,19 @@ from services.gateway.errors import GatewayError
 from services.gateway.http.openapi import error_responses
 from services.gateway.http.routes.saved_voices import voice_object
 from services.gateway.requests.catalog import VoiceCatalog
-from services.gateway.requests.response_formats import available_formats
+from services.gateway.requests.response_formats import FORMATS, available_formats
 
 router = APIRouter()
 
 
 def model_object(catalog: VoiceCatalog) -> dict:
-    """OpenAI's model object (`id`, `object`, `created`, `owned_by`) with voxmesh's facts about the checkpoint."""
+    """OpenAI's model object (`id`, `object`, `created`, `owned_by`) with voxmesh's facts about the checkpoint and
+    the answers it is served in (`sample_rate`: the model's own; `sample_rates`: each response format's)."""
     return {"id": catalog.model, "object": "model", "created": catalog.created, "owned_by": "voxmesh",
             "fingerprint": catalog.fingerprint, "model_type": catalog.model_type, "sample_rate": SAMPLE_RATE,
             "voices": list(catalog.speakers), "languages": list(catalog.languages),
-            "response_formats": list(available_formats())}
+            "response_formats": list(available_formats()),
+            "sample_rates": {name: list(FORMATS[name].rates) for name in available_formats()}}
 
 
 @router.get("/v1/models", responses=error_responses(401))
