@@ -26,7 +26,7 @@ def test_the_one_shot_body_asks_for_the_format_and_the_rate():
     body = say.speech_body(args, format_for_output(args.output))
     assert body == {"input": "Hello.", "response_format": "mp3", "sample_rate": 16000, "voice": "ryan"}, (
         "no model named: the gateway's own serves (a hub id is served under the id)")
-    assert say.speech_body(parse("Hi.", "--model", "acme/tts"), "wav")["model"] == "acme/tts"
+    assert say.speech_body(parse("Hi.", "-o", "x.wav", "--model", "acme/tts"), "wav")["model"] == "acme/tts"
     plain = say.speech_body(parse("Hello.", "-o", "out.wav"), "wav")
     assert "sample_rate" not in plain and plain["response_format"] == "wav"
     assert parse("Hi.", "-o", "x.bin", "--format", "flac").format == "flac", "--format is --response-format"
