@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 
 import av
-import lameenc
 import numpy as np
 import soundfile
 
@@ -36,24 +35,19 @@ def encode(response_format: str, pcm: np.ndarray, rate: int) -> bytes:
     if response_format in ("ulaw", "alaw"):
         return compand(pcm, response_format)
     if response_format == "mp3":
-        encoder = lameenc.Encoder()
-        encoder.set_bit_rate(64)
-        encoder.set_in_sample_rate(rate)
-        encoder.set_channels(1)
-        encoder.set_quality(2)
-        return bytes(encoder.encode(pcm.tobytes()) + encoder.flush())
+        return _by_ffmpeg(pcm, rate, "mp3", "libmp3lame")
     if response_format == "aac":
-        return _adts(pcm, rate)
+        return _by_ffmpeg(pcm, rate, "adts", "aac")
     out = io.BytesIO()
     soundfile.write(out, pcm, rate, format={"flac": "FLAC", "opus": "OGG"}[response_format],
                     subtype={"flac": "PCM_16", "opus": "OPUS"}[response_format])
     return out.getvalue()
 
 
-def _adts(pcm: np.ndarray, rate: int) -> bytes:
+def _by_ffmpeg(pcm: np.ndarray, rate: int, container_format: str, codec: str) -> bytes:
     out = io.BytesIO()
-    with av.open(out, "w", format="adts") as container:
-        stream = container.add_stream("aac", rate=rate, layout="mono")
+    with av.open(out, "w", format=container_format) as container:
+        stream = container.add_stream(codec, rate=rate, layout="mono")
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = rate
         for packet in [*stream.encode(frame), *stream.encode(None)]:

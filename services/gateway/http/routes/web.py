@@ -18,7 +18,7 @@ from messages.audio_format import SAMPLE_RATE
 from messages.errors import ErrorCode
 from services.gateway.deps import GatewayDep
 from services.gateway.errors import GatewayError
-from services.gateway.requests.response_formats import available_formats
+from services.gateway.requests.response_formats import audio_format, available_formats
 
 router = APIRouter()
 
@@ -27,9 +27,6 @@ CONFIG_PLACEHOLDER = "{{VOXMESH_CONFIG}}"
 SCRIPTS = ("app", "recording", "voices", "waveform", "formats")
 """The page's scripts, /static/<name>.js: the player and session, the kept PCM and its WAV, cloned voices, the
 waveform, the format and rate picker."""
-PAGE_SAMPLE_RATES = {"opus": (8000, 12000, 16000, 24000, 48000), "ulaw": (8000,), "alaw": (8000,)}
-OTHER_SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
-"""The rates the page offers for each format (`sample_rate` of the speech API; Opus encodes only its own rates)."""
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -42,7 +39,7 @@ async def index(gateway: GatewayDep) -> HTMLResponse:
               "stream_path": "/v1/audio/speech/stream", "model_type": catalog.model_type,
               "voices_path": "/v1/audio/voices", "speech_path": "/v1/audio/speech",
               "response_formats": list(formats),
-              "sample_rates": {name: list(PAGE_SAMPLE_RATES.get(name, OTHER_SAMPLE_RATES)) for name in formats}}
+              "sample_rates": {name: list(audio_format(name).rates) for name in formats}}
     # "<" escaped: the JSON sits in a <script> element and must not be able to close it.
     page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
     return HTMLResponse(page.replace(CONFIG_PLACEHOLDER, json.dumps(config).replace("<", "\\u003c")))
