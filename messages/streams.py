@@ -38,6 +38,11 @@ def lane_consumer(model: str, priority: str, lane: int) -> str:
     return f"decode-{subjects.slug(model)}-{priority}-{lane}"
 
 
+def consumer_for(model: str, priority: str, tenant: str) -> str:
+    """The lane consumer that holds a request of `tenant` at `priority` (`subjects.request_for`'s subject)."""
+    return lane_consumer(model, priority, subjects.tenant_lane(tenant))
+
+
 @dataclass(frozen=True, slots=True)
 class RequestLane:
     """One queue decode takes a model's requests from: a consumer of REQUESTS and the subjects it holds."""

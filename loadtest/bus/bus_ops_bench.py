@@ -30,8 +30,8 @@ from loadtest.bus.buses import Bus, side_by_side
 from loadtest.bus.latency import ratios, summary
 from loadtest.bus.leaders import move_leader
 from loadtest.bus.machine import stamp
-from loadtest.bus.request_ops import MODEL, OPS, PARTITION, RequestPath, one_request
-from messages.streams import CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM, codes_consumer, requests_consumer
+from loadtest.bus.request_ops import OPS, PARTITION, REQUESTS_CONSUMER, RequestPath, one_request
+from messages.streams import CODES_STREAM, EVENTS_STREAM, REQUESTS_STREAM, codes_consumer
 from services.bus.provision import bucket_stream
 
 WARMUP = 5
@@ -48,7 +48,7 @@ async def _leaders(path: RequestPath) -> dict[str, str | None]:
     for stream in (REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM, bucket_stream("voxmesh")):
         info = await path.js.stream_info(stream)
         found[stream] = info.cluster.leader if info.cluster is not None else None
-    for stream, consumer in ((REQUESTS_STREAM, requests_consumer(MODEL)), (CODES_STREAM, codes_consumer(PARTITION))):
+    for stream, consumer in ((REQUESTS_STREAM, REQUESTS_CONSUMER), (CODES_STREAM, codes_consumer(PARTITION))):
         info = await path.js.consumer_info(stream, consumer)
         found[consumer] = info.cluster.leader if info.cluster is not None else None
     return found
@@ -61,7 +61,7 @@ async def _lead_from(bus: Bus, member: int) -> None:
         name = bus.servers[member].name
         for stream in (REQUESTS_STREAM, EVENTS_STREAM, CODES_STREAM, bucket_stream("voxmesh")):
             await move_leader(nc, name, stream)
-        for stream, consumer in ((REQUESTS_STREAM, requests_consumer(MODEL)),
+        for stream, consumer in ((REQUESTS_STREAM, REQUESTS_CONSUMER),
                                  (CODES_STREAM, codes_consumer(PARTITION))):
             await move_leader(nc, name, stream, consumer)
     finally:

@@ -23,7 +23,7 @@ from messages import encode, subjects
 from messages.events import Finished, Started, event_subject
 from messages.frames import AudioChunk, CodesChunk, CodesEnd
 from messages.requests import SynthesisRequest
-from messages.streams import CODES_STREAM, REQUESTS_STREAM, codes_consumer, requests_consumer
+from messages.streams import CODES_STREAM, REQUESTS_STREAM, codes_consumer, consumer_for
 from services.bus.claims import resolve_request_claim
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.kvstore import read_cancel
@@ -33,6 +33,7 @@ from services.bus.terminal_guard import publish_terminal
 
 MODEL = "tiny"
 PARTITION = 0  # every bench request's codes in one partition: one vocoder consumer answers them all
+REQUESTS_CONSUMER = consumer_for(MODEL, "interactive", "")  # the lane a keyless interactive request is queued in
 CHUNK_FRAMES = (2, 2, 4, 8)  # decode's default ramp (initial 2, doubling up to 8): a short request's chunks
 SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 frames per second
 DELIVERY_TIMEOUT_S = 10.0
@@ -61,7 +62,7 @@ class RequestPath:
     async def open(cls, nc: Client, audio_nc: Client) -> RequestPath:
         js = nc.jetstream()
         kv = await open_bucket(js)
-        requests = await js.pull_subscribe_bind(requests_consumer(MODEL), REQUESTS_STREAM)
+        requests = await js.pull_subscribe_bind(REQUESTS_CONSUMER, REQUESTS_STREAM)
         codes = await js.pull_subscribe_bind(codes_consumer(PARTITION), CODES_STREAM)
         path = cls(nc, js, kv, requests, codes, audio_nc, {})
         await audio_nc.subscribe(f"{subjects.AUDIO_ROOT}.*", cb=path._on_audio)

@@ -11,7 +11,8 @@ the tenant. Each round of `fetch`:
 3. a no-wait pull of that many from each planned lane's consumer (`PromptPull.take_stored`), all at once.
 When there is nothing to take (or nothing this replica may take now), it waits for a doorbell: a core subscription
 to the model's request subjects rings on every publish, and a released seat (`Capacity.wait_released`) ends the
-wait too; `timeout_s` bounds it (redeliveries after a nak or an expired ack wait ring no doorbell).
+wait too; `timeout_s` bounds it (redeliveries after a nak or an expired ack wait ring no doorbell). A census the
+bus cannot answer (a leader election, a reconnect) costs a round, never the intake.
 
 Nothing is held outside JetStream: a request is taken only when a seat is free for it, and the consumer keeps it
 unacked until decode claims it, so a replica that dies between the pull and the claim leaves it to redelivery.
@@ -23,6 +24,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -92,7 +94,14 @@ class LanedPull:
         self._doorbell.clear()  # before the census: a publish from here on rings again
         self._capacity.clear_released()
         self.num_rounds += 1
-        pending = await self._census()
+        try:
+            pending = await self._census()
+        except (nats.errors.Error, asyncio.TimeoutError) as error:
+            # No census while the stream elects a leader or the connection is reconnecting: one round lost, then
+            # the next; the pulls themselves are core publishes, which the client keeps across a reconnect.
+            log.warning("no census of %s's lanes (%r); retrying in %.1fs", self.model, error, timeout_s)
+            await self._wait(timeout_s)
+            return []
         rooms = {p: min(batch, self._capacity.room_for(p)) for p in subjects.PRIORITIES}
         floors = {p: self._capacity.floor_for(p) for p in subjects.PRIORITIES}
         plan = self.picker.plan(pending, rooms, floors)

@@ -43,7 +43,10 @@ async def test_the_bus_sample_has_every_stream_and_durable_consumer(nats_server)
     assert {"REQUESTS", "EVENTS", "CODES", "KV_voxmesh"} <= streams.keys()
     assert streams["EVENTS"].messages == 1 and 0 <= streams["EVENTS"].oldest_age_s < 60
     assert streams["EVENTS"].max_age_s == 24 * 3600 and streams["REQUESTS"].max_msgs == 256
-    assert {c.name for c in sample.consumers} == {"decode-tiny", "prefill-tiny", "vocoder-p0", "vocoder-p1"}
+    config = BusConfig(models=("tiny",), num_partitions=2)
+    assert {c.name for c in sample.consumers} == {spec.durable for spec in config.consumers()}
+    assert {"decode-tiny", "decode-tiny-batch-7", "prefill-tiny", "vocoder-p1", "usage"} <= {
+        c.name for c in sample.consumers}
 
 
 def moment(rss_mib: float, fds: int, events: int, events_age_s: float, pending: int = 0) -> Moment:

@@ -35,7 +35,7 @@ FRAME_SAMPLES = 1000
 async def rendered_page() -> str:
     catalog = SimpleNamespace(model="tiny", speakers=("ryan", "vivian"), languages=("auto", "english"),
                               model_type="custom_voice")
-    response = await index(SimpleNamespace(catalog=catalog, api_keys=()))
+    response = await index(SimpleNamespace(catalog=catalog, keyring=SimpleNamespace(is_open=True)))
     return response.body.decode()
 
 

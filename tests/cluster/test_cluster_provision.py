@@ -8,6 +8,7 @@ import asyncio
 from nats.js.api import StreamInfo
 
 from messages import SynthesisRequest, subjects
+from messages.key_limits import LIMITS_BUCKET
 from messages.streams import BusConfig, REQUESTS_STREAM
 from messages.voice_clone import VOICES_STORE
 from services.bus import provision, submit_request
@@ -17,7 +18,7 @@ from tests.support.nats_cluster import ELECTION_TIMEOUT_S
 
 KEPT_KEY = subjects.lease_key("kept")
 CONFIG = BusConfig(models=("tiny",), num_partitions=2)
-EVERY_STREAM = {"REQUESTS", "EVENTS", "CODES", "USAGE", bucket_stream("voxmesh"),
+EVERY_STREAM = {"REQUESTS", "EVENTS", "CODES", "USAGE", bucket_stream("voxmesh"), bucket_stream(LIMITS_BUCKET),
                 object_store_stream("voxmesh-ref-audio"), object_store_stream(VOICES_STORE)}
 
 

@@ -58,7 +58,7 @@ async def test_http_transport_with_realistic_lengths_on_the_cpu_mesh(mesh, tmp_p
     assert level["summary"]["num_completed"] == 2
     check_public_level(level)
     assert target["max_sustained_rps"]["rps"] == (0.5 if level["gate"]["passed"] else None)
-    assert "public method (http, realistic length" in done.stdout
+    assert "public method (http, pcm, realistic length" in done.stdout
 
 
 async def test_two_trials_each_on_a_fresh_mesh(tiny_checkpoint, tmp_path):

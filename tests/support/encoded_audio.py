@@ -1,16 +1,17 @@
-"""Audio of a known shape in every response format, written with the libraries the gateway's encoders use (a
+"""Audio of a known shape in every response format, written by the gateway's encoders or libsndfile (a
 stand-in for the gateway's answers in the bench's and `voxmesh say`'s tests). No tests here."""
 
 from __future__ import annotations
 
 import io
 
-import av
 import numpy as np
 import soundfile
 
+from services.gateway.http.encoders import stream_encoder
 from services.gateway.http.wav import wav_header
 from services.gateway.requests.g711 import compand
+from services.gateway.requests.response_formats import audio_format
 
 SILENT_S = 0.25  # the audio is silent this long, then a loud tone: the first audible sample is known
 TONE_S = 1.0
@@ -27,29 +28,18 @@ def signal(rate: int) -> np.ndarray:
 
 
 def encode(response_format: str, pcm: np.ndarray, rate: int) -> bytes:
-    """`pcm` in `response_format` at `rate`, as a streamed answer carries it."""
+    """`pcm` in `response_format` at `rate`, as a streamed answer carries it: mp3 and aac by the gateway's own stream
+    encoder (the bench must read what the gateway sends: mp3 without a Xing frame), flac and opus by libsndfile."""
     if response_format == "pcm":
         return pcm.tobytes()
     if response_format == "wav":
         return wav_header(STREAMED_WAV_SAMPLES, rate) + pcm.tobytes()
     if response_format in ("ulaw", "alaw"):
         return compand(pcm, response_format)
-    if response_format == "mp3":
-        return _by_ffmpeg(pcm, rate, "mp3", "libmp3lame")
-    if response_format == "aac":
-        return _by_ffmpeg(pcm, rate, "adts", "aac")
+    if response_format in ("mp3", "aac"):
+        encoder = stream_encoder(audio_format(response_format), rate)
+        return encoder.feed(pcm.tobytes()) + encoder.finish()
     out = io.BytesIO()
     soundfile.write(out, pcm, rate, format={"flac": "FLAC", "opus": "OGG"}[response_format],
                     subtype={"flac": "PCM_16", "opus": "OPUS"}[response_format])
-    return out.getvalue()
-
-
-def _by_ffmpeg(pcm: np.ndarray, rate: int, container_format: str, codec: str) -> bytes:
-    out = io.BytesIO()
-    with av.open(out, "w", format=container_format) as container:
-        stream = container.add_stream(codec, rate=rate, layout="mono")
-        frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = rate
-        for packet in [*stream.encode(frame), *stream.encode(None)]:
-            container.mux(packet)
     return out.getvalue()
