@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 
 from services.cli.reference_fields import add_reference_arguments, reference_fields
-from services.cli.say_formats import RAW_FORMATS, RESPONSE_FORMATS, default_rate, format_for_output, playback_hint
+from services.cli.say_formats import (RAW_FORMATS, RESPONSE_FORMATS, default_rate, format_for_output, given_options,
+                                      playback_hint)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -83,13 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 def speech_body(args: argparse.Namespace, response_format: str) -> dict:
     """The body of `POST /v1/audio/speech` for the one-shot command line."""
-    body = {"input": args.text, "response_format": response_format}
-    if args.model is not None:
-        body["model"] = args.model
-    for key in ("voice", "language", "seed", "sample_rate"):
-        if getattr(args, key) is not None:
-            body[key] = getattr(args, key)
-    return body | reference_fields(args)
+    return {"input": args.text, "response_format": response_format, **given_options(args), **reference_fields(args)}
 
 
 def served_rate(headers: httpx.Headers, response_format: str) -> int:

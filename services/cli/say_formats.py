@@ -43,3 +43,13 @@ def playback_hint(response_format: str, sample_rate: int) -> str:
     """An `aplay` command that plays raw bytes of `response_format` at `sample_rate`."""
     sample = {"pcm": "S16_LE", "ulaw": "MU_LAW", "alaw": "A_LAW"}[response_format]
     return f"aplay -f {sample} -r {sample_rate} -c 1"
+
+
+REQUEST_OPTIONS = ("model", "voice", "language", "seed", "sample_rate")
+"""The command line's options that become request fields of the same name, when given."""
+
+
+def given_options(args) -> dict:
+    """The request fields the command line gave (`REQUEST_OPTIONS` not left at None): the gateway's defaults serve
+    the rest (the model it serves, the model's first voice, the format's rate)."""
+    return {name: getattr(args, name) for name in REQUEST_OPTIONS if getattr(args, name) is not None}

@@ -22,7 +22,7 @@ from typing import BinaryIO
 import websockets
 
 from services.cli.reference_fields import reference_fields
-from services.cli.say_formats import STREAM_FORMATS, bytes_per_sample, default_rate, format_for_output
+from services.cli.say_formats import STREAM_FORMATS, bytes_per_sample, default_rate, format_for_output, given_options
 from services.gateway.http.wav import wav_header
 
 STREAM_PATH = "/v1/audio/speech/stream"
@@ -90,13 +90,8 @@ def stream_url(url: str) -> str:
 
 def session_update(args, audio_format: str) -> dict:
     """The session's settings from the command line; `audio_format` is what is written (wav, pcm, ulaw, alaw)."""
-    update = {"type": "session.update", "format": STREAM_FORMATS[audio_format]}
-    if args.model is not None:
-        update["model"] = args.model
-    for key in ("voice", "language", "seed", "sample_rate"):
-        if getattr(args, key) is not None:
-            update[key] = getattr(args, key)
-    return update | reference_fields(args)
+    return {"type": "session.update", "format": STREAM_FORMATS[audio_format], **given_options(args),
+            **reference_fields(args)}
 
 
 def read_stdin_into(queue: asyncio.Queue[str | None], loop: asyncio.AbstractEventLoop) -> None:

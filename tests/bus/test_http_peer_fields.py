@@ -14,6 +14,7 @@ import pytest
 from services.gateway.requests.body import REFUSED_FIELDS
 from services.random_checkpoint.model_presets import generation_config, preset_config
 from tests.support.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
+from tests.support.gateway_fixtures import standin_http_client
 from tests.support.gateway_standin import MODEL, Plan, expected_pcm
 from tests.support.http_client import parse_sse
 from tests.support.reference_audio_files import reference_uri
@@ -32,10 +33,7 @@ async def speak(client: httpx.AsyncClient, **fields) -> httpx.Response:
 
 @pytest.fixture
 async def client(standin, served_gateway):
-    standin.plan = Plan(num_chunks=CHUNKS)
-    standin.start_consumer()
-    async with served_gateway() as port, httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}",
-                                                           timeout=30) as http:
+    async with standin_http_client(standin, served_gateway, CHUNKS) as http:
         yield http
 
 

@@ -17,7 +17,8 @@ import soundfile
 
 from services.gateway.requests.resampler import resampled
 from tests.support.gateway_fixtures import *  # noqa: F403  (fixtures: gateway_bus, standin, served_gateway...)
-from tests.support.gateway_standin import Plan, expected_pcm
+from tests.support.gateway_fixtures import standin_http_client
+from tests.support.gateway_standin import expected_pcm
 from tests.support.g711_tables import decode as g711_decode
 from tests.support.http_client import parse_sse, sse_audio
 
@@ -28,10 +29,7 @@ CHUNKS = 5
 
 @pytest.fixture
 async def client(standin, served_gateway):
-    standin.plan = Plan(num_chunks=CHUNKS)
-    standin.start_consumer()
-    async with served_gateway() as port, httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}",
-                                                           timeout=30) as http:
+    async with standin_http_client(standin, served_gateway, CHUNKS) as http:
         yield http
 
 

@@ -28,7 +28,7 @@ from services.gateway.service import gateway_parts, http_task, serve
 from services.gateway.settings import GatewaySettings
 from services.random_checkpoint.model_presets import generation_config, preset_config
 from services.runtime.lifecycle import ServiceContext, ServiceParts, run_service
-from tests.support.gateway_standin import MODEL, NUM_PARTITIONS, StandInMesh
+from tests.support.gateway_standin import MODEL, NUM_PARTITIONS, Plan, StandInMesh
 from tests.support.nats_server import fresh_bus
 
 __all__ = ["bus_overrides", "gateway_app", "gateway_bus", "gateway_factory", "gateway_model_dir", "served_gateway",
@@ -246,3 +246,12 @@ def served_gateway(gateway_bus: BusHandles, gateway_model_dir: Path):
                 await server
 
     return start
+
+
+@contextlib.asynccontextmanager
+async def standin_http_client(standin: StandInMesh, served_gateway, num_chunks: int) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of a served gateway whose stand-in decode answers every request with `num_chunks` chunks."""
+    standin.plan = Plan(num_chunks=num_chunks)
+    standin.start_consumer()
+    async with served_gateway() as port, httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+        yield http
