@@ -27,6 +27,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
@@ -220,6 +221,16 @@ async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
 
 
 async def _drain(nc: Client) -> None:
-    """In-flight messages are delivered, subscriptions close, then the connection closes."""
-    if not nc.is_closed:
+    """In-flight messages are delivered, subscriptions close, then the connection closes. Without a server (the
+    connection is reconnecting) there is nothing to deliver and no one to tell: it just closes, and what the stop
+    queued meanwhile (unsubscribes, the lease's release) is lost with the socket; the lease lapses on its own."""
+    if nc.is_closed:
+        return
+    try:
         await nc.drain()
+    except nats.errors.ConnectionReconnectingError:
+        log.warning("NATS is unreachable: the connection closes without draining")
+        try:
+            await nc.close()
+        except OSError:  # nats-py writes the queued bytes to the lost socket before it closes it
+            log.info("the connection closed with bytes unsent (no server to send them to)")

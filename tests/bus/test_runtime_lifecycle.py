@@ -18,6 +18,8 @@ from nats.micro.service import ServiceVerb, control_subject
 
 from messages.streams import BusConfig
 from services.bus import read_lease
+from services.bus.connection import connect
+from services.bus.embedded import EmbeddedNats
 from services.runtime.common_settings import CommonSettings
 from services.runtime.lifecycle import (Endpoint, ServiceContext, ServiceFailed, ServiceParts, ServiceTask,
                                         run_service)
@@ -203,3 +205,37 @@ def test_services_run_on_uvloop_unless_told_otherwise_or_it_is_missing(monkeypat
     with caplog.at_level(logging.WARNING):
         assert loop_factory("uvloop") is None
     assert "uvloop is not installed here" in caplog.text
+
+
+async def test_a_stop_while_the_server_is_gone_ends_the_service_without_an_error(tmp_path) -> None:
+    """The bus went away (a server restarting, a partition) and then the service is told to stop: there is nothing
+    to drain to, so it closes its connection and ends, instead of failing on a drain it cannot make."""
+    seen: list[str] = []
+    lost = asyncio.Event()
+    with EmbeddedNats(tmp_path / "store", name="voxmesh-lost") as server:
+        admin = await connect(server.url, "voxmesh-test-admin", initial_timeout_s=TIMEOUT_S)
+        await fresh_bus(admin.jetstream(), CONFIG)
+        await admin.close()
+        stop = asyncio.Event()
+
+        async def build(context: ServiceContext, _stack: AsyncExitStack) -> ServiceParts:
+            context.nc._disconnected_cb = _also_setting(lost, context.nc._disconnected_cb)  # nats-py's own hook
+            return ServiceParts(description="a probe", tasks=[until("front", seen)])
+
+        service = await start(server, build, stop)
+        server.kill()
+        await asyncio.wait_for(lost.wait(), TIMEOUT_S)
+        stop.set()
+        await asyncio.wait_for(service, TIMEOUT_S)  # raises what the service raised
+    assert seen == ["front"]
+
+
+def _also_setting(event: asyncio.Event, callback):
+    """`callback`, which also sets `event` when called."""
+
+    async def called() -> None:
+        event.set()
+        if callback is not None:
+            await callback()
+
+    return called
