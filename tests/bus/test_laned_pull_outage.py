@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from messages import SynthesisRequest
+from messages import SynthesisRequest, subjects
 from messages.streams import REQUESTS_STREAM, BusConfig, request_lanes
 from services.bus import submit_request
 from services.bus.connection import connect
@@ -43,7 +43,7 @@ async def test_a_census_the_bus_cannot_answer_costs_a_round_not_the_intake(tmp_p
             return got
 
         (message,) = await asyncio.wait_for(taken(), BACK_TIMEOUT_S)
-        assert message.subject.startswith(f"tts.req.{MODEL}.interactive.")
+        assert message.subject == subjects.request_for(MODEL, "interactive", "")
         await pull.close()
     finally:
         await nc.close()
