@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -51,7 +52,8 @@ class LeaseKeeper:
         streak = RenewalStreak(self)
         while not stop.is_set():
             try:
-                await self.renew()
+                if not await _unless_set(self.renew(), stop):
+                    break  # stopped while the renewal waited on the bus: the exit is what matters now
             except TRANSIENT_BUS_ERRORS as exc:
                 delay = streak.failed(exc)
             else:
@@ -62,13 +64,31 @@ class LeaseKeeper:
             except asyncio.TimeoutError:
                 pass
         try:
-            await self._kv.delete(self.key)
+            # No longer than the ttl: by then the lease has lapsed anyway (a bus that does not answer, say).
+            await asyncio.wait_for(self._kv.delete(self.key), self.ttl_s)
         except KeyNotFoundError:
             pass
         except TRANSIENT_BUS_ERRORS as exc:  # the lease then lapses by its ttl: others see the exit a little later
             log.warning("lease %s not deleted at exit (%r); it lapses within %.1fs", self.key, exc, self.ttl_s)
             return
         log.info("lease %s released", self.key)
+
+
+async def _unless_set(work, stop: asyncio.Event) -> bool:
+    """Await `work` unless `stop` is set first (then `work` is cancelled); True when `work` finished."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        task.result()  # its error, if any, is the caller's
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, *TRANSIENT_BUS_ERRORS):
+        await task
+    return False
 
 
 class RenewalStreak:
