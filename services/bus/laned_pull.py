@@ -8,7 +8,10 @@ the tenant. Each round of `fetch`:
    counts: its fetch then comes back short, which costs a round, never a request);
 2. a plan (`LanePicker`): interactive lanes first, as far as free seats allow; batch lanes only as far as the seats
    not kept for interactive work allow; the lanes of one priority in turn;
-3. a no-wait pull of that many from each planned lane's consumer (`PromptPull.take_stored`), all at once.
+3. a no-wait pull of that many from each planned lane's consumer (`PromptPull.take_stored`), all at once;
+4. when that took nothing but the doorbell (below) rang for some lanes before the census, a lingering pull of one
+   from each of them: the server hands a publish to subscribers a moment before its stream has stored it, so the
+   census can miss the very request that rang.
 When there is nothing to take (or nothing this replica may take now), it waits for a doorbell: a core subscription
 to the model's request subjects rings on every publish, and a released seat (`Capacity.wait_released`) ends the
 wait too; `timeout_s` bounds it (redeliveries after a nak or an expired ack wait ring no doorbell). A census the
@@ -40,6 +43,10 @@ from services.bus.pull_consumer import Capacity
 
 log = logging.getLogger(__name__)
 
+STORE_LAG_S = 0.1
+"""How long a round waits for a request its doorbell announced to be stored (it is stored within a millisecond or
+so of the announcement on one server; another replica taking it first costs this much of one round)."""
+
 
 class LanedPull:
     """The fetch side of a PullConsumer over several lanes (same `open`/`close`/`fetch` as PromptPull).
@@ -56,6 +63,8 @@ class LanedPull:
         self._durable_of = {subject: lane.durable for lane in lanes for subject in lane.subjects}
         """Each lane subject -> its consumer, to read the census by."""
         self._doorbell = asyncio.Event()
+        self._rung: set[str] = set()
+        """The lanes (durable names) the doorbell rang for since the last round began."""
         self._doorbell_subs: list[Subscription] = []
         self.num_rounds = 0
         """Fetch rounds (census + plan), for tests and stats."""
@@ -85,12 +94,16 @@ class LanedPull:
         for pull in pulls.values():
             await pull.close()
 
-    async def _ring(self, _msg: Msg) -> None:
+    async def _ring(self, msg: Msg) -> None:
+        durable = self._durable_of.get(msg.subject)
+        if durable is not None:
+            self._rung.add(durable)
         self._doorbell.set()
 
     async def fetch(self, batch: int, timeout_s: float) -> list[Msg]:
         """Up to `batch` requests, chosen by the lanes' census and the seats free per priority; waits up to
         `timeout_s` (for a publish or a freed seat) and returns nothing when there is nothing to take now."""
+        rung, self._rung = self._rung, set()
         self._doorbell.clear()  # before the census: a publish from here on rings again
         self._capacity.clear_released()
         self.num_rounds += 1
@@ -105,14 +118,22 @@ class LanedPull:
         rooms = {p: min(batch, self._capacity.room_for(p)) for p in subjects.PRIORITIES}
         floors = {p: self._capacity.floor_for(p) for p in subjects.PRIORITIES}
         plan = self.picker.plan(pending, rooms, floors)
-        taken: list[Msg] = []
-        if plan:
-            got = await asyncio.gather(*(self._pulls[lane.durable].take_stored(count, timeout_s)
-                                         for lane, count in plan))
+        taken = await self._take(plan, timeout_s)
+        if not taken and rung:
+            # The doorbell rang for these lanes before the census, which did not find their requests (or their
+            # consumers did not yet have them): the server routes a message to subscribers a moment before its
+            # stream has stored it. A lingering pull of one from each takes a request the moment it is stored.
+            late = self.picker.plan(dict.fromkeys(rung, 1), rooms, floors)
+            got = await asyncio.gather(*(self._pulls[lane.durable].fetch(1, STORE_LAG_S) for lane, _ in late))
             taken = [msg for msgs in got for msg in msgs]
         if not taken:
             await self._wait(timeout_s)
         return taken
+
+    async def _take(self, plan: list[tuple[RequestLane, int]], timeout_s: float) -> list[Msg]:
+        """What each planned lane has stored now, up to its count."""
+        got = await asyncio.gather(*(self._pulls[lane.durable].take_stored(count, timeout_s) for lane, count in plan))
+        return [msg for msgs in got for msg in msgs]
 
     async def _census(self) -> dict[str, int]:
         """Requests held per lane consumer (by durable name)."""
