@@ -51,16 +51,9 @@ def pytest_xdist_make_scheduler(config, log):
     return TierScheduling(config, log)
 
 
-LONGEST_FIRST = ("cluster", "deploy", "mesh", "kernels", "bus", "unit")
-"""The order the workers take the tiers in: the longest units first (the cluster tier is one unit of several minutes,
-the deployment test one file of several), the many short unit files last, so no worker is left alone with a long
-unit at the end while the others idle."""
-
-
 def pytest_collection_modifyitems(config, items):
     outside = sorted({str(item.path) for item in items if tier_of(item.path) is None})
     if outside:
         raise pytest.UsageError(f"test files outside a tier folder ({', '.join(TIERS)}): {outside}")
     for item in items:
         item.add_marker(tier_of(item.path))
-    items.sort(key=lambda item: LONGEST_FIRST.index(tier_of(item.path)))  # stable: a file's tests keep their order
