@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -16,6 +15,7 @@ from messages.errors import InvalidConfig
 from messages.records import Lease
 from services.bus.connection import Backoff
 from services.bus.kvstore import current_records, read_record
+from services.bus.stoppable import unless_stopped
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class LeaseKeeper:
         streak = RenewalStreak(self)
         while not stop.is_set():
             try:
-                if not await _unless_set(self.renew(), stop):
+                if await unless_stopped(self.renew(), stop) is None:
                     break  # stopped while the renewal waited on the bus: the exit is what matters now
             except TRANSIENT_BUS_ERRORS as exc:
                 delay = streak.failed(exc)
@@ -72,23 +72,6 @@ class LeaseKeeper:
             log.warning("lease %s not deleted at exit (%r); it lapses within %.1fs", self.key, exc, self.ttl_s)
             return
         log.info("lease %s released", self.key)
-
-
-async def _unless_set(work, stop: asyncio.Event) -> bool:
-    """Await `work` unless `stop` is set first (then `work` is cancelled); True when `work` finished."""
-    task = asyncio.ensure_future(work)
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-    if task.done():
-        task.result()  # its error, if any, is the caller's
-        return True
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, *TRANSIENT_BUS_ERRORS):
-        await task
-    return False
 
 
 class RenewalStreak:

@@ -20,12 +20,11 @@ process exits non-zero and the restart policy takes over.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
@@ -38,6 +37,7 @@ from messages import subjects
 from services.bus.leases import LeaseKeeper
 from services.bus.micro import register_service
 from services.bus.provision import open_bucket
+from services.bus.stoppable import unless_stopped
 from services.runtime import heap
 from services.runtime.common_settings import CommonSettings
 from services.runtime.nats_connect import connect_service
@@ -46,7 +46,6 @@ from services.runtime.replica_name import default_replica
 from services.runtime.task_watch import ServiceTask, TaskWatch, settle
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 VERSION = "0.1.0"
 DEFAULT_GRACE_S = 30.0
@@ -135,7 +134,7 @@ async def run_service(settings: CommonSettings, service: str, build: ServiceBuil
     subjects.token(replica)
     name = micro_name(service)
     async with AsyncExitStack() as stack:
-        nc = await _unless_stopped(connect_service(settings, f"{name}-{replica}"), stop)
+        nc = await unless_stopped(connect_service(settings, f"{name}-{replica}"), stop)
         if nc is None:
             log.info("%s %s stopped while waiting for the NATS server", service, replica)
             return
@@ -199,25 +198,6 @@ async def _run_tasks(parts: ServiceParts, lease: LeaseKeeper, micro: Service, st
         release.set()
         await settle([lease_task], parts.grace_s)
     return watch.failures
-
-
-async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
-    """`work`'s result, or None if `stop` is set first (then `work` is cancelled)."""
-    task = asyncio.ensure_future(work)
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # cancelled from outside: leave no connect attempt behind
-        task.cancel()
-        raise
-    finally:
-        stopped.cancel()
-    if not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return None
-    return task.result()
 
 
 async def _drain(nc: Client) -> None:
