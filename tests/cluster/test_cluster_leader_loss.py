@@ -27,22 +27,35 @@ async def _emptied(js, stream: str) -> None:
 
 
 async def _through_a_leader_kill(nats_cluster: NatsCluster, nc, stream: str, publish, caplog) -> None:
-    """Run `publish(n)` for n in 0..COUNT-1, killing `stream`'s leader after KILL_AFTER acks; then bring it back."""
+    """Run `publish(js, n)` for n in 0..COUNT-1, killing `stream`'s leader after KILL_AFTER acks; then bring it back.
+
+    The publisher is a client of a member that survives, and it stops after KILL_AFTER acks until the kill is done:
+    its next publish then meets the stream without a leader (no responders until the survivors elect, which takes an
+    election timeout of seconds). A client of the killed member could instead reconnect only after the election and
+    see nothing of it: the retry would go untested."""
     leader = await nats_cluster.stream_leader(nc, stream)
     killed = nats_cluster.index_of(leader)
-    acked = asyncio.Event()
+    survivor = next(i for i in range(len(nats_cluster.urls)) if i != killed)
+    publisher = await client(nats_cluster.urls[survivor], "cluster-test-publisher")
+    js = publisher.jetstream()
+    acked, kill_done = asyncio.Event(), asyncio.Event()
 
     async def publish_all() -> None:
         for n in range(COUNT):
-            await publish(n)
+            await publish(js, n)
             if n + 1 == KILL_AFTER:
                 acked.set()
+                await kill_done.wait()
 
-    with caplog.at_level(logging.WARNING, logger="services.bus.ack_retry"):
-        publishing = asyncio.create_task(publish_all())
-        await asyncio.wait_for(acked.wait(), ELECTION_TIMEOUT_S)
-        nats_cluster.kill(killed)
-        await asyncio.wait_for(publishing, 2 * ELECTION_TIMEOUT_S)
+    try:
+        with caplog.at_level(logging.WARNING, logger="services.bus.ack_retry"):
+            publishing = asyncio.create_task(publish_all())
+            await asyncio.wait_for(acked.wait(), ELECTION_TIMEOUT_S)
+            nats_cluster.kill(killed)
+            kill_done.set()
+            await asyncio.wait_for(publishing, 2 * ELECTION_TIMEOUT_S)
+    finally:
+        await publisher.close()
     assert any("retrying" in record.getMessage() for record in caplog.records), "the kill must meet a publish"
     assert await nats_cluster.stream_leader(nc, stream, not_on=leader) != leader
     await asyncio.to_thread(nats_cluster.restart, killed)
@@ -53,8 +66,8 @@ async def test_submits_through_a_leader_kill_are_stored_exactly_once(nats_cluste
     js = cluster_client.jetstream()
     await _emptied(js, REQUESTS_STREAM)
 
-    async def submit(n: int) -> None:
-        await submit_request(js, SynthesisRequest(id=f"req-{n}", model="tiny", text="Numbered.", seed=n))
+    async def submit(publisher_js, n: int) -> None:
+        await submit_request(publisher_js, SynthesisRequest(id=f"req-{n}", model="tiny", text="Numbered.", seed=n))
 
     await _through_a_leader_kill(nats_cluster, cluster_client, REQUESTS_STREAM, submit, caplog)
     info = await js.stream_info(REQUESTS_STREAM)
@@ -71,9 +84,9 @@ async def test_fenced_appends_through_a_leader_kill_are_stored_once_in_order(nat
     subject = subjects.codes(0, "req-chain")
     last = 0
 
-    async def append(n: int) -> None:
+    async def append(publisher_js, n: int) -> None:
         nonlocal last
-        ack = await fenced_publish(js, subject, f"chunk {n}".encode(), stream=CODES_STREAM, expected=last,
+        ack = await fenced_publish(publisher_js, subject, f"chunk {n}".encode(), stream=CODES_STREAM, expected=last,
                                    msg_id=f"req-chain:{n}")
         assert ack is not None, f"append {n} was fenced out: nobody else writes this subject"
         last = ack.seq
