@@ -2,7 +2,7 @@
 
 Each member is an EmbeddedNats with a store directory of its own, the configuration every voxmesh server has
 (users, TLS for clients, encryption at rest) included in its member file (`cluster_config`), and a route to every
-other member. Route and client ports are picked before any member starts (every member must know the others' routes; clients
+other member (over mutual TLS when given). Route and client ports are picked before any member starts (every member must know the others' routes; clients
 given the list of URLs must find a restarted member where it was); monitoring ports are picked by each server.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from services.bus.cluster_config import ClusterMember, RouteCredentials, write_member_configs
+from services.bus.cluster_config import ClusterMember, RouteCredentials, RouteTls, write_member_configs
 from services.bus.embedded import HOST, EmbeddedNats
 from services.bus.errors import NatsServerError
 from services.bus.listen_ports import NoFreePort, free_listen_port
@@ -35,11 +35,13 @@ class EmbeddedCluster:
 
     store_root: member i stores under store_root/<name>. config_dir: where the member files go; with `include`, the
     name of a file in it that every member loads first (`voxmesh up`'s server.conf: users, TLS, store key).
-    hosts: each member's address (default: loopback for all).
+    hosts: each member's address (default: loopback for all). route_tls: the routes over mutual TLS (None: in clear,
+    with their credentials only).
     """
 
     def __init__(self, size: int, store_root: Path, config_dir: Path, *, include: str | None = None,
-                 hosts: list[str] | None = None, name_prefix: str = "voxmesh") -> None:
+                 hosts: list[str] | None = None, name_prefix: str = "voxmesh",
+                 route_tls: RouteTls | None = None) -> None:
         if size < 1:
             raise NatsServerError(f"a cluster needs at least one server, not {size}")
         hosts = hosts or [HOST] * size
@@ -49,7 +51,7 @@ class EmbeddedCluster:
                         for i, host in enumerate(hosts)]
         self._store_root = store_root
         self._configs = write_member_configs(config_dir, self.members, include=include,
-                                             credentials=RouteCredentials.fresh())
+                                             credentials=RouteCredentials.fresh(), tls=route_tls)
         self.servers: list[EmbeddedNats] = [self._server(member) for member in self.members]
 
     def _server(self, member: ClusterMember) -> EmbeddedNats:

@@ -1,5 +1,6 @@
 """The bus `voxmesh up` runs itself: one embedded nats-server, or (`--nats-cluster N`) N of them as one JetStream
-cluster on loopback, all with the same users, TLS for clients and encryption at rest.
+cluster on loopback, all with the same users, TLS for clients and encryption at rest (and, with TLS, mutual TLS
+on the members' routes).
 
 A cluster's members store under `<state dir>/nats-cluster/<name>` and load `<name>.conf` (server name, routes,
 route credentials) beside the common `server.conf` in the users' directory. Services are given every member's URL;
@@ -48,7 +49,8 @@ def start_cluster(size: int, state_dir: Path, auth: NatsAuth, server_config: Pat
     """`size` servers as one JetStream cluster on loopback; returns once every member knows the meta leader."""
     if server_config.parent != auth.directory:
         raise ValueError(f"{server_config} must lie in {auth.directory}, beside the users it includes")
-    cluster = EmbeddedCluster(size, state_dir / "nats-cluster", auth.directory, include=server_config.name)
+    cluster = EmbeddedCluster(size, state_dir / "nats-cluster", auth.directory, include=server_config.name,
+                              route_tls=tls.routes() if tls is not None else None)
     url = cluster.start()
     try:
         asyncio.run(wait_for_jetstream(lambda one: _operator(one, auth, tls), cluster.urls, CLUSTER_READY_TIMEOUT_S))

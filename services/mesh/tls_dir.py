@@ -3,7 +3,8 @@
 DIR holds `ca.pem` (the CA that signed the others), `server.pem` and `server-key.pem` (presented by the embedded
 nats-server and the gateway alike: its names must cover 127.0.0.1, or whatever clients dial) and, optionally,
 `client.pem` and `client-key.pem`: with them the server verifies its clients and every service presents that
-certificate.
+certificate. With `--nats-cluster N` the members' routes are mutual TLS with `server.pem` in both directions, so it
+must allow client authentication as well (no extended key usage, or both).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.bus.cluster_config import RouteTls
 from services.bus.server_config import ServerTls
 
 
@@ -60,6 +62,11 @@ class TlsDir:
     def server(self) -> ServerTls:
         """The embedded nats-server's TLS."""
         return ServerTls(self.cert_file, self.key_file, self.ca_file if self.verifies_clients else None)
+
+    def routes(self) -> RouteTls:
+        """The routes of an embedded cluster: the server certificate both ways (it must allow client authentication
+        too: no extended key usage, or both), verified against the CA."""
+        return RouteTls(self.cert_file, self.key_file, self.ca_file)
 
     def environment(self, *, gateway: bool) -> dict[str, str]:
         """A child's TLS variables: every service verifies NATS against the CA (and presents the client
