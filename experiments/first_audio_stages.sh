@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Where a request's first audio goes at low load (issue 41): one `voxmesh up` with the 1.7B preset, the public method's
 # transport (HTTP, raw PCM, realistic lengths), a closed level of one stream and open levels, each run once with the
-# mesh's default first chunk and once with a one-frame first chunk (the request's `initial_chunk_frames`), every first
-# packet broken into stages from the mesh's lifecycle events (`--events-url`), and a py-spy of every service during
-# the last level. Through the `device` tool from the repository root with `.whl/` and `.devrun/prompts_en.tsv`:
+# mesh's default first chunk and once with a one-frame first chunk (the request's `initial_chunk_frames`; CHUNKS lists
+# the passes in order: "default 1 1 default" runs both orders on one mesh), every first packet broken into stages from
+# the mesh's lifecycle events (`--events-url`), and a py-spy of every service during the last level (PROFILE=0: none). Through the `device` tool from the repository root with `.whl/` and `.devrun/prompts_en.tsv`:
 #   bash experiments/first_audio_stages.sh
 # CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 bash experiments/first_audio_stages.sh
 set -uo pipefail
@@ -49,16 +49,18 @@ profile() {  # a window into the level's steady state, not a synchronisation
   done
   wait
 }
-for chunk in $CHUNKS; do
+pass=0
+for chunk in $CHUNKS; do  # CHUNKS="default 1 1 default": both orders on one mesh, each pass its own files
+  pass=$((pass + 1))
   chunk_flag=(); [ "$chunk" != default ] && chunk_flag=(--initial-chunk-frames "$chunk")
-  [ "$(left)" -le 30 ] && { echo "budget spent before chunk $chunk"; break; }
+  [ "$(left)" -le 30 ] && { echo "budget spent before pass $pass (chunk $chunk)"; break; }
+  echo "== pass $pass, first chunk $chunk"
   timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" "${chunk_flag[@]}" --mode closed --concurrency 1 \
-    --requests 20 --out "$OUT/c1_chunk_$chunk.json" 2>&1 | tail -n 4
-  last=${CHUNKS##* }
+    --requests 20 --out "$OUT/c1_pass${pass}_chunk_$chunk.json" 2>&1 | tail -n 4
   profiler=""
-  [ "$chunk" = "$last" ] && { profile & profiler=$!; }
+  [ "$pass" = "$(wc -w <<<"$CHUNKS")" ] && [ "${PROFILE:-1}" = 1 ] && { profile & profiler=$!; }
   timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" "${chunk_flag[@]}" --mode open --rates $RATES \
-    --requests "$REQUESTS" --out "$OUT/open_chunk_$chunk.json" 2>&1 | tail -n 8
+    --requests "$REQUESTS" --out "$OUT/open_pass${pass}_chunk_$chunk.json" 2>&1 | tail -n 8
 done
-[ -n "$profiler" ] && wait "$profiler"
+[ -n "${profiler:-}" ] && wait "$profiler"
 echo "== done after $SECONDS s"
