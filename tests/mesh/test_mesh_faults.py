@@ -36,8 +36,11 @@ from tests.support.mesh_kills import assert_a_killed_gateway_s_streams_resume_wh
 @pytest.fixture(scope="module")
 def mesh(tiny_checkpoint, tmp_path_factory):
     """This module's own `single` mesh: the kills below would disturb other modules' tests."""
+    # A killed vocoder's partitions wait for its restarted self (a new process: torch imported, the codec loaded),
+    # which on a loaded two-core machine takes longer than the default 5-s grace before the gateway fails them; 15 s
+    # is what the Kubernetes manifests give a restart on another node too (docs/scaling.md).
     with run_mesh(tiny_checkpoint, tmp_path_factory.mktemp("fault-mesh"),
-                  env={"VOXMESH_CODEC_BATCHING": "false"}) as running:
+                  env={"VOXMESH_CODEC_BATCHING": "false", "VOXMESH_VOCODER_GRACE_S": "15"}) as running:
         yield running
 
 
