@@ -34,6 +34,7 @@ async def test_the_server_leading_a_stream_killed_then_restarted(host_mesh, one_
     cluster = host_mesh.cluster
     first, second = host_mesh.gateway_urls()
     nc = await operator_client(cluster.operator_urls())
+    victim = None
     try:
         leader = await cluster.stream_leader(nc, stream)
         victim = cluster.index_of(leader)
@@ -48,7 +49,8 @@ async def test_the_server_leading_a_stream_killed_then_restarted(host_mesh, one_
         assert await cluster.stream_leader(nc, stream, not_on=leader) != leader
     finally:
         await nc.close()
-    await asyncio.to_thread(cluster.restart, victim)
+        if victim is not None:  # back on its store even when the test failed: the module's other tests need it
+            await asyncio.to_thread(cluster.restart, victim)
     await cluster.wait_for_jetstream()
     peer = host_mesh.hosts[(victim + 1) % len(host_mesh.hosts.hosts)].address
     await caught_up(host_mesh.hosts[victim].address, peer, STREAMS)
