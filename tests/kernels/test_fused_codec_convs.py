@@ -74,19 +74,45 @@ def snake_with_bias_error(device: str) -> float:
     return worst
 
 
+CUDA_CHUNKS = (3, 5, 7)
+"""The GPU check's chunks (`loadtest.gpu.fused_codec_check.decode`)."""
+INTERPRETER_CHUNKS = (1, 2, 3)
+"""Under the interpreter the cost is per program, so per sample: 6 frames, not 15. Each chunk carries its histories
+over: the longest at the code rate (3 frames: upsample.0's depthwise conv, 6 samples of history at twice the rate)
+and the transformer's window (3 frames) reach back across both earlier chunks into the 1-frame first; chunks of
+three lengths; the last chunk's audio-rate rows (3 x 1920) span several of test_triton_conv's 2048-row tiles, the
+last one partial."""
+
+
+def _decode(decoder, codes: torch.Tensor, fused: bool, chunks: tuple[int, ...]) -> torch.Tensor:
+    """`codes` decoded chunk by chunk (`chunks`: their frame counts) with the vocoder's fused paths forced on or off
+    (the one switch they read), put back after."""
+    from services.kernels.triton_support import compiles_for
+    from services.model.codec import vocoder
+
+    vocoder.compiles_for = lambda device: fused
+    try:
+        state, pieces, start = decoder.new_stream(), [], 0
+        for size in chunks:
+            pieces.append(decoder.decode_chunk(state, codes[start : start + size]).float())
+            start += size
+        return torch.cat(pieces)
+    finally:
+        vocoder.compiles_for = compiles_for
+
+
 @torch.no_grad()
-def fused_decode_error(device: str) -> float:
+def fused_decode_error(device: str, chunks: tuple[int, ...] = CUDA_CHUNKS) -> float:
     """Largest difference, relative to the audio's peak, between a codec decode with the fused passes forced on and
-    one with them off: the windowed test decoder, 15 frames in chunks of 3, 5 and 7 (histories carried across)."""
-    from loadtest.gpu.fused_codec_check import decode
+    one with them off: the windowed test decoder, its frames in `chunks` (histories carried across)."""
     from services.model.codec import load_codec_decoder
     from tests.support.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
 
     with tempfile.TemporaryDirectory() as scratch:
         save_reference_tokenizer(Path(scratch), WINDOWED_DECODER, seed=0)
         decoder = load_codec_decoder(Path(scratch), device=device)
-    codes = random_codes(15, 16, WINDOWED_DECODER["codebook_size"], seed=5).to(device)
-    plain, fused = decode(decoder, codes, False), decode(decoder, codes, True)
+    codes = random_codes(sum(chunks), 16, WINDOWED_DECODER["codebook_size"], seed=5).to(device)
+    plain, fused = _decode(decoder, codes, False, chunks), _decode(decoder, codes, True, chunks)
     assert plain.shape == fused.shape
     return float((fused - plain).abs().max() / plain.abs().max())
 
@@ -100,7 +126,7 @@ def test_snake_takes_a_bias_and_writes_into_a_view_under_the_interpreter():
 
 
 def test_a_decode_with_the_fused_passes_equals_one_without_under_the_interpreter():
-    assert interpreted("tests.kernels.test_fused_codec_convs.fused_decode_error('cpu')") < 1e-5
+    assert interpreted(f"tests.kernels.test_fused_codec_convs.fused_decode_error('cpu', {INTERPRETER_CHUNKS})") < 1e-5
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels need a CUDA device")

@@ -45,10 +45,11 @@ def conv_error(device: str, dtype_name: str) -> float:
 @torch.no_grad()
 def decode_error_with_the_conv(device: str) -> float:
     """Largest difference, relative to the audio's peak, between the test codec's chunked decode with every fused pass
-    and this convolution on, and one with the fused passes off (tests.kernels.test_fused_codec_convs.fused_decode_error)."""
+    and this convolution on, and one with the fused passes off (tests.kernels.test_fused_codec_convs.fused_decode_error,
+    in its interpreter's chunks: the only caller is the interpreter's test)."""
     from services.model.codec import causal_conv
     from services.kernels.codec import triton_conv
-    from tests.kernels.test_fused_codec_convs import fused_decode_error
+    from tests.kernels.test_fused_codec_convs import INTERPRETER_CHUNKS, fused_decode_error
 
     compiles_for = causal_conv.compiles_for
     causal_conv.compiles_for = lambda device: True  # the fused decode's switch, for the convolutions too
@@ -60,7 +61,7 @@ def decode_error_with_the_conv(device: str) -> float:
     triton_conv.causal_conv = lambda full, weight, dilation, bias=None: calls.append(1) or convolve(
         full, weight, dilation, bias, long_tile)
     try:
-        error = fused_decode_error(device)
+        error = fused_decode_error(device, INTERPRETER_CHUNKS)
     finally:
         triton_conv.causal_conv = convolve
         causal_conv.compiles_for = compiles_for
