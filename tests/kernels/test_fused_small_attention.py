@@ -42,6 +42,11 @@ def compare(device: str, dtype_name: str = "float32") -> dict[str, float]:
 
 
 HEADS, KV_HEADS, HEAD_DIM, MAX_LEN, ROWS = 4, 2, 16, 16, 3
+"""The code predictor's frame as the compiled kernel is checked: 16 tokens (its code groups), 3 rows."""
+INTERPRETED_MAX_LEN, INTERPRETED_ROWS = 8, 2
+"""Under the interpreter each program costs milliseconds: a cache of 8 tokens (a power of two, as 16: the same
+positions block, filled to its end in 7 steps) and 2 rows (one to tell apart from the other), the heads grouped as
+above."""
 
 
 def _norms(generator: torch.Generator, start: int, num_new: int, device: str, dtype: torch.dtype):
@@ -55,28 +60,29 @@ def _norms(generator: torch.Generator, start: int, num_new: int, device: str, dt
 
 
 @torch.no_grad()
-def compare_projected(device: str, dtype_name: str = "float32") -> dict[str, float]:
-    """A frame's 15 steps through `small_attention_projected` against `qk_norm_rope` then `small_attention` (steps
-    with equal outputs and caches, and the largest difference) and against the torch form (largest differences; all
-    differences relative to the largest value)."""
+def compare_projected(device: str, dtype_name: str = "float32", rows: int = ROWS,
+                      max_len: int = MAX_LEN) -> dict[str, float]:
+    """A frame's steps (2 tokens, then 1 a step until `max_len`) through `small_attention_projected` against
+    `qk_norm_rope` then `small_attention` (steps with equal outputs and caches, and the largest difference) and
+    against the torch form (largest differences; all differences relative to the largest value)."""
     from services.kernels.fused_qk_norm_rope import qk_norm_rope
     from services.kernels.fused_small_attention import small_attention, small_attention_projected
     from services.model.small_attention import reference_heads, relative, torch_form
 
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(9)
-    one, two, plain = (torch.zeros((2, ROWS, KV_HEADS, MAX_LEN, HEAD_DIM), dtype=dtype, device=device)
+    one, two, plain = (torch.zeros((2, rows, KV_HEADS, max_len, HEAD_DIM), dtype=dtype, device=device)
                        for _ in range(3))
     q_width, kv_width, scale = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, HEAD_DIM**-0.5
     report = {"equal_steps": 0.0, "two_launches": 0.0, "out": 0.0, "cache": 0.0}
     start = 0
-    for step in range(15):
+    for step in range(max_len - 1):
         num_new = 2 if step == 0 else 1
-        qkv = (2 * torch.randn((ROWS, num_new, q_width + 2 * kv_width), generator=generator)).to(device, dtype)
+        qkv = (2 * torch.randn((rows, num_new, q_width + 2 * kv_width), generator=generator)).to(device, dtype)
         norms = _norms(generator, start, num_new, device, dtype)
         got = small_attention_projected(one, start, qkv, HEADS, norms, scale)
         q, k = qk_norm_rope(qkv, norms.q_norm, norms.k_norm, norms.positions, norms.inv_freq, HEADS, HEAD_DIM)
-        v = qkv[..., q_width + kv_width:].view(ROWS, num_new, KV_HEADS, HEAD_DIM)
+        v = qkv[..., q_width + kv_width:].view(rows, num_new, KV_HEADS, HEAD_DIM)
         twice = small_attention(two, start, q, k, v, scale)
         want = torch_form(plain, start, *reference_heads(qkv, HEADS, HEAD_DIM, norms), scale)
         report["equal_steps"] += float(torch.equal(got, twice) and torch.equal(one, two))
@@ -89,8 +95,9 @@ def compare_projected(device: str, dtype_name: str = "float32") -> dict[str, flo
 
 def test_the_one_launch_form_equals_the_two_launches_it_replaces_under_the_interpreter():
     for dtype, tolerance in (("float32", 1e-4), ("bfloat16", 0.1)):
-        report = interpreted(f"tests.kernels.test_fused_small_attention.compare_projected('cpu', '{dtype}')")
-        assert report["equal_steps"] == 15, (dtype, report)
+        report = interpreted(f"tests.kernels.test_fused_small_attention.compare_projected('cpu', '{dtype}', "
+                             f"{INTERPRETED_ROWS}, {INTERPRETED_MAX_LEN})")
+        assert report["equal_steps"] == INTERPRETED_MAX_LEN - 1, (dtype, report)
         assert report["out"] < tolerance and report["cache"] < tolerance, (dtype, report)
 
 
@@ -105,10 +112,10 @@ def test_the_one_launch_form_agrees_with_the_two_launches_it_replaces_on_cuda():
 
 
 @torch.no_grad()
-def compare_layer(device: str) -> dict[str, object]:
-    """The attention layer over a frame's steps with the code predictor's dense cache: the one-launch form (taken
-    where the kernel serves: here it is made to serve on the CPU, under the interpreter) against the layer as it was
-    (norm and rotation, then the cache's attention), in both dtypes."""
+def compare_layer(device: str, rows: int, max_len: int) -> dict[str, object]:
+    """The attention layer over a frame's steps (2 tokens, then 1 a step until `max_len`) with the code predictor's
+    dense cache: the one-launch form (taken where the kernel serves: here it is made to serve on the CPU, under the
+    interpreter) against the layer as it was (norm and rotation, then the cache's attention), in both dtypes."""
     from types import SimpleNamespace
 
     from services.model import code_predictor
@@ -116,17 +123,18 @@ def compare_layer(device: str) -> dict[str, object]:
     from tests.kernels.test_fused_qk_norm_rope import _attention, _forward_before
 
     cfg = SimpleNamespace(decoder=SimpleNamespace(num_layers=3, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM),
-                          num_code_groups=MAX_LEN)
+                          num_code_groups=max_len)
     generator = torch.Generator().manual_seed(17)
     report: dict[str, object] = {}
     for dtype in (torch.float32, torch.bfloat16):
         attention = _attention(dtype, generator, device)
-        caches = [code_predictor._DenseCache(cfg, ROWS, torch.zeros((), dtype=dtype, device=device), fused=True) for _ in "ab"]
+        caches = [code_predictor._DenseCache(cfg, rows, torch.zeros((), dtype=dtype, device=device), fused=True)
+                  for _ in "ab"]
         plain_calls = []
         equal_steps = 0
-        for step in range(15):
+        for step in range(max_len - 1):
             num_new = 2 if step == 0 else 1
-            x = torch.randn((ROWS, num_new, 64), generator=generator).to(device, dtype)
+            x = torch.randn((rows, num_new, 64), generator=generator).to(device, dtype)
             rope = FusedRope(torch.arange(caches[0].start, caches[0].start + num_new, device=device),
                              _norms(generator, 0, 1, device, dtype).inv_freq)
             got = attention(x, rope, 1, _Counting(caches[0], plain_calls))
@@ -153,8 +161,10 @@ class _Counting:
 
 
 def test_the_attention_layer_takes_the_one_launch_form_and_computes_the_same():
-    report = interpreted("tests.kernels.test_fused_small_attention.compare_layer('cpu')")
-    assert report == {"torch.float32": (15, 0), "torch.bfloat16": (15, 0)}, report
+    report = interpreted(f"tests.kernels.test_fused_small_attention.compare_layer('cpu', {INTERPRETED_ROWS}, "
+                         f"{INTERPRETED_MAX_LEN})")
+    steps = INTERPRETED_MAX_LEN - 1
+    assert report == {"torch.float32": (steps, 0), "torch.bfloat16": (steps, 0)}, report
 
 
 def test_the_fused_predictor_attention_equals_the_torch_form_under_the_interpreter():
