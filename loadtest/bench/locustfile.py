@@ -22,6 +22,7 @@ import logging
 import sys
 from time import perf_counter
 
+import gevent
 import websocket
 from locust import User, constant, events, task
 from locust.exception import StopUser
@@ -150,7 +151,9 @@ class SpeechStreamUser(User):
         self._report(record, num_bytes)
         if _plan.end():
             log.info("all %d streams done: ending the run", _plan.budget)
-            self.environment.runner.quit()
+            # From a greenlet of its own: the runner's quit stops every user greenlet, this one among them, and
+            # called from here it is cut short with it; the run then went on until --run-time.
+            gevent.spawn(self.environment.runner.quit)
 
     def _report(self, record, num_bytes: int) -> None:
         metrics = request_metrics(record)
