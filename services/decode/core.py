@@ -17,6 +17,7 @@ from messages.base import ErrorInfo
 from messages.errors import ErrorCode, Stage
 from messages.events import Event, Failed, event_subject
 from messages.frames import CodesChunk, CodesEnd
+from services.bus.claims import read_owner
 from services.bus.errors import StaleOwner
 from services.bus.logs import request_context
 from services.bus.terminal_guard import publish_terminal
@@ -140,8 +141,10 @@ class DecodeCore:
     async def _publish(self, active: ActiveRequest, messages: list[CodesChunk | CodesEnd]) -> bool:
         """Append under the request's lock (each append retried through a bus blip). On StaleOwner the request stops
         here without a terminal (its new owner ends it); when an append failed every retry, the request stops here
-        and its `failed` terminal (`internal`) is published directly through the guard, since no CodesEnd will
-        reach the vocoder: the frame loop and the other requests go on."""
+        too, and unless another replica has taken it over meanwhile (this one cut off from the bus long enough for
+        its lease to lapse: the new owner ends it, and a `failed` from here could end it under its audio), its
+        `failed` terminal (`internal`) is published directly through the guard, since no CodesEnd will reach the
+        vocoder: the frame loop and the other requests go on."""
         error: Exception | None = None
         try:
             await active.stream.publish(messages)
@@ -150,9 +153,16 @@ class DecodeCore:
             log.warning("request %s: %s", active.request_id, exc)
             fenced_out = True
         except Exception as exc:  # noqa: BLE001 - one request's lost publish never stops the replica
-            log.exception("request %s: publishing its codes failed through every retry; failing it", active.request_id)
-            fenced_out = False
-            error = exc
+            owner = await self._owner_other_than_us(active)
+            fenced_out = owner is not None
+            if fenced_out:
+                log.warning("request %s: its codes could not be appended (%r), and %s owns it now (epoch %d after "
+                            "ours, %d): fenced out, standing down", active.request_id, exc, owner[0], owner[1],
+                            active.stream.epoch)
+            else:
+                log.exception("request %s: publishing its codes failed through every retry; failing it",
+                              active.request_id)
+                error = exc
         active.is_closed = True
         await self.worker.run(self.engine.abort_request, active.request_id)
         if fenced_out:
@@ -163,6 +173,17 @@ class DecodeCore:
             await self._fail_directly(active, error or RuntimeError("unknown"))
         self._release(active)
         return False
+
+    async def _owner_other_than_us(self, active: ActiveRequest) -> tuple[str, int] | None:
+        """(replica, epoch) of the request's owner when a later claim than this replica's holds it (read from the
+        bucket's leader); None when this replica still owns it, or when the bus does not answer either."""
+        try:
+            claim = await read_owner(self.kv, active.request_id)
+        except Exception:  # noqa: BLE001 - the bus is still away: nothing says another replica has it
+            return None
+        if claim is None or claim.record.epoch == active.stream.epoch:
+            return None
+        return claim.record.replica, claim.record.epoch
 
     async def _fail_directly(self, active: ActiveRequest, error: Exception) -> None:
         """The terminal a lost CodesEnd would have produced: `failed`, `internal`, stage decode, naming the chunks

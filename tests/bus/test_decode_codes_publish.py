@@ -1,7 +1,9 @@
 """A decode replica whose codes appends fail (a bus blip, then a bus that stays away) on a real nats-server.
 
 The faults are injected by a wrapper around the JetStream context the codes publisher is given: its publishes of
-one request's CodesEnd raise a NATS timeout while the fault lasts; everything else goes to the real server.
+one request's CodesEnd raise a NATS timeout while the fault lasts; everything else goes to the real server. With a
+takeover, the first failing publish first claims the request for another replica in the real bucket (what the mesh
+does once the cut-off replica's lease has lapsed).
 """
 
 from __future__ import annotations
@@ -16,10 +18,15 @@ from messages.errors import ErrorCode, Stage
 from messages.events import Failed, TerminalEvent
 from messages.frames import CodesChunk, CodesEnd
 from messages.streams import EVENTS_STREAM
+from services.bus.claims import claim_request, read_owner
 from services.bus.codes_publisher import CodesPublisher
 from services.bus.fencing import MSG_ID
+from services.bus.provision import open_bucket
 from services.decode import intake
 from tests.support.decode_stubs import WAIT_S, running_decode, synthesis
+
+
+OTHER_REPLICA = "decode-elsewhere"
 
 
 class CodesEndFaults:
@@ -39,16 +46,22 @@ class CodesEndFaults:
 
 
 class FlakyJetStream:
-    """The real JetStream context, except that the faults' publishes raise a NATS timeout."""
+    """The real JetStream context, except that the faults' publishes raise a NATS timeout (after another replica's
+    claim of the request, the first time, when `takeover`)."""
 
-    def __init__(self, js, faults: CodesEndFaults) -> None:
-        self._js, self._faults = js, faults
+    def __init__(self, js, faults: CodesEndFaults, takeover: bool) -> None:
+        self._js, self._faults, self._takeover = js, faults, takeover
 
     def __getattr__(self, name: str):
         return getattr(self._js, name)
 
     async def publish(self, subject: str, payload: bytes = b"", **options):
         if self._faults.should_fail(options.get("headers")):
+            if self._takeover:
+                self._takeover = False
+                kv = await open_bucket(self._js)
+                current = await read_owner(kv, self._faults.request_id)
+                await claim_request(kv, self._faults.request_id, OTHER_REPLICA, current=current)
             raise nats.errors.TimeoutError
         return await self._js.publish(subject, payload, **options)
 
@@ -56,17 +69,17 @@ class FlakyJetStream:
 @pytest.fixture
 def codes_end_faults(monkeypatch):
     """Install faults for one request: the decode intake's codes publishers write through a FlakyJetStream."""
-    installed: list[CodesEndFaults] = []
+    installed: list[tuple[CodesEndFaults, bool]] = []
 
     class FlakyCodesPublisher(CodesPublisher):
         @classmethod
         async def take_over(cls, js, **fields):
-            return await super().take_over(FlakyJetStream(js, installed[0]), **fields)
+            return await super().take_over(FlakyJetStream(js, *installed[0]), **fields)
 
-    def install(request_id: str, failures: int | None) -> CodesEndFaults:
-        installed.append(CodesEndFaults(request_id, failures))
+    def install(request_id: str, failures: int | None, takeover: bool = False) -> CodesEndFaults:
+        installed.append((CodesEndFaults(request_id, failures), takeover))
         monkeypatch.setattr(intake, "CodesPublisher", FlakyCodesPublisher)
-        return installed[0]
+        return installed[0][0]
 
     return install
 
@@ -118,3 +131,22 @@ async def test_a_codes_end_that_never_lands_fails_the_request_with_one_terminal(
     assert (failed.chunk_count, failed.frames) == (len(chunks), sum(c.num_frames for c in chunks)) and chunks
     assert "retry the request" in failed.reason
     assert stats["requests_failed"] == 1 and stats["kv_blocks_in_use"] == 0 and stats["active_sequences"] == 0
+
+
+async def test_a_request_taken_over_while_its_appends_fail_is_left_to_its_new_owner(nats_server, tiny_checkpoint,
+                                                                                   codes_end_faults):
+    """Cut off long enough for its lease to lapse, a replica whose appends fail through every retry finds another
+    replica's later claim on the request: it stands down without a terminal (a `failed` from it would end the
+    request under the new owner's audio)."""
+    request, after = synthesis("taken-over", "hello the voice", frames=12), synthesis("after", "the hello", frames=6)
+    faults = codes_end_faults(request.id, failures=None, takeover=True)
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode_replica:
+        await decode_replica.submit(request)
+        stats = await decode_replica.settled_stats(lambda s: s["requests_stood_down"] == 1)
+        await decode_replica.submit(after)  # the replica serves on
+        assert (await decode_replica.log.end(after.id)).reason == "finished"
+        count = await terminal_count(decode_replica.js, request.id)
+        owner = await read_owner(decode_replica.kv, request.id)
+    assert faults.num_failed > 4 and owner.record.replica == OTHER_REPLICA
+    assert stats["requests_stood_down"] == 1 and stats["requests_failed"] == 0, stats
+    assert count == 0, "the stood-down replica published a terminal for a request it no longer owns"

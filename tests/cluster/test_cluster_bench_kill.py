@@ -222,7 +222,13 @@ async def test_bench_runs_through_a_member_killed_and_restarted(tiny_checkpoint,
     assert sorted(r["index"] for r in records) == list(range(len(records))), "a request was lost or ended twice"
     ids = {r["request_id"] for r in records if r["request_id"] is not None}
     assert in_flight_at_kill & ids, "no measured request was in flight at the kill"
-    assert ids <= set(accepted_ids), "the bench heard of a request the mesh never accepted"
+    # A request sent while the bus had no leader for REQUESTS may be refused before it was queued (503
+    # bus_unavailable, "could not queue the request": its one end, clear, on the client); every other id the bench
+    # heard is one the mesh accepted.
+    refused = {r["request_id"] for r in records if r["error_code"] == "bus_unavailable"
+               and (r["error_message"] or "").startswith("could not queue the request")}
+    assert ids - refused <= set(accepted_ids), "the bench heard of a request the mesh never accepted"
+    assert not refused & accepted_before_kill, "a request accepted before the kill was refused"
     assert {i: terminal_counts.get(i, 0) for i in accepted_ids if terminal_counts.get(i, 0) != 1} == {}
     failed_early = [r for r in records if r["request_id"] in accepted_before_kill and not r["ok"]]
     assert failed_early == [], failed_early
