@@ -28,8 +28,9 @@ from messages.errors import ErrorCode
 from messages.events import Accepted, event_subject
 from messages.requests import SynthesisRequest
 from messages.streams import EVENTS_STREAM
-from services.bus.ack_retry import is_transient
+from services.bus.ack_retry import is_transient, publish_acked
 from services.bus.errors import NotProvisioned, QueueFull
+from services.bus.fencing import MSG_ID
 from services.bus.logs import request_context
 from services.bus.submit import submit_request
 from services.gateway.requests.prefill_route import PrefillRoute
@@ -232,8 +233,9 @@ class Synthesizer:
     async def _announce(self, request: SynthesisRequest) -> None:
         event = Accepted(request_id=request.id, at=time.time(), model=request.model, seed=request.seed,
                          text_chars=len(request.text), tenant=request.tenant)
-        try:
-            await self.js.publish(event_subject(event), encode(event), stream=EVENTS_STREAM)
+        try:  # retried through a leader election with one Msg-Id, as every lifecycle event: stored once, not lost
+            await publish_acked(self.js, event_subject(event), encode(event), stream=EVENTS_STREAM,
+                                headers={MSG_ID: f"{request.id}:{Accepted.KIND}"})
         except Exception as exc:  # the audit trail is not worth failing an admitted request for
             log.warning("could not publish the accepted event: %r", exc)
 
