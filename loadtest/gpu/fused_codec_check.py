@@ -21,13 +21,14 @@ from services.kernels.codec.fused_bias import add_bias
 from services.kernels.triton_support import compiles_for
 
 
-def decode(decoder, codes: torch.Tensor, fused: bool) -> torch.Tensor:
-    """15 frames decoded in chunks of 3, 5 and 7 with the vocoder's fused paths forced on or off, on any device (the
-    CPU tests force them on under Triton's interpreter); the switch is put back after."""
+def decode(decoder, codes: torch.Tensor, fused: bool, chunks: tuple[int, ...] = (3, 5, 7)) -> torch.Tensor:
+    """`codes` decoded chunk by chunk (`chunks`: their frame counts; 15 frames in 3, 5 and 7 by default) with the
+    vocoder's fused paths forced on or off, on any device (the CPU tests force them on under Triton's interpreter);
+    the switch is put back after."""
     vocoder.compiles_for = lambda device: fused  # the one switch the fused paths read
     try:
         state, pieces, start = decoder.new_stream(), [], 0
-        for size in (3, 5, 7):
+        for size in chunks:
             pieces.append(decoder.decode_chunk(state, codes[start : start + size]).float())
             start += size
         return torch.cat(pieces)

@@ -84,27 +84,11 @@ three lengths; the last chunk's audio-rate rows (3 x 1920) span several of test_
 last one partial."""
 
 
-def _decode(decoder, codes: torch.Tensor, fused: bool, chunks: tuple[int, ...]) -> torch.Tensor:
-    """`codes` decoded chunk by chunk (`chunks`: their frame counts) with the vocoder's fused paths forced on or off
-    (the one switch they read), put back after."""
-    from services.kernels.triton_support import compiles_for
-    from services.model.codec import vocoder
-
-    vocoder.compiles_for = lambda device: fused
-    try:
-        state, pieces, start = decoder.new_stream(), [], 0
-        for size in chunks:
-            pieces.append(decoder.decode_chunk(state, codes[start : start + size]).float())
-            start += size
-        return torch.cat(pieces)
-    finally:
-        vocoder.compiles_for = compiles_for
-
-
 @torch.no_grad()
 def fused_decode_error(device: str, chunks: tuple[int, ...] = CUDA_CHUNKS) -> float:
     """Largest difference, relative to the audio's peak, between a codec decode with the fused passes forced on and
     one with them off: the windowed test decoder, its frames in `chunks` (histories carried across)."""
+    from loadtest.gpu.fused_codec_check import decode
     from services.model.codec import load_codec_decoder
     from tests.support.codec_reference import WINDOWED_DECODER, random_codes, save_reference_tokenizer
 
@@ -112,7 +96,7 @@ def fused_decode_error(device: str, chunks: tuple[int, ...] = CUDA_CHUNKS) -> fl
         save_reference_tokenizer(Path(scratch), WINDOWED_DECODER, seed=0)
         decoder = load_codec_decoder(Path(scratch), device=device)
     codes = random_codes(sum(chunks), 16, WINDOWED_DECODER["codebook_size"], seed=5).to(device)
-    plain, fused = _decode(decoder, codes, False, chunks), _decode(decoder, codes, True, chunks)
+    plain, fused = decode(decoder, codes, False, chunks), decode(decoder, codes, True, chunks)
     assert plain.shape == fused.shape
     return float((fused - plain).abs().max() / plain.abs().max())
 
