@@ -40,11 +40,11 @@ async def run_trials(config: BenchConfig, *, trials: int, launcher: MeshLauncher
         if launcher is None:
             documents.append(await run_bench(trial_config, command=command, progress=progress))
             continue
-        async with launcher.running(f"trial{trial}") as gateway:
+        async with launcher.running(f"trial{trial}") as mesh:
             target = trial_config.targets[0]
-            target = replace(target, url=endpoint_url(gateway, target.transport))
-            documents.append(await run_bench(replace(trial_config, targets=(target,)), command=command,
-                                             progress=progress))
+            target = replace(target, url=endpoint_url(mesh.gateway_url, target.transport))
+            documents.append(await run_bench(replace(trial_config, targets=(target,), events_urls=(mesh.events_url,)),
+                                             command=command, progress=progress))
     return documents[0] if trials == 1 and launcher is None else combine_trials(documents,
                                                                                fresh_mesh=launcher is not None)
 
@@ -105,9 +105,11 @@ def _combine_level(ran: Sequence[tuple[int, dict]]) -> dict:
     summaries = [level["summary"] for level in levels]
     gates = [level["gate"] for level in levels if level.get("gate") is not None]
     sustained = [level["sustained"] for level in levels if level["sustained"] is not None]
+    stages = [level["first_packet_stages"] for level in levels if level.get("first_packet_stages")]
     return {"level": levels[0]["level"], "num_trials": len(levels), "trials": [trial for trial, _ in ran],
             "summary": combine_leaves(summaries, statistics.median), "summary_min": combine_leaves(summaries, min),
             "summary_max": combine_leaves(summaries, max),
+            "first_packet_stages": combine_leaves(stages, statistics.median) if stages else None,
             "sustained": all(sustained) if sustained else None,
             "gate": combine_gates(gates) if gates else None,
             "requests": [{**request, "trial": trial} for trial, level in ran for request in level["requests"]]}

@@ -13,6 +13,7 @@ import pytest
 
 from loadtest.bench.fresh_mesh import MeshLauncher, MeshStartError
 from loadtest.bench.length_mode import realistic_frames
+from loadtest.bench.stages import STAGES
 from messages.audio_format import FRAMES_PER_SECOND
 from tests.support.bench_stubs import bench_command, run_bench, run_process
 
@@ -78,6 +79,10 @@ async def test_two_trials_each_on_a_fresh_mesh(tiny_checkpoint, tmp_path):
     assert level["num_trials"] == level["gate"]["num_trials"] == 2
     assert [request["trial"] for request in level["requests"]] == [0, 1]
     check_public_level(level)
+    # Each trial's mesh was read back as its observer: every first packet broken into stages, no password kept.
+    assert all(set(STAGES) <= set(request["first_packet_stages"]) for request in level["requests"]), level["requests"]
+    assert level["first_packet_stages"]["num_requests"] == 1, "the median of the trials' one request each"
+    assert [url.split("@")[0] for url in document["config"]["events_urls"]] == ["nats://observer:***"]
     for trial in (0, 1):
         log = (logs / f"trial{trial}.log").read_text()
         assert "voxmesh is serving" in log and "voxmesh stopped" in log, "each mesh started and was stopped"
