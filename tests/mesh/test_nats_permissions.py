@@ -4,6 +4,7 @@ administers streams and the bucket, the observer only reads. A real nats-server 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -229,8 +230,9 @@ async def test_only_the_gateway_drops_a_request_from_the_queue(as_user, provisio
     gateway = await as_user("gateway")
     sequence = (await gateway.nc.jetstream().publish(subjects.request(MODEL), b"queued")).seq
     user = await as_user(name)
-    with pytest.raises(nats.errors.TimeoutError):
-        await user.nc.jetstream(timeout=0.5).delete_msg(REQUESTS_STREAM, sequence)
+    with pytest.raises(nats.errors.TimeoutError):  # the API request itself (the client's delete_msg waits 5 s)
+        await user.nc.request(f"{api.DEFAULT_PREFIX}.STREAM.MSG.DELETE.{REQUESTS_STREAM}",
+                              json.dumps({"seq": sequence}).encode(), timeout=0.5)
     assert "permissions violation for publish" in await user.next_violation()
     assert await gateway.nc.jetstream().delete_msg(REQUESTS_STREAM, sequence)
 

@@ -16,13 +16,23 @@ from messages import Failed, Finished
 from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from services.gateway.http.encoders import stream_encoder
 from services.gateway.requests.response_formats import FORMATS
-from tests.support.mesh import REPO
+from tests.support.mesh import REPO, run_mesh
 from tests.support.mesh_client import events_of, service_stats, terminal_count
 from tests.support.ws_client import WAIT_S, ws_connect
 
 pytestmark = pytest.mark.timeout(300)
 
 GREEDY = {"temperature": 0, "voice": "eric"}
+
+
+@pytest.fixture(scope="module")
+def mesh(tiny_checkpoint, tmp_path_factory):
+    """The `single` mesh with each chunk decoded alone (VOXMESH_CODEC_BATCHING=false): a resume's chunks come from a
+    re-decode that may run beside the live stream, and only chunks decoded alone are the first time's bytes exactly
+    (a codec call's last bit can depend on the other rows in it: the setting's help says so)."""
+    with run_mesh(tiny_checkpoint, tmp_path_factory.mktemp("mesh-state"),
+                  env={"VOXMESH_CODEC_BATCHING": "false"}) as running:
+        yield running
 
 
 async def one_shot(mesh, text: str, **settings) -> list[bytes]:
