@@ -13,7 +13,8 @@ import pytest
 from messages.audio_format import SAMPLES_PER_FRAME
 from tests.support.mesh import run_mesh
 from tests.support.mesh_client import codes_on_bus, service_stats, stream_speech, terminal_count
-from tests.mesh.test_mesh_e2e import LONG_FRAMES, TEXTS, greedy_body, synth_codes
+from tests.mesh.test_mesh_e2e import LONG_FRAMES, TEXTS, greedy_body
+from tests.support.offline_synthesis import synth_codes
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def colocated(tiny_checkpoint, tmp_path_factory):
         yield mesh
 
 
-async def test_colocated_mesh_streams_the_offline_codes_with_one_terminal_each(colocated, tiny_checkpoint, tmp_path):
+async def test_colocated_mesh_streams_the_offline_codes_with_one_terminal_each(colocated, tiny_checkpoint):
     assert set(colocated.pids) == {"gateway", "decode-vocoder"}, colocated.pids
     tasks = []
     for text in TEXTS[:2]:
@@ -32,7 +33,7 @@ async def test_colocated_mesh_streams_the_offline_codes_with_one_terminal_each(c
     for text, result in zip(TEXTS, await asyncio.gather(*tasks)):
         assert result.end["type"] == "audio.done", result.end
         codes, end = await codes_on_bus(colocated.nats_url, result.request_id)
-        np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, tmp_path, text, frames=LONG_FRAMES,
+        np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, text, frames=LONG_FRAMES,
                                                          ignore_eos=True))
         assert len(result.pcm) == 2 * SAMPLES_PER_FRAME * LONG_FRAMES and result.end["chunk_count"] == end.seq
         assert await terminal_count(colocated.nats_url, result.request_id) == 1

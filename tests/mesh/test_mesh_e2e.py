@@ -22,6 +22,7 @@ from messages.errors import ErrorCode, Stage
 from messages.requests import SynthesisRequest
 from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tests.support.mesh_client import codes_on_bus, events_of, service_stats, stream_speech, terminal_count
+from tests.support.offline_synthesis import synth_codes
 
 TEXTS = ["The quick brown fox.", "Hello there, how are you?", "Streaming speech, one frame at a time."]
 MAX_FRAMES = 24
@@ -31,14 +32,6 @@ LONG_FRAMES = 48  # fixed length (ignore_eos): long enough that each staggered r
 def greedy_body(text: str, voice: str = "vivian") -> dict:
     return {"input": text, "voice": voice, "temperature": 0, "max_new_tokens": LONG_FRAMES, "ignore_eos": True,
             "seed": 7}
-
-
-def synth_codes(checkpoint, tmp_path, text: str, voice: str = "vivian", seed: int | None = None,
-                frames: int = MAX_FRAMES, ignore_eos: bool = False) -> np.ndarray:
-    """`voxmesh synth`'s codes (greedy, or sampled with `seed`): the offline oracle the mesh must equal."""
-    mode = ["--greedy"] if seed is None else ["--seed", str(seed)]
-    mode += ["--ignore-eos"] if ignore_eos else []
-    return _synth(checkpoint, tmp_path, text, ["--speaker", voice, *mode], frames)
 
 
 def clone_codes(checkpoint, tmp_path, text: str, reference: Path, mode: list[str], frames: int) -> np.ndarray:
@@ -55,18 +48,18 @@ def _synth(checkpoint, tmp_path, text: str, voice_and_mode: list[str], frames: i
     return np.load(codes_file)
 
 
-async def test_seeded_sampled_request_equals_offline_synthesis_with_that_seed(mesh, tiny_checkpoint, tmp_path):
+async def test_seeded_sampled_request_equals_offline_synthesis_with_that_seed(mesh, tiny_checkpoint):
     text = "Sampling survives the trip."
     body = {"input": text, "voice": "eric", "seed": 12345, "max_new_tokens": MAX_FRAMES}
     result = await stream_speech(mesh.gateway_url, body)
     assert result.end["type"] == "audio.done", result.end
     codes, _ = await codes_on_bus(mesh.nats_url, result.request_id)
-    np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, tmp_path, text, "eric", seed=12345))
-    greedy = synth_codes(tiny_checkpoint, tmp_path, text, "eric")
+    np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, text, "eric", seed=12345))
+    greedy = synth_codes(tiny_checkpoint, text, "eric")
     assert not np.array_equal(codes[: len(greedy)], greedy[: len(codes)]), "sampling must differ from greedy"
 
 
-async def test_staggered_greedy_requests_batch_together_and_equal_offline_synthesis(mesh, tiny_checkpoint, tmp_path):
+async def test_staggered_greedy_requests_batch_together_and_equal_offline_synthesis(mesh, tiny_checkpoint):
     results, tasks = [], []
     for text in TEXTS:
         # Stagger on events, not time: the next request starts once the previous one is streaming audio.
@@ -79,7 +72,7 @@ async def test_staggered_greedy_requests_batch_together_and_equal_offline_synthe
         codes, end = await codes_on_bus(mesh.nats_url, result.request_id)
         assert end.reason == "finished"
         assert codes.shape[0] == LONG_FRAMES
-        np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, tmp_path, text, frames=LONG_FRAMES,
+        np.testing.assert_array_equal(codes, synth_codes(tiny_checkpoint, text, frames=LONG_FRAMES,
                                                          ignore_eos=True))
         assert len(result.pcm) == 2 * SAMPLES_PER_FRAME * codes.shape[0]
         assert result.end["chunk_count"] == end.seq

@@ -23,7 +23,7 @@ from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from services.model.codec.loader import load_codec_decoder
 from tests.support.mesh import run_mesh
 from tests.support.mesh_client import StreamResult, codes_on_bus, events_of, service_stats, stream_speech, terminal_count
-from tests.mesh.test_mesh_e2e import synth_codes
+from tests.support.offline_synthesis import synth_codes
 
 FRAMES = 24
 SMALL_POOL = ("--kv-cache-blocks", "16")
@@ -78,7 +78,7 @@ async def test_small_pool_through_the_mesh(mode, tiny_checkpoint, tmp_path):
     survivor_at = 1 - victim_at
     survivor, victim = results[survivor_at], results[victim_at]
     survivor_codes, victim_codes, victim_events = codes[survivor_at], codes[victim_at], events[victim_at]
-    oracle = [synth_codes(tiny_checkpoint, tmp_path, text, "ryan", frames=FRAMES, ignore_eos=True) for text in TEXTS]
+    oracle = [synth_codes(tiny_checkpoint, text, "ryan", frames=FRAMES, ignore_eos=True) for text in TEXTS]
     assert terminals == [1, 1]
     assert survivor.end["type"] == "audio.done", survivor.end
     np.testing.assert_array_equal(survivor_codes, oracle[survivor_at])

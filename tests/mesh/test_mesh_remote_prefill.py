@@ -27,7 +27,7 @@ from messages.streams import REQUESTS_STREAM
 from tests.support.mesh import run_mesh
 from tests.support.mesh_client import (WAIT_S, codes_on_bus, events_of, one_replica_stats, replicas_serving,
                                stream_speech, terminal_count)
-from tests.mesh.test_mesh_e2e import synth_codes
+from tests.support.offline_synthesis import synth_codes
 from tests.mesh.test_mesh_preemption import FRAMES as PREEMPTION_FRAMES
 from tests.mesh.test_mesh_preemption import SMALL_BLOCKS, SMALL_POOL, TEXTS
 from tests.mesh.test_mesh_preemption import body as preemption_body
@@ -41,8 +41,8 @@ BODIES = (
 )
 
 
-def oracle(checkpoint, tmp_path, body: dict, ignore_eos: bool = False) -> np.ndarray:
-    return synth_codes(checkpoint, tmp_path, body["input"], body["voice"], seed=body.get("seed"),
+def oracle(checkpoint, body: dict, ignore_eos: bool = False) -> np.ndarray:
+    return synth_codes(checkpoint, body["input"], body["voice"], seed=body.get("seed"),
                        frames=body["max_new_tokens"], ignore_eos=ignore_eos)
 
 
@@ -70,13 +70,13 @@ def mesh(tiny_checkpoint, tmp_path_factory):
         yield running
 
 
-async def test_prefilled_remotely_or_not_the_codes_are_the_offline_ones(mesh, tiny_checkpoint, tmp_path):
+async def test_prefilled_remotely_or_not_the_codes_are_the_offline_ones(mesh, tiny_checkpoint):
     await replicas_serving(mesh.nats_url, "prefill")
     results = await asyncio.gather(*[stream_speech(mesh.gateway_url, body) for body in BODIES])
     for body, result in zip(BODIES, results):
         assert result.end["type"] == "audio.done", result.end
         codes, _ = await codes_on_bus(mesh.nats_url, result.request_id)
-        np.testing.assert_array_equal(codes, oracle(tiny_checkpoint, tmp_path, body), err_msg=body["input"])
+        np.testing.assert_array_equal(codes, oracle(tiny_checkpoint, body), err_msg=body["input"])
     prefill = await one_replica_stats(mesh.nats_url, "voxmesh-prefill")
     decode = await one_replica_stats(mesh.nats_url, "voxmesh-decode")
     assert prefill["handed_over"] >= 1, prefill
@@ -84,7 +84,7 @@ async def test_prefilled_remotely_or_not_the_codes_are_the_offline_ones(mesh, ti
 
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["prefill-killed", "prefill-stalled"])
-async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, tiny_checkpoint, tmp_path):
+async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, tiny_checkpoint):
     body = {"input": "Its prefill replica goes away after the hand-off.", "voice": "ryan", "seed": 5,
             "max_new_tokens": FRAMES}
     serving = await replicas_serving(mesh.nats_url, "prefill")
@@ -105,7 +105,7 @@ async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, ti
             os.kill(prefill_pid, signal.SIGCONT)
     assert result.end["type"] == "audio.done", result.end
     codes, _ = await codes_on_bus(mesh.nats_url, result.request_id)
-    np.testing.assert_array_equal(codes, oracle(tiny_checkpoint, tmp_path, body))
+    np.testing.assert_array_equal(codes, oracle(tiny_checkpoint, body))
     after = await one_replica_stats(mesh.nats_url, "voxmesh-decode")
     assert after["handoffs_fetch_failed"] == before["handoffs_fetch_failed"] + 1, after
     assert await terminal_count(mesh.nats_url, result.request_id) == 1
@@ -116,13 +116,13 @@ async def test_a_handoff_whose_kv_is_lost_is_prefilled_by_decode(mesh, fault, ti
         await replicas_serving(mesh.nats_url, "prefill", excluding=serving)
 
 
-async def test_a_handoff_from_another_checkpoint_is_not_used_at_all(mesh, tiny_checkpoint, tmp_path):
+async def test_a_handoff_from_another_checkpoint_is_not_used_at_all(mesh, tiny_checkpoint):
     """A hand-off whose fingerprint names another checkpoint (its KV and first frame are another model's): decode
     takes neither, prefills the prompt itself, and the codes are this checkpoint's from frame 0."""
     text = "Made by another checkpoint, spoken by this one."
     request = SynthesisRequest(id="foreign-handoff", model="tiny", text=text, speaker="ryan",
                                sampling=SamplingSpec(temperature=0.0), max_new_tokens=FRAMES, created_at=time.time())
-    oracle_codes = synth_codes(tiny_checkpoint, tmp_path, text, "ryan", frames=FRAMES)
+    oracle_codes = synth_codes(tiny_checkpoint, text, "ryan", frames=FRAMES)
     foreign_first = [(code + 1) % 1024 for code in oracle_codes[0].tolist()]  # not frame 0: were it used, it shows
     handoff = PrefillHandoff(request=request, fingerprint="another-checkpoint", prefill_replica="prefill-elsewhere",
                              prompt_tokens=12, transfer=b"never fetched", first_frame=foreign_first)
@@ -166,7 +166,7 @@ async def test_the_preemption_contract_holds_for_remotely_prefilled_requests(mod
     preempted = [any(isinstance(e, Preempted) for e in request_events) for request_events in events]
     assert sorted(preempted) == [False, True], events
     victim = preempted.index(True)
-    oracle_codes = [synth_codes(tiny_checkpoint, tmp_path, text, "ryan", frames=PREEMPTION_FRAMES, ignore_eos=True)
+    oracle_codes = [synth_codes(tiny_checkpoint, text, "ryan", frames=PREEMPTION_FRAMES, ignore_eos=True)
                     for text in TEXTS]
     assert terminals == [1, 1]
     np.testing.assert_array_equal(codes[1 - victim], oracle_codes[1 - victim])

@@ -13,7 +13,7 @@ import pytest
 from tests.support.mesh import run_mesh
 from services.runtime.lifecycle import micro_name
 from tests.support.mesh_client import codes_on_bus, replica_stats, replicas_serving, stream_speech
-from tests.mesh.test_mesh_e2e import synth_codes
+from tests.support.offline_synthesis import synth_codes
 
 FRAMES = 12
 BODIES = (
@@ -32,9 +32,8 @@ REMOTE_WORK = {
 
 
 @pytest.fixture(scope="module")
-def oracle(tiny_checkpoint, tmp_path_factory) -> list[np.ndarray]:
-    folder = tmp_path_factory.mktemp("topology-oracle")
-    return [synth_codes(tiny_checkpoint, folder, body["input"], body["voice"], seed=body.get("seed"),
+def oracle(tiny_checkpoint) -> list[np.ndarray]:
+    return [synth_codes(tiny_checkpoint, body["input"], body["voice"], seed=body.get("seed"),
                         frames=FRAMES) for body in BODIES]
 
 
