@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from messages import DecodeError, decode, encode, subjects
@@ -41,33 +42,35 @@ async def read_record(kv: KeyValue, key: str, kind: type[R]) -> Versioned[R] | N
     return Versioned(decode(entry.value, kind), entry.revision)
 
 
-ONE_READ_CONSUMER_IDLE_S = 2.0
-"""How long the server keeps a `current_records` read's consumer once the read has stopped listening. nats-py's
-default is 5 minutes, and the server holds at most 1,000 consumers a stream: control loops and readiness probes that
-read every second (`voxmesh up` polls the gateway's /ready 4 times a second while the codec warms up) would fill the
-bucket's stream within minutes, and every later read would fail with `maximum consumers limit reached`."""
+async def current_records(kv: KeyValue, pattern: str, kind: type[R]) -> list[R]:
+    """Every current record whose key matches `pattern` (e.g. "lease.*"), read from the bucket's stream leader;
+    unreadable ones are logged and skipped.
 
-
-async def current_records(kv: KeyValue, pattern: str, kind: type[R], *, timeout_s: float = 5.0) -> list[R]:
-    """Every current record whose key matches `pattern` (e.g. "lease.*"); unreadable ones are logged and skipped.
-
-    Raises nats' TimeoutError when the values stop coming for `timeout_s` (the connection went away mid-read): a
-    control loop reading this every tick must not hang on a watcher whose end marker never comes."""
-    watcher = await kv.watch(pattern, ignore_deletes=True, inactive_threshold=ONE_READ_CONSUMER_IDLE_S)
+    Liveness decisions rest on these lists (a replica whose lease is missing here is judged dead and its work taken
+    over), so they must be the leader's state, as `read_record`'s are. A watch (nats-py's `keys()` and `watch()`)
+    reads through an ephemeral consumer, which the server places on any current peer of the stream: on a cluster that
+    can be a server still catching up after a restart, whose copy lacks the last seconds of lease renewals. So the
+    keys come from the stream's info (answered by its leader) and each value from the leader's message get. Transient
+    failures (an election, a reconnect) are retried as every read is (`ack_retry`)."""
+    js, stream, prefix = _bucket_parts(kv)
+    info = await retrying(lambda: js.stream_info(stream, subjects_filter=prefix + pattern), f"list {pattern}")
     found: list[R] = []
-    try:
-        while True:
-            entry = await watcher.updates(timeout=timeout_s)
-            if entry is None:  # the watcher's marker: every current value has been delivered
-                break
-            if entry.value:
-                try:
-                    found.append(decode(entry.value, kind))
-                except DecodeError as exc:
-                    log.error("skipping unreadable %s: %s", entry.key, exc)
-    finally:
-        await watcher.stop()
+    for subject in sorted(info.state.subjects or {}):
+        key = subject[len(prefix):]
+        try:
+            current = await read_record(kv, key, kind)
+        except DecodeError as exc:
+            log.error("skipping unreadable %s: %s", key, exc)
+            continue
+        if current is not None:
+            found.append(current.record)
     return found
+
+
+def _bucket_parts(kv: KeyValue) -> tuple[JetStreamContext, str, str]:
+    """The bucket's JetStream context, stream and subject prefix (`$KV.<bucket>.`): nats-py (pinned) keeps them as
+    the handle's attributes and offers no listing that is not a watch."""
+    return kv._js, kv._stream, kv._pre  # noqa: SLF001 - see the docstring
 
 
 async def write_record(kv: KeyValue, key: str, record: R, *, expected: Versioned | None) -> Versioned[R]:
