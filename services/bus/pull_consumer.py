@@ -143,6 +143,10 @@ class PullConsumer(Generic[M]):
 
     `concurrent`: each message's handler runs as its own task (their waits on the bus overlap), else one after
     another. Either way a message is handed over only with a free Capacity slot.
+
+    A redelivery of a message whose earlier delivery's handler is still running here (its ack wait ran out while
+    the bus was electing a leader, say) is left unsettled and not handed over: two handlers of one message would
+    race each other, and the first one's ack or nak settles the message for both.
     """
 
     def __init__(self, js: JetStreamContext, nc: Client, *, stream: str, durable: str, message_type: Any,
@@ -170,6 +174,10 @@ class PullConsumer(Generic[M]):
         self._concurrent = concurrent
         self._handling: set[asyncio.Task] = set()
         """The running handler tasks (concurrent mode), kept until they end and awaited when the loop stops."""
+        self._in_hand: set[int] = set()
+        """Stream sequences of the messages whose handler is running."""
+        self.num_redelivered_in_hand = 0
+        """Redeliveries that arrived while the earlier delivery's handler still ran (left to that handler)."""
 
     async def bind(self) -> None:
         """Bind to the durable consumer (or open the `source`); NotProvisioned if it does not exist."""
@@ -197,10 +205,16 @@ class PullConsumer(Generic[M]):
                     continue
                 for msg in await self._pull.fetch(min(self.capacity.room(), self._max_batch), self._fetch_timeout_s):
                     delivery = Delivery(self._nc, msg)
+                    if delivery.stream_sequence in self._in_hand:
+                        self.num_redelivered_in_hand += 1
+                        log.warning("message %d on %s redelivered while its earlier delivery is still handled here; "
+                                    "left to that handler", delivery.stream_sequence, msg.subject)
+                        continue
                     message = await self._decoded(delivery)
                     if message is None:
                         continue
                     self.capacity.take(self._kind_of(message))  # here, not in the task: the next fetch must see the slot taken
+                    self._in_hand.add(delivery.stream_sequence)  # and here, for the same reason
                     if self._concurrent:
                         task = asyncio.create_task(self._handle(message, delivery))
                         self._handling.add(task)
@@ -246,6 +260,8 @@ class PullConsumer(Generic[M]):
                 self.capacity.release(self._kind_of(message))
                 if not delivery.settled:
                     await delivery.nak(self._retry_delay_s)
+            finally:
+                self._in_hand.discard(delivery.stream_sequence)
 
 
 async def _first(*awaitables: Awaitable[Any]) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import logging
 
 import msgspec
 
@@ -29,12 +31,12 @@ class Serving:
     """A PullConsumer on the tiny model's requests, run as a task, with its handler's deliveries in a queue."""
 
     def __init__(self, nc, handler, capacity: Capacity, retry_delay_s: float = 1.0, on_refused=None,
-                 fetch_timeout_s: float = 0.2, max_batch: int = 16) -> None:
+                 fetch_timeout_s: float = 0.2, max_batch: int = 16, concurrent: bool = False) -> None:
         self.stop = asyncio.Event()
         self.consumer = PullConsumer(nc.jetstream(), nc, stream=REQUESTS_STREAM, durable="decode-tiny",
                                      message_type=SynthesisRequest, handler=handler, capacity=capacity,
                                      max_batch=max_batch, fetch_timeout_s=fetch_timeout_s,
-                                     retry_delay_s=retry_delay_s, on_refused=on_refused)
+                                     retry_delay_s=retry_delay_s, on_refused=on_refused, concurrent=concurrent)
 
     async def __aenter__(self) -> Serving:
         self.task = asyncio.create_task(self.consumer.run(self.stop))
@@ -108,6 +110,57 @@ async def test_a_failing_handler_gets_a_nak_and_a_redelivery(nats_client) -> Non
         assert await asyncio.wait_for(deliveries.get(), TIMEOUT_S) == 1
         assert await asyncio.wait_for(deliveries.get(), TIMEOUT_S) == 2
     assert capacity.room() == 2  # the failed attempt gave its slot back
+
+
+class Logged(logging.Handler):
+    """Resolves `seen` with the first record of this logger whose message starts with `prefix`."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__(logging.WARNING)
+        self.prefix = prefix
+        self.seen: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(self.prefix) and not self.seen.done():
+            self.seen.set_result(record.getMessage())
+
+
+async def test_a_redelivery_while_its_first_handler_runs_is_left_to_that_handler(nats_client) -> None:
+    # The ack wait runs out while the first handler still works (on a cluster: its bus reads wait out a leader
+    # election). The redelivery must not start a second handler of the same message beside the first.
+    js = nats_client.jetstream()
+    await fresh_bus(js, dataclasses.replace(CONFIG, request_ack_wait_s=0.3))
+    handled: asyncio.Queue = asyncio.Queue()
+    release_first, acked = asyncio.Event(), asyncio.Event()
+    logged = Logged("message 1 on")
+    logger = logging.getLogger("services.bus.pull_consumer")
+    logger.addHandler(logged)
+
+    async def handler(message: SynthesisRequest, delivery: Delivery) -> None:
+        await handled.put(delivery.num_delivered)
+        await release_first.wait()
+        await delivery.ack(confirmed=True)
+        capacity.release()
+        acked.set()
+
+    capacity = Capacity(4)
+    await submit_request(js, request(9), subject=DIRECT)
+    try:
+        async with Serving(nats_client, handler, capacity, concurrent=True) as serving:
+            assert await asyncio.wait_for(handled.get(), TIMEOUT_S) == 1
+            second = asyncio.ensure_future(handled.get())
+            done, _ = await asyncio.wait([second, logged.seen], timeout=TIMEOUT_S,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            assert logged.seen in done and second not in done, "a second handler ran beside the first"
+            release_first.set()
+            await asyncio.wait_for(acked.wait(), TIMEOUT_S)
+            info = await js.consumer_info(REQUESTS_STREAM, "decode-tiny")  # the ack above was confirmed
+            second.cancel()
+    finally:
+        logger.removeHandler(logged)
+    assert "redelivered while its earlier delivery is still handled here" in logged.seen.result()
+    assert serving.consumer.num_redelivered_in_hand >= 1 and capacity.room() == 4
+    assert info.delivered.consumer_seq >= 2 and info.num_ack_pending == 0  # delivered twice, settled once
 
 
 async def test_max_deliver_exhaustion_is_observable(nats_client) -> None:
