@@ -39,6 +39,10 @@ class DecodeSettings(CommonSettings):
            "returns, without waiting for the event loop (aborts wait one step longer; 1: the loop hands over each "
            "step, and the engine thread idles between steps while the loop is busy)")
     cuda_graphs: bool = setting(True, "on CUDA, replay decode-only steps as CUDA graphs (one per batch bucket)")
+    overlap_min_rows: int = setting(
+        0, "on CUDA, launch the next step before the running one's codes are read only for steps of at least this "
+           "many requests (0: every step): a smaller step is read at once, so a request that arrives meanwhile "
+           "starts one step sooner, at the price of the host's launch time in every such step")
     max_migrations: int = setting(
         1, "times a request may be taken over from a dead decode replica and continued from its frames in CODES; "
            "past this it fails with code replica_lost (a request that crashes its replica must not crash them all)")
@@ -69,6 +73,9 @@ class DecodeSettings(CommonSettings):
                      "num_partitions", "torch_threads", "steps_queued", "voice_workers"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
+        if self.overlap_min_rows < 0:
+            raise SettingsError(f"--overlap-min-rows: must be >= 0 (0: every step overlaps), "
+                                f"got {self.overlap_min_rows}")
         if self.max_migrations < 0:
             raise SettingsError(f"--max-migrations: must be >= 0 (0: never migrate), got {self.max_migrations}")
         if not 0 <= self.metrics_port <= 65535:
@@ -113,7 +120,8 @@ class DecodeSettings(CommonSettings):
                             gpu_memory_fraction=self.gpu_memory_fraction if by_fraction else None,
                             block_size=self.block_size,
                             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                            max_model_len=self.max_model_len, cuda_graphs=self.cuda_graphs)
+                            max_model_len=self.max_model_len, cuda_graphs=self.cuda_graphs,
+                            overlap_min_rows=self.overlap_min_rows)
 
     def frame_budget(self, text_chars: int, requested: int | None) -> int:
         """Most frames a request may produce: the runaway guard (DESIGN.md invariant 7), the request's own cap and

@@ -56,6 +56,11 @@ class EngineConfig:
     overlap_steps: bool | None = None
     """Prepare step N+1 on the host while the device runs step N (`Engine.step` then returns step N's frames when
     it launches step N+1). None: on for CUDA, off elsewhere (on the CPU the work is done when it is launched)."""
+    overlap_min_rows: int = 0
+    """With `overlap_steps`: overlap only steps of at least this many rows; a smaller step is waited for and applied
+    in its own call. Overlapping hides the host's launch behind the device, which pays at large batches; a request
+    that arrives while a step runs joins the next launch, so without the overlap it meets one step in flight
+    instead of two, and its first frame comes a step sooner. 0: every step overlaps."""
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -69,6 +74,9 @@ class EngineConfig:
             raise ConfigError(f"EngineConfig.cuda_graphs must be True or False, got {self.cuda_graphs!r}")
         if self.overlap_steps is not None and not isinstance(self.overlap_steps, bool):
             raise ConfigError(f"EngineConfig.overlap_steps must be True, False or None, got {self.overlap_steps!r}")
+        if isinstance(self.overlap_min_rows, bool) or not isinstance(self.overlap_min_rows, int) \
+                or self.overlap_min_rows < 0:
+            raise ConfigError(f"EngineConfig.overlap_min_rows must be an int >= 0, got {self.overlap_min_rows!r}")
         if self.kv_cache_blocks is not None:
             _positive_int("kv_cache_blocks", self.kv_cache_blocks)
         if self.gpu_memory_fraction is not None:

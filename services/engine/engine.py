@@ -104,6 +104,8 @@ class Engine:
         """Prompts are built on a side stream (CUDA), so admission does not wait behind the queued steps."""
         self._overlap = config.overlap_steps if config.overlap_steps is not None else model.device.type == "cuda"
         """Whether `step()` prepares the next step while the device runs this one (CUDA by default)."""
+        self._overlap_min_rows = config.overlap_min_rows
+        """Steps of fewer rows are not overlapped (a request arriving meanwhile waits for one step, not two)."""
         self._in_flight: tuple[SchedulerOutput, InFlightStep] | None = None
         """The launched step whose codes are not applied yet."""
         self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay,
@@ -202,7 +204,8 @@ class Engine:
         self.scheduler.launched(scheduled.scheduled)
         previous, self._in_flight = self._in_flight, (scheduled, launched)
         output = self._apply(previous, output)
-        return output if self._overlap else self._collect(output)
+        overlaps = self._overlap and len(scheduled.scheduled) >= self._overlap_min_rows
+        return output if overlaps else self._collect(output)
 
     def _told_of_launches(self) -> LaunchListener:
         """The launch listener where a launch only queues the step (overlapped steps on the device, codebooks 1..15

@@ -9,6 +9,8 @@ both modes, and a wrong replay is still caught.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -32,10 +34,16 @@ def tiny(tiny_checkpoint):
     return load_tiny(tiny_checkpoint)
 
 
-def _staggered(tiny, overlap: bool, abort_at: int | None = None) -> tuple[EngineRun, int]:
+@dataclasses.dataclass
+class _CallsRun(EngineRun):
+    frames_by_call: list = dataclasses.field(default_factory=list)
+    """Each `step()` call's own frames."""
+
+
+def _staggered(tiny, overlap: bool, abort_at: int | None = None, overlap_min_rows: int = 0) -> tuple[EngineRun, int]:
     """Two requests, two more after three steps, request "3" aborted at step `abort_at`; run to the end."""
     model, tokenizer = tiny
-    engine = new_engine(model, blocks=96, overlap_steps=overlap)
+    engine = new_engine(model, blocks=96, overlap_steps=overlap, overlap_min_rows=overlap_min_rows)
     params = SamplingParams(temperature=0.9, top_k=50)
 
     def add(index: int) -> None:
@@ -43,7 +51,7 @@ def _staggered(tiny, overlap: bool, abort_at: int | None = None) -> tuple[Engine
         assert engine.add_request(EngineRequest(str(index), request, 1000 + index, params, NUM_FRAMES + index)) is None
 
     add(0), add(1)
-    run = EngineRun()
+    run = _CallsRun()
     aborted_frames = -1
     while engine.has_unfinished():
         if run.steps == 3:
@@ -53,7 +61,7 @@ def _staggered(tiny, overlap: bool, abort_at: int | None = None) -> tuple[Engine
             assert outcome is not None and outcome.status is SequenceStatus.CANCELLED
             run.outcomes.append(outcome)
             aborted_frames = outcome.num_frames
-        record(run, engine)
+        run.frames_by_call.append(record(run, engine).frames)
         assert run.steps < 200
     assert engine.scheduler.block_manager.num_free_blocks == engine.num_blocks
     return run, aborted_frames
@@ -87,6 +95,37 @@ def test_a_step_returns_the_frames_of_the_step_before_it(tiny) -> None:
     assert [(f.request_id, f.index) for f in third.frames] == [("a", 1)]
     assert [(o.request_id, o.status) for o in third.outcomes] == [("a", SequenceStatus.FINISHED_LENGTH)]
     assert not engine.has_unfinished()
+
+
+def test_a_step_below_the_overlap_rows_returns_its_own_frames_and_a_larger_one_the_step_before(tiny) -> None:
+    model, tokenizer = tiny
+    engine = new_engine(model, blocks=96, overlap_steps=True, overlap_min_rows=2)
+    params = SamplingParams()
+    assert engine.add_request(EngineRequest("a", make_request(tokenizer, TEXTS[2]), 5, params, 6)) is None
+    alone = engine.step()  # one row: launched and read in the same call
+    assert [(f.request_id, f.index) for f in alone.frames] == [("a", 0)]
+    assert engine.add_request(EngineRequest("b", make_request(tokenizer, TEXTS[3]), 6, params, 6)) is None
+    pair = engine.step()  # two rows: launched, and the call returns what the step before left (nothing in flight)
+    assert pair.frames == []
+    after = engine.step()  # the pair's frames come with the next launch
+    assert sorted((f.request_id, f.index) for f in after.frames) == [("a", 1), ("b", 0)]
+
+
+def test_steps_that_overlap_by_their_rows_give_the_frames_of_one_step_at_a_time(tiny) -> None:
+    # Two rows, then four, then fewer as requests end: the calls switch between overlapped and not, both ways.
+    serial, _ = _staggered(tiny, overlap=False)
+    mixed, _ = _staggered(tiny, overlap=True, overlap_min_rows=3)
+    for request_id in "0123":
+        assert torch.equal(mixed.stacked(request_id), serial.stacked(request_id)), request_id
+    ends = lambda run: sorted((o.request_id, o.status, o.num_frames) for o in run.outcomes)  # noqa: E731
+    assert ends(mixed) == ends(serial)
+    # Request 0 or 1 draws EOS at the third step. The late pair makes it three rows: that step overlaps, and its
+    # call returns no frame (the step before it was read in its own call), where the serial engine returns its own
+    # three. When the rows fall to two again, one call returns the step in flight and its own: five frames.
+    serial_counts = [len(frames) for frames in serial.frames_by_call]
+    mixed_counts = [len(frames) for frames in mixed.frames_by_call]
+    assert serial_counts[:5] == [2, 2, 1, 3, 3] and mixed_counts[:5] == [2, 2, 1, 0, 3]
+    assert 5 in mixed_counts and max(serial_counts) == 3
 
 
 def test_an_abort_while_a_step_is_in_flight_drops_its_frame_and_leaves_the_others_alone(tiny) -> None:
