@@ -104,3 +104,10 @@ def test_each_request_row_says_when_it_started_in_its_level():
     rows = result.requests_to_dicts()
     assert [r["started_s"] for r in rows] == pytest.approx([0.0, 0.25, 30.0])
     assert rows[0]["first_packet_s"] == pytest.approx(0.05) and rows[0]["request_id"] == "req_0"
+
+
+def test_windows_longer_than_half_the_level_are_shortened_so_they_do_not_overlap():
+    verdict = latency_verdict(level_rows(lambda t: 0.050 + 0.004 * t, seconds=20), 20.0, 60.0)
+    assert verdict["window_s"] == 10.0 and verdict["last_window_s"] == [10.0, 20.0]
+    assert [row["first"]["count"] for row in verdict["rows"]] == [20] and "half the level" in verdict["notes"][-1]
+    assert not verdict["flat"], "50-90 ms against 90-130 ms: the shortened windows still see the drift"
