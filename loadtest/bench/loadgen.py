@@ -167,11 +167,15 @@ class LevelResult:
     records: list[StreamRecord]
 
     def requests_to_dicts(self) -> list[dict]:
+        """Every request's metrics, with `started_s`: when it began, in seconds after the level's first request
+        began (where in the level it ran: the soak compares the first minute's requests with the last's)."""
+        level_start = min((record.started_at for record in self.records), default=0.0)
         rows = []
         for record in self.records:
             metrics = request_metrics(record)
             rows.append({
                 "index": metrics.index, "prompt_id": metrics.prompt_id, "request_id": metrics.request_id,
+                "started_s": record.started_at - level_start,
                 "ok": metrics.ok, "error_code": metrics.error_code,
                 "error_message": None if record.error is None else record.error.message,
                 "first_packet_s": metrics.first_packet_s, "latency_s": metrics.latency_s,

@@ -1,13 +1,15 @@
 """The soak's verdicts: is every process flat (memory within 5% of its start, descriptors and threads equal), is the
 bus bounded (REQUESTS empty, every durable consumer caught up, nothing kept past its stream's retention), and the
-figures as a markdown table."""
+figures as markdown tables (with the GPU's and the latencies', gpu_flatness.py and latency_flatness.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from loadtest.soak import gpu_flatness, latency_flatness
 from loadtest.soak.bus_samples import BusSample, StreamSample
+from loadtest.soak.gpu_samples import GpuSample
 from loadtest.soak.process_samples import ProcessSample
 from messages.streams import REQUESTS_STREAM
 
@@ -20,15 +22,18 @@ STORE_PROCESSES = frozenset({"nats-server"})
 
 @dataclass(frozen=True, slots=True)
 class Moment:
-    """Everything sampled at one quiet moment, and the mesh's own counts of what it held then (all 0)."""
+    """Everything sampled at one quiet moment, and the mesh's own counts of what it held then (all 0); `gpu` None
+    where the GPU was not sampled."""
 
     processes: dict[str, ProcessSample]
     bus: BusSample
     held: dict[str, float]
+    gpu: GpuSample | None = None
 
     def to_dict(self) -> dict:
         return {"processes": {name: sample.to_dict() for name, sample in self.processes.items()},
-                "bus": self.bus.to_dict(), "held": self.held}
+                "bus": self.bus.to_dict(), "held": self.held,
+                "gpu": None if self.gpu is None else self.gpu.to_dict()}
 
 
 def process_verdicts(start: Moment, end: Moment) -> list[dict]:
@@ -79,22 +84,36 @@ def consumer_verdicts(end: Moment) -> list[dict]:
              "caught_up": c.num_pending == 0 and c.num_ack_pending == 0} for c in end.bus.consumers]
 
 
-def is_flat(processes: Sequence[dict], streams: Sequence[dict], consumers: Sequence[dict]) -> bool:
+def gpu_verdict(start: Moment, end: Moment) -> dict:
+    """The GPU section: each card's and each mesh process's GPU memory within MEMORY_TOLERANCE (not judged without a
+    GPU sample)."""
+    return gpu_flatness.gpu_verdict(start.gpu, end.gpu, MEMORY_TOLERANCE)
+
+
+def is_flat(processes: Sequence[dict], streams: Sequence[dict], consumers: Sequence[dict], *,
+            requests_failed: int = 0, latency: dict | None = None, gpu: dict | None = None) -> bool:
     """Every voxmesh process flat and never restarted, the broker never restarted, every stream bounded, every
-    consumer caught up."""
+    consumer caught up; no request failed (the ones the bench cut off at its deadline aside); the latencies flat
+    where judged (`latency`), the GPU's memory flat where sampled (`gpu`)."""
     return (all(p["same_pid"] and (p["holds_streams"] or (p["memory_flat"] and p["fds_equal"] and p["threads_equal"]))
                 for p in processes)
-            and all(s["bounded"] for s in streams) and all(c["caught_up"] for c in consumers))
+            and all(s["bounded"] for s in streams) and all(c["caught_up"] for c in consumers)
+            and requests_failed == 0 and (latency is None or latency["flat"])
+            and (gpu is None or gpu["flat"] is not False))
 
 
 def markdown(document: dict) -> str:
     """The soak's figures as the tables the README's reliability section quotes."""
     run = document["run"]
+    load = run.get("load") or f"closed loop x{run['concurrency']}"
+    frames = ("the length the bench's flags pick" if run["fixed_frames"] is None
+              else f"{run['fixed_frames']} frames a request")
+    warmup_failed = run.get("warmup_requests_failed", 0)
     lines = [f"Soak of {run['date']} ({run['commit']}): `{run['command']}`", "",
-             f"{run['duration_s']:.0f} s under `voxmesh bench` (closed loop x{run['concurrency']}, "
-             f"{run['fixed_frames']} frames a request) after {run['warmup_s']:.0f} s of warm-up: "
-             f"{run['requests_completed']} requests completed, {run['requests_failed']} failed "
-             f"({run['requests_cut_off']} more cut off when the bench's time ran out), "
+             f"{run['duration_s']:.0f} s under `voxmesh bench` ({load}, {frames}) after {run['warmup_s']:.0f} s "
+             f"of warm-up: {run['requests_completed']} requests completed, {run['requests_failed']} failed "
+             f"({run['requests_cut_off']} more cut off when the bench's time ran out; {warmup_failed} failed in the "
+             f"warm-up), "
              f"{run['requests_per_s']:.2f} requests/s, {run['audio_s_per_s']:.2f} s of audio a second "
              f"on {run['machine']}. Verdict: **{'flat' if document['flat'] else 'NOT flat'}**.", "",
              "| process | resident memory start -> end | change | descriptors | threads |", "|---|---|---|---|---|"]
@@ -114,6 +133,10 @@ def markdown(document: dict) -> str:
     for c in document["consumers"]:
         lines.append(f"| {c['stream']} {c['consumer']} | {c['num_pending']} | {c['num_ack_pending']} | "
                      f"{c['num_redelivered']} |")
+    if "gpu" in document:
+        lines += ["", *gpu_flatness.markdown_lines(document["gpu"])]
+    if "latency" in document:
+        lines += ["", *latency_flatness.markdown_lines(document["latency"])]
     return "\n".join(lines) + "\n"
 
 

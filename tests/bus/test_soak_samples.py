@@ -1,14 +1,17 @@
 """The soak's own parts (loadtest/soak/), short of the soak itself: a process tree read from /proc, the bus read
-through the JetStream API of a real nats-server, and the flatness verdicts on samples made up for the purpose."""
+through the JetStream API of a real nats-server, the GPU read through an `nvidia-smi` (a stand-in script where the
+machine has none), and the flatness verdicts on samples made up for the purpose."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 
 from loadtest.soak.bus_samples import BusSample, ConsumerSample, StreamSample, sample_bus
 from loadtest.soak.flatness import Moment, consumer_verdicts, is_flat, markdown, process_verdicts, stream_verdicts
+from loadtest.soak.gpu_samples import CardSample, sample_gpu
 from loadtest.soak.process_samples import ProcessSample, mesh_processes, sample_process
 from messages import subjects
 from messages.streams import BusConfig
@@ -86,3 +89,29 @@ def test_the_broker_is_judged_by_the_streams_it_holds():
     assert is_flat(process_verdicts(start, end), stream_verdicts(start, end, 100), consumer_verdicts(end))
     end.processes["nats-server"] = ProcessSample("nats-server", 12, 30 * MIB, 16, 9)  # restarted
     assert not is_flat(process_verdicts(start, end), stream_verdicts(start, end, 100), consumer_verdicts(end))
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=*) printf '0, 61234, 81559\\n' ;;
+  --query-compute-apps=*) printf '%s, 58000\\n777, 512\\n' "$DECODE_PID" ;;
+  *) echo "unexpected query $1" >&2; exit 6 ;;
+esac
+"""
+
+
+async def test_the_gpu_sample_runs_nvidia_smi_and_names_the_mesh_s_pids(tmp_path, monkeypatch):
+    assert not (await sample_gpu({"decode": 4121})).available or shutil.which("nvidia-smi")
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(FAKE_NVIDIA_SMI)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("DECODE_PID", "4121")
+    sample = await sample_gpu({"up": 4100, "decode": 4121})
+    assert sample.available and sample.cards == [CardSample(0, 61234, 81559)]
+    assert sample.processes == {"decode": 58000} and sample.other_mib == 512 and sample.unmapped_pids == [777]
+    fake.write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch' >&2\nexit 18\n")
+    broken = await sample_gpu({"decode": 4121})
+    assert not broken.available and "Driver/library version mismatch" in broken.reason
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    assert (await sample_gpu({"decode": 4121})).reason == "no GPU: nvidia-smi is not on PATH"
