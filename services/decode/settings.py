@@ -40,9 +40,9 @@ class DecodeSettings(CommonSettings):
            "step, and the engine thread idles between steps while the loop is busy)")
     cuda_graphs: bool = setting(True, "on CUDA, replay decode-only steps as CUDA graphs (one per batch bucket)")
     overlap_min_rows: int = setting(
-        0, "on CUDA, launch the next step before the running one's codes are read only for steps of at least this "
-           "many requests (0: every step): a smaller step is read at once, so a request that arrives meanwhile "
-           "starts one step sooner, at the price of the host's launch time in every such step")
+        32, "on CUDA, launch the next step before the running one's codes are read only for steps of at least this "
+            "many requests (0: every step): a smaller step is read at once, so a request that arrives meanwhile "
+            "starts one step sooner, at the price of the host's launch time in every such step")
     max_migrations: int = setting(
         1, "times a request may be taken over from a dead decode replica and continued from its frames in CODES; "
            "past this it fails with code replica_lost (a request that crashes its replica must not crash them all)")
