@@ -25,6 +25,7 @@ pytest_plugins = [
     "tests.support.tiny_checkpoint",
     "tests.support.gateway_fixtures",
     "tests.support.mesh",
+    "tests.support.timeline",
 ]
 
 
