@@ -22,6 +22,7 @@ from services.model.kernel_choices import KernelChoices
 from services.model.kernel_verdicts import KernelVerdicts
 from services.model.layers import fuse_projections
 from services.model.talker import Talker
+from services.model.unset_weights import unset_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -67,7 +68,7 @@ def load_model(directory: str | Path, dtype: torch.dtype = torch.float32, device
     directory = Path(directory)
     device = torch.device(device)
     config, generation = load_config(directory)
-    with torch.device("meta"):
+    with torch.device("meta"), unset_weights():
         talker, predictor = Talker(config.talker), CodePredictor(config.talker)
     talker_names = checkpoint_names(talker, Talker.CHECKPOINT_PREFIXES)
     predictor_names = checkpoint_names(predictor, CodePredictor.CHECKPOINT_PREFIXES)

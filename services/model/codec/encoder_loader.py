@@ -14,6 +14,7 @@ from services.model.codec.encoder_config import CodecEncoderConfig
 from services.model.codec.encoder_quantizer import fix_codebooks
 from services.model.codec.errors import CodecCheckpointError
 from services.model.codec.loader import weight_locations
+from services.model.unset_weights import unset_weights
 
 ENCODER_PREFIX = "encoder."
 
@@ -23,7 +24,7 @@ def load_codec_encoder(speech_tokenizer_dir: str | Path, device: str | torch.dev
     """A `CodecEncoder` on `device` in `dtype` (float32 by default: it runs once per reference, off the hot path)."""
     directory = Path(speech_tokenizer_dir)
     config = CodecEncoderConfig.from_dir(directory)
-    with torch.device("meta"):
+    with torch.device("meta"), unset_weights():
         model = CodecEncoder(config)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     locations = weight_locations(directory)

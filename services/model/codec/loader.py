@@ -18,6 +18,7 @@ from services.model.codec.decoder import CodecDecoder
 from services.model.codec.causal_conv import StreamingConv
 from services.model.codec.errors import CodecCheckpointError
 from services.model.kernel_choices import KernelChoices
+from services.model.unset_weights import unset_weights
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -36,12 +37,12 @@ def load_codec_decoder(
     taking the kernels `choices` allow."""
     directory = Path(speech_tokenizer_dir)
     config = CodecConfig.from_dir(directory)
-    with torch.device("meta"):
+    # Built in float32 on the CPU (the codebook table is derived in float32), its weights left unset until the
+    # checkpoint's are copied in: not on the meta device, whose move to the CPU (`to_empty`) imports sympy.
+    with unset_weights():
         model = CodecDecoder(config)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     tensors = _read_decoder_tensors(directory, expected)
-    # Materialise in float32 on the CPU first: the codebook table is derived in float32.
-    model = model.to_empty(device="cpu")
     model.load_state_dict(tensors, strict=True)
     model.quantizer.refresh_table()
     return place_decoder(model, device, dtype, choices)

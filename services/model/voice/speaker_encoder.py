@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from services.model.config import SpeakerEncoderConfig
+from services.model.unset_weights import unset_weights
 
 CHECKPOINT_PREFIX = "speaker_encoder."
 _STD_FLOOR = 1e-12
@@ -133,7 +134,7 @@ class SpeakerEncoder(nn.Module):
     def from_checkpoint(cls, cfg: SpeakerEncoderConfig, tensors: dict[str, torch.Tensor]) -> SpeakerEncoder:
         """Build on the tensors' device and dtype from `speaker_encoder.*` checkpoint tensors (the loader's
         `TTSModel.speaker_encoder`)."""
-        with torch.device("meta"):
+        with torch.device("meta"), unset_weights():
             encoder = cls(cfg)
         state = {name[len(CHECKPOINT_PREFIX):]: tensor for name, tensor in tensors.items()}
         encoder.load_state_dict(state, strict=True, assign=True)
