@@ -5,7 +5,8 @@
 # transport (HTTP, raw PCM, realistic lengths) and every first packet broken into stages from its mesh's events. Only
 # one mesh has load at a time. Through the `device` tool from the repository root with `.whl/` and
 # `.devrun/prompts_en.tsv`:
-#   B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
+#   VOXMESH_COMMIT=$(git rev-parse HEAD) B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
+# (VOXMESH_COMMIT names the tree in the bench's JSONs: the machine's copy may carry a stale .git.)
 # CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 C1_REQUESTS=4 \
 #   B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
 set -uo pipefail
@@ -13,6 +14,7 @@ PRESET=${PRESET:-1.7b} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} RATES=${R
 C1_REQUESTS=${C1_REQUESTS:-20} ORDER=${ORDER:-A B B A} BUDGET_S=${BUDGET_S:-540} B_ENV=${B_ENV:?name the setting of mesh B}
 OUT=${OUT:-$PWD/.devrun/out}
 mkdir -p "$OUT"
+[ -n "${VOXMESH_COMMIT:-}" ] || echo "VOXMESH_COMMIT is unset: the bench's JSONs name the commit of whatever .git is here"
 if [ "${WHEELS:-.whl}" != none ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "${WHEELS:-.whl}"/*.whl || { echo "wheel install failed"; exit 1; }
