@@ -34,6 +34,10 @@ class ChunkRule:
             return self.initial
         return max(self.initial, min(self.later, self.initial << (seq - 1)))
 
+    def frames_before(self, seq: int) -> int:
+        """Frames in chunks 0..seq-1, all full."""
+        return sum(self.size(k) for k in range(seq))
+
 
 @dataclass(slots=True)
 class CodesStream:

@@ -269,7 +269,7 @@ class Intake:
             log.error("request %s: its codes kept moving under epoch %d's takeover; standing down", request.id, epoch)
             core.capacity.release(request.priority)
             return None
-        initial = request.initial_chunk_frames or core.settings.initial_chunk_frames
+        initial = request.initial_chunk_frames or self._first_chunk_frames(resume)
         stream = CodesStream(request.id, epoch, publisher, ChunkRule(initial, core.settings.chunk_frames),
                              next_seq=resume.next_seq, num_published_frames=resume.num_frames)
         input_tokens = admission.input_tokens if isinstance(admission, Admission) else 0
@@ -277,6 +277,18 @@ class Intake:
         core.active.add(active)
         core.stats.requests_started += 1
         return active, resume
+
+    def _first_chunk_frames(self, resume: Resume) -> int:
+        """Frames in the first chunk of a request that names no size: one while this replica runs fewer requests
+        than `one_frame_first_chunk_below`, else the setting's. A request taken over keeps the size its earlier
+        owner chose, read from the chunks it published (the ramp after it follows from that size)."""
+        settings = self.core.settings
+        if resume.next_seq > 0:
+            for initial in (1, settings.initial_chunk_frames):
+                if ChunkRule(initial, settings.chunk_frames).frames_before(resume.next_seq) == resume.num_frames:
+                    return initial
+            return settings.initial_chunk_frames
+        return 1 if len(self.core.active) < settings.one_frame_first_chunk_below else settings.initial_chunk_frames
 
     async def _read_cancel(self, request_id: str) -> CancelRecord | None:
         try:

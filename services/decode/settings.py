@@ -29,6 +29,10 @@ class DecodeSettings(CommonSettings):
     max_num_batched_tokens: int = setting(2048, "most new tokens in one engine step (prefill chunks + 1 per decode)")
     max_model_len: int = setting(4096, "most tokens (prompt + frames) one request may reach")
     initial_chunk_frames: int = setting(2, "frames in a request's first codes chunk (low first-packet latency)")
+    one_frame_first_chunk_below: int = setting(
+        0, "a request that names no first chunk size gets a one-frame first chunk while fewer than this many requests "
+           "run on the replica (its first audio a step sooner where the device has room; 0: never), else "
+           "--initial-chunk-frames")
     chunk_frames: int = setting(8, "largest codes chunk: chunk sizes ramp initial, initial, 2x, 4x ... up to this")
     runaway_min_frames: int = setting(60, "runaway guard: frames any text may reach (60 frames = 4.8 s of audio)")
     runaway_frames_per_char: float = setting(
@@ -73,6 +77,9 @@ class DecodeSettings(CommonSettings):
                      "num_partitions", "torch_threads", "steps_queued", "voice_workers"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
+        if self.one_frame_first_chunk_below < 0:
+            raise SettingsError(f"--one-frame-first-chunk-below: must be >= 0 (0: never), "
+                                f"got {self.one_frame_first_chunk_below}")
         if self.overlap_min_rows < 0:
             raise SettingsError(f"--overlap-min-rows: must be >= 0 (0: every step overlaps), "
                                 f"got {self.overlap_min_rows}")

@@ -33,8 +33,10 @@ CHUNKS_BEFORE_DEATH = 3  # 2 + 2 + 4 = 8 frames
 
 
 async def dead_owner_emitted(decode, request_id: str, frames: np.ndarray, *, num_chunks: int,
-                             owners: tuple[str, ...] = ("decode-dead",), end: CodesEnd | None = None) -> None:
-    """Play the dead owner(s): claims (one epoch each), the last one's marker and its first `num_chunks` chunks."""
+                             owners: tuple[str, ...] = ("decode-dead",), end: CodesEnd | None = None,
+                             rule: ChunkRule = ChunkRule(2, 8)) -> None:
+    """Play the dead owner(s): claims (one epoch each), the last one's marker and its first `num_chunks` chunks, cut
+    by `rule`."""
     claim = None
     for owner in owners:
         claim = await claim_request(decode.kv, request_id, owner, current=claim)
@@ -42,7 +44,7 @@ async def dead_owner_emitted(decode, request_id: str, frames: np.ndarray, *, num
     publisher = await CodesPublisher.take_over(
         decode.js, partition=subjects.partition_for(request_id, NUM_PARTITIONS), request_id=request_id, epoch=epoch,
         replica=owners[-1], last_sequence=0, resume_frame=0, next_seq=0)
-    rule, first = ChunkRule(2, 8), 0
+    first = 0
     for seq in range(num_chunks):
         size = rule.size(seq)
         await publisher.publish(CodesChunk.from_frames(request_id=request_id, seq=seq, first_frame=first, epoch=epoch,
@@ -139,3 +141,19 @@ async def test_its_own_claim_left_unserved_after_a_bus_error_resumes_from_its_co
     assert end.reason == "finished" and decode.log.chunk_sizes(request.id) == UNDISTURBED_CHUNKS
     np.testing.assert_array_equal(decode.log.frames(request.id), frames)
     assert not any(isinstance(e, Migrated) for e in decode.log.events[request.id])
+
+
+async def test_a_request_taken_over_keeps_the_first_chunk_size_its_dead_owner_chose(nats_server, tiny_checkpoint,
+                                                                                    oracle):
+    # The dead owner cut one-frame first chunks (its load chose them): 1, 1, 2. This replica's own default is two
+    # frames, and it runs nothing else; the ramp goes on from one frame, as an undisturbed run of the owner's.
+    request = synthesis("one-frame-owner", TEXT, frames=FRAMES, seed=6)
+    undisturbed = oracle.codes(request)
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+        await dead_owner_emitted(decode, request.id, undisturbed, num_chunks=3, rule=ChunkRule(1, 8))
+        await decode.submit(request)
+        end = await decode.log.end(request.id)
+    sizes = decode.log.chunk_sizes(request.id)
+    assert sizes == [ChunkRule(1, 8).size(seq) for seq in range(len(sizes) - 1)] + [sizes[-1]], sizes
+    assert sizes[:5] == [1, 1, 2, 4, 8] and end.reason == "finished" and end.epoch == 2
+    np.testing.assert_array_equal(decode.log.frames(request.id), undisturbed)
