@@ -10,19 +10,9 @@ set -uo pipefail
 PRESET=${PRESET:-1.7b} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} RATES=${RATES:-10 20} REQUESTS=${REQUESTS:-150}
 CHUNKS=${CHUNKS:-default 1} BUDGET_S=${BUDGET_S:-380}
 OUT=${OUT:-$PWD/.devrun/out}
-mkdir -p "$OUT"
-if [ "${WHEELS:-.whl}" != none ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "${WHEELS:-.whl}"/*.whl || { echo "wheel install failed"; exit 1; }
-  export PATH=/tmp/site/bin:$PATH VOXMESH_NATS_SERVER=/tmp/site/bin/nats-server PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
-PY=${PY:-python3}
-left() { echo $((BUDGET_S - SECONDS)); }
+source "$(dirname "$0")/device_setup.sh"
 ckpt=/tmp/stages_ckpt_$PRESET
-[ -d "$ckpt" ] || timeout "$(left)" "$PY" -m services.cli model init --preset "$PRESET" --dtype "$DTYPE" --out "$ckpt" \
-  >"$OUT/model_init.log" 2>&1 || { echo "model init failed"; tail -5 "$OUT/model_init.log"; exit 1; }
-echo "== checkpoint after $SECONDS s"
+checkpoint "$ckpt"
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 state=$(mktemp -d)
 up_flags=(--max-num-seqs 64 --kv-cache-blocks 4096)

