@@ -77,7 +77,14 @@ async def resolve_request_claim(kv: KeyValue, request_id: str, replica: str, *,
     """Claim a delivered request, resolving an existing `owner.<id>` by its owner's lease.
 
     A dead owner's claim is taken over only if `may_take_over(claim)` agrees (None: always). Raises
-    OwnershipConflict when the key kept changing under us for MAX_CLAIM_ROUNDS reads."""
+    OwnershipConflict when the key kept changing under us for MAX_CLAIM_ROUNDS reads.
+
+    Most deliveries are a request's first, whose key is absent: the create is tried before any read (one round trip
+    on the request's path instead of two); a key already there refuses it, and the read below resolves who holds it."""
+    try:
+        return RequestClaim(ClaimKind.NEW, await claim_request(kv, request_id, replica))
+    except OwnershipConflict:
+        pass
     for _ in range(MAX_CLAIM_ROUNDS):
         current = await read_owner(kv, request_id)
         try:

@@ -184,7 +184,7 @@ class Intake:
         admission = self._admit(request, is_takeover=epoch > 1)
         # Acked once the marker is out: a bus error before that naks the message, and its redelivery resumes the
         # request from this replica's own claim.
-        taken = await self._take_over(request, admission, epoch, span)
+        taken = await self._take_over(request, admission, epoch, span, is_new=resolved.kind is ClaimKind.NEW)
         if taken is None:  # its codes kept moving: try again on a redelivery, from this replica's own claim
             await delivery.nak(TAKEOVER_RETRY_S)
             return None
@@ -249,14 +249,17 @@ class Intake:
         return resolved
 
     async def _take_over(self, request: SynthesisRequest, admission: Admission | RequestRefused, epoch: int,
-                         span: Span) -> tuple[ActiveRequest, Resume] | None:
+                         span: Span, *, is_new: bool) -> tuple[ActiveRequest, Resume] | None:
         """Read where the request stands in CODES, publish the TakeoverMarker fenced on it, register the request as
         owned here (`span` is its trace context). A stale owner that appended between the read and the marker makes
         the marker fail: read again. None when this replica had to stand down (it says why)."""
         core = self.core
         partition = subjects.partition_for(request.id, core.settings.num_partitions)
         for attempt in range(1, TAKEOVER_ATTEMPTS + 1):
-            resume = await read_resume(core.js, partition, request.id)
+            # A request nobody had claimed (ClaimKind.NEW) has nothing in CODES: its marker is fenced on an empty
+            # subject without reading it first; were anything there, the marker is refused and the next attempt reads.
+            fresh = is_new and attempt == 1
+            resume = Resume.fresh() if fresh else await read_resume(core.js, partition, request.id)
             try:
                 publisher = await CodesPublisher.take_over(
                     core.js, partition=partition, request_id=request.id, epoch=epoch, replica=core.replica,

@@ -157,3 +157,22 @@ async def test_a_request_taken_over_keeps_the_first_chunk_size_its_dead_owner_ch
     assert sizes == [ChunkRule(1, 8).size(seq) for seq in range(len(sizes) - 1)] + [sizes[-1]], sizes
     assert sizes[:5] == [1, 1, 2, 4, 8] and end.reason == "finished" and end.epoch == 2
     np.testing.assert_array_equal(decode.log.frames(request.id), undisturbed)
+
+
+async def test_a_request_claimed_afresh_whose_codes_are_there_continues_from_them(nats_server, tiny_checkpoint, oracle):
+    # A first claim fences its marker on an empty codes subject without reading it. Here the subject is not empty:
+    # an owner emitted two chunks, then its `owner.<id>` key was lost. The fenced marker is refused, the next attempt
+    # reads CODES, and the request goes on from those frames instead of starting over on top of them.
+    request = synthesis("claimed-afresh", TEXT, frames=FRAMES)
+    frames = oracle.codes(request)
+    async with running_decode(nats_server.url, tiny_checkpoint) as decode:
+        await dead_owner_emitted(decode, request.id, frames, num_chunks=2, owners=("decode-gone",))
+        await decode.kv.delete(subjects.owner_key(request.id))
+        await decode.submit(request)
+        end = await decode.log.end(request.id)
+        owner = await read_owner(decode.kv, request.id)
+    markers = [m for m in decode.log.codes[request.id] if isinstance(m, TakeoverMarker)]
+    assert [(m.replica, m.resume_frame, m.next_seq) for m in markers] == [("decode-gone", 0, 0), (REPLICA, 4, 2)]
+    assert (owner.record.replica, owner.record.epoch) == (REPLICA, 1) and end.reason == "finished"
+    assert decode.log.chunk_sizes(request.id) == UNDISTURBED_CHUNKS
+    np.testing.assert_array_equal(decode.log.frames(request.id), frames)
