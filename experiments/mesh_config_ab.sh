@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Two configurations of one mesh side by side on one GPU (issue 41's levers): two `voxmesh up` with the 1.7B preset
-# at once, mesh A as shipped, mesh B with the environment B_ENV adds (a setting's VOXMESH_ variable); passes in ORDER
-# ("A B B A": both orders), each a closed level of one stream then open levels at RATES, with the public method's
-# transport (HTTP, raw PCM, realistic lengths) and every first packet broken into stages from its mesh's events. Only
-# one mesh has load at a time. Through the `device` tool from the repository root with `.whl/` and
-# `.devrun/prompts_en.tsv`:
+# Configurations of one mesh side by side on one GPU (issue 41's levers): one `voxmesh up` with the 1.7B preset per
+# mesh named in ORDER, all up at once; mesh A as shipped, each other mesh X with the environment X_ENV adds (a
+# setting's VOXMESH_ variables) and, if X_TREE names one, the code of another tree (a commit's `git archive`, to
+# compare commits); passes in ORDER ("A B B A": both orders), each a closed level of one stream then open levels at
+# RATES, with the public method's transport (HTTP, raw PCM, realistic lengths) and every first packet broken into
+# stages from its mesh's events. Only one mesh has load at a time. Through the `device` tool from the repository root
+# with `.whl/` and `.devrun/prompts_en.tsv`:
 #   VOXMESH_COMMIT=$(git rev-parse HEAD) B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
+#   ORDER="A B C C B A" A_TREE=.devtree_old B_ENV="" C_ENV="VOXMESH_ONE_FRAME_FIRST_CHUNK_BELOW=32" bash ...
 # (VOXMESH_COMMIT names the tree in the bench's JSONs: the machine's copy may carry a stale .git.)
 # CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 C1_REQUESTS=4 \
 #   B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
 set -uo pipefail
 PRESET=${PRESET:-1.7b} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} RATES=${RATES:-20 40} REQUESTS=${REQUESTS:-200}
-C1_REQUESTS=${C1_REQUESTS:-20} ORDER=${ORDER:-A B B A} BUDGET_S=${BUDGET_S:-540} B_ENV=${B_ENV:?name the setting of mesh B}
+C1_REQUESTS=${C1_REQUESTS:-20} ORDER=${ORDER:-A B B A} BUDGET_S=${BUDGET_S:-540}
 OUT=${OUT:-$PWD/.devrun/out}
 source "$(dirname "$0")/device_setup.sh"
 [ -n "${VOXMESH_COMMIT:-}" ] || echo "VOXMESH_COMMIT is unset: the bench's JSONs name the commit of whatever .git is here"
@@ -19,17 +21,23 @@ ckpt=/tmp/ab_ckpt_$PRESET
 checkpoint "$ckpt"
 up_flags=(--max-num-seqs 64 --kv-cache-blocks 4096)
 [ "$DEVICE" = cpu ] && up_flags=()
+read -r -a meshes <<<"$(tr ' ' '\n' <<<"$ORDER" | awk 'NF && !seen[$0]++' | paste -sd' ')"
 declare -A port state pid
-for mesh in A B; do
+for mesh in "${meshes[@]}"; do
+  env_name=${mesh}_ENV tree_name=${mesh}_TREE
+  [ "$mesh" = A ] || [ -n "${!env_name+set}" ] || [ -n "${!tree_name:-}" ] || { echo "name ${mesh}_ENV or ${mesh}_TREE"; exit 1; }
+  tree=$(cd "${!tree_name:-.}" && pwd)
   port[$mesh]=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   state[$mesh]=$(mktemp -d)
-  extra=(); [ "$mesh" = B ] && read -r -a extra <<<"$B_ENV"
-  env "${extra[@]}" "$PY" -m services.cli up --model "$ckpt" --device "$DEVICE" --dtype "$DTYPE" --port "${port[$mesh]}" \
-    --state-dir "${state[$mesh]}" "${up_flags[@]}" >"$OUT/up_$mesh.log" 2>&1 &
+  read -r -a extra <<<"${!env_name:-}"
+  (cd "$tree" && exec env "${extra[@]}" PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m services.cli up \
+    --model "$ckpt" --device "$DEVICE" --dtype "$DTYPE" --port "${port[$mesh]}" --state-dir "${state[$mesh]}" \
+    "${up_flags[@]}" >"$OUT/up_$mesh.log" 2>&1) &
   pid[$mesh]=$!
+  echo "mesh $mesh: tree $tree, environment '${!env_name:-}'"
 done
-trap 'kill -INT ${pid[A]} ${pid[B]} 2>/dev/null; wait 2>/dev/null' EXIT
-for mesh in A B; do
+trap 'kill -INT "${pid[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
+for mesh in "${meshes[@]}"; do
   until grep -q "voxmesh is serving" "$OUT/up_$mesh.log"; do
     if ! kill -0 "${pid[$mesh]}" 2>/dev/null || [ "$(left)" -le 60 ]; then
       echo "mesh $mesh did not start"; tail -20 "$OUT/up_$mesh.log"; exit 1
@@ -37,7 +45,7 @@ for mesh in A B; do
     sleep 1
   done
 done
-echo "== both serving after $SECONDS s; B: $B_ENV"
+echo "== every mesh serving after $SECONDS s"
 grep -h "decode settings" "$OUT"/up_*.log | grep -o "overlap_min_rows=[0-9]*\|steps_queued=[0-9]*" | paste -sd' '
 pass=0
 for mesh in $ORDER; do
