@@ -27,6 +27,7 @@ from services.bus.listen_ports import NoFreePort, free_listen_port
 log = logging.getLogger(__name__)
 
 START_ATTEMPTS = 3  # fresh ports for every member on each; two collisions in a row already say something is wrong
+PICKS_PER_PORT = 20  # a repeat among a few picks from thousands of ports is rare; twenty in a row is a broken picker
 REPORT_LOG_LINES = 20  # each member's log lines in a readiness failure
 
 
@@ -36,6 +37,17 @@ def free_port(host: str = HOST) -> int:
         return free_listen_port(host)
     except NoFreePort as error:
         raise NatsServerError(str(error)) from error
+
+
+def _another_port(host: str, picked: set[tuple[str, int]]) -> int:
+    """A free port on `host` not in `picked` (then added to it): each pick's probe is closed before the next, so the
+    same port can come back, and two listeners of one cluster given one port is a start that fails."""
+    for _ in range(PICKS_PER_PORT):
+        port = free_port(host)
+        if (host, port) not in picked:
+            picked.add((host, port))
+            return port
+    raise NatsServerError(f"no port on {host} beside the {len(picked)} already picked after {PICKS_PER_PORT} tries")
 
 
 class EmbeddedCluster:
@@ -66,7 +78,9 @@ class EmbeddedCluster:
 
     def _pick_ports(self) -> None:
         """Pick every member's client and route ports afresh, and write the member files that name them."""
-        self.members = [ClusterMember(f"{self._name_prefix}-{i + 1}", host, free_port(host), free_port(host))
+        picked: set[tuple[str, int]] = set()
+        self.members = [ClusterMember(f"{self._name_prefix}-{i + 1}", host, _another_port(host, picked),
+                                      _another_port(host, picked))
                         for i, host in enumerate(self._hosts)]
         self._configs = write_member_configs(self._config_dir, self.members, include=self._include,
                                              credentials=self._credentials, tls=self._route_tls)
