@@ -76,7 +76,12 @@ async def connect(url: str | list[str], name: str, *, credentials_file: Path | N
         # server asks, and send the credentials in clear to one that does not.
         options.update(tls=tls, tls_handshake_first=True)
     connecting = asyncio.ensure_future(nats.connect(**options))
-    done, _ = await asyncio.wait({connecting, refused}, timeout=initial_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        done, _ = await asyncio.wait({connecting, refused}, timeout=initial_timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        await stop_connecting(connecting)  # a caller that gives up takes nats-py's retry loop down with it
+        raise
     if connecting in done:
         return connecting.result()
     await stop_connecting(connecting)

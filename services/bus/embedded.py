@@ -29,7 +29,10 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"  # loopback only, always
 _LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _MONITORING = re.compile(r"Starting http monitor on (\S+):(\d+)")
+_ROUTES = re.compile(r"Listening for route connections on (\S+):(\d+)")
 _READY = "Server is ready"
+# How nats-server says a listener could not bind (client, route and monitoring ports alike), then exits.
+_PORT_IN_USE = re.compile(r"listen tcp (\S+):(\d+): bind: address already in use")
 BINARY_ENV = "VOXMESH_NATS_SERVER"
 
 
@@ -59,6 +62,15 @@ def _port_argument(port: int | None) -> str:
     return str(port if port is not None else -1)
 
 
+class PortInUse(NatsServerError):
+    """nats-server could not listen: another process holds the port it was given (picked free, taken since)."""
+
+    def __init__(self, message: str, *, host: str, port: int) -> None:
+        super().__init__(message)
+        self.host = host
+        self.port = port
+
+
 class EmbeddedNats:
     """A nats-server child process. Use as `with`/`async with`, or call start()/stop().
 
@@ -69,17 +81,20 @@ class EmbeddedNats:
     flags above win over it.
     host: the address it listens on (clients and monitoring); loopback unless a test gives each server a host of its
     own (a cluster across network namespaces).
+    listens_for_routes: the configuration has a cluster block: start() waits for its route listener too, which
+    nats-server opens after it says it is ready (and exits when it cannot).
     """
 
     def __init__(self, store_dir: Path | None = None, *, port: int | None = None, monitor_port: int | None = None,
                  name: str = "voxmesh", config_file: Path | None = None, ready_timeout_s: float = 30.0,
-                 stop_timeout_s: float = 10.0, host: str = HOST) -> None:
+                 stop_timeout_s: float = 10.0, host: str = HOST, listens_for_routes: bool = False) -> None:
         self._store_dir = Path(store_dir) if store_dir is not None else None
         self._port = port
         self._monitor_port = monitor_port
         self._name = name
         self._config_file = config_file
         self._host = host
+        self._listens_for_routes = listens_for_routes
         self._ready_timeout_s = ready_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._process: subprocess.Popen[str] | None = None
@@ -89,6 +104,8 @@ class EmbeddedNats:
         self._reader: threading.Thread | None = None
         self.url: str | None = None
         self.monitor_url: str | None = None  # http://127.0.0.1:<port> while it runs
+        self.route_address: str | None = None  # host:port of the route listener, with listens_for_routes
+        self._serving = False
 
     @property
     def store_dir(self) -> Path:
@@ -118,12 +135,42 @@ class EmbeddedNats:
         self._reader = threading.Thread(target=self._read_log, args=(self._process.stderr,), name="nats-server-log",
                                         daemon=True)
         self._reader.start()
-        if not self._ready.wait(self._ready_timeout_s) or self.url is None:
-            tail = "\n".join(self._log_tail)
-            self.stop()
-            raise NatsServerError(f"nats-server did not become ready in {self._ready_timeout_s}s:\n{tail}")
+        if not self._ready.wait(self._ready_timeout_s) or not self._listening():
+            self._fail_start()
         log.info("nats-server ready at %s (monitoring %s, store %s)", self.url, self.monitor_url, self._store_dir)
         return self.url
+
+    def _listening(self) -> bool:
+        """Every listener it was asked for is open (clients, and routes with listens_for_routes)."""
+        return self.url is not None and (self.route_address is not None or not self._listens_for_routes)
+
+    def _fail_start(self) -> None:
+        """Stop it and raise why it did not start: PortInUse where its log says a port was taken."""
+        process = self._process
+        exit_code = process.poll() if process is not None else None
+        tail = self.log_tail()
+        self.stop()
+        taken = _PORT_IN_USE.search(tail)
+        if taken:
+            raise PortInUse(f"nats-server {self._name} could not listen on {taken.group(1)}:{taken.group(2)}: the "
+                            f"port is in use:\n{tail}", host=taken.group(1), port=int(taken.group(2)))
+        if exit_code is not None:
+            raise NatsServerError(f"nats-server {self._name} exited (code {exit_code}) before it was ready:\n{tail}")
+        raise NatsServerError(f"nats-server {self._name} did not become ready in {self._ready_timeout_s}s:\n{tail}")
+
+    @property
+    def running(self) -> bool:
+        """Its process was started and has not exited."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The process's exit status once it has exited (None while it runs, or when it was never started)."""
+        return self._process.poll() if self._process is not None else None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """Its last `lines` log lines (at most the 40 it keeps)."""
+        return "\n".join(list(self._log_tail)[-lines:])
 
     def kill(self) -> None:
         """End the server at once (SIGKILL: no flush, no goodbye to its peers), as a crash or a lost host would; the
@@ -149,7 +196,11 @@ class EmbeddedNats:
             monitoring = _MONITORING.search(line)
             if monitoring:
                 self.monitor_url = f"http://{monitoring.group(1)}:{monitoring.group(2)}"
-            if _READY in line:
+            routes = _ROUTES.search(line)
+            if routes:
+                self.route_address = f"{routes.group(1)}:{routes.group(2)}"
+            self._serving = self._serving or _READY in line
+            if self._serving and self._listening():
                 self._ready.set()
             log.debug("nats-server: %s", line)
         self._ready.set()  # the process ended: wake a waiting start() so it reports the failure
@@ -175,6 +226,8 @@ class EmbeddedNats:
             self._temp_dir, self._store_dir = None, None
         self.url = None
         self.monitor_url = None
+        self.route_address = None
+        self._serving = False
         self._ready.clear()
 
     def __enter__(self) -> EmbeddedNats:

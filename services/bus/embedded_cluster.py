@@ -2,8 +2,12 @@
 
 Each member is an EmbeddedNats with a store directory of its own, the configuration every voxmesh server has
 (users, TLS for clients, encryption at rest) included in its member file (`cluster_config`), and a route to every
-other member (over mutual TLS when given). Route and client ports are picked before any member starts (every member must know the others' routes; clients
-given the list of URLs must find a restarted member where it was); monitoring ports are picked by each server.
+other member (over mutual TLS when given). Route and client ports are picked before any member starts (every member
+must know the others' routes; clients given the list of URLs must find a restarted member where it was); monitoring
+ports are picked by each server. A picked port can be taken by another process before its member binds it (a busy
+host starts listeners all the time): the member then exits, and the start tries again on fresh ports for every
+member (START_ATTEMPTS in all). A member counts as started once its client and route listeners are both open:
+nats-server says it is ready before it opens the route listener, and exits after when that port is taken.
 """
 
 from __future__ import annotations
@@ -16,11 +20,16 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from services.bus.cluster_config import ClusterMember, RouteCredentials, RouteTls, write_member_configs
-from services.bus.embedded import HOST, EmbeddedNats
+from services.bus.embedded import HOST, EmbeddedNats, PortInUse
 from services.bus.errors import NatsServerError
 from services.bus.listen_ports import NoFreePort, free_listen_port
 
 log = logging.getLogger(__name__)
+
+START_ATTEMPTS = 3  # fresh ports for every member on each; two collisions in a row already say something is wrong
+PICKS_PER_PORT = 20  # a repeat among a few picks from thousands of ports is rare; twenty in a row is a broken picker
+REPORT_LOG_LINES = 20  # each member's log lines in a readiness failure
+
 
 def free_port(host: str = HOST) -> int:
     """A port free now on `host` for a member's listener (services/bus/listen_ports.py says why below the range)."""
@@ -28,6 +37,17 @@ def free_port(host: str = HOST) -> int:
         return free_listen_port(host)
     except NoFreePort as error:
         raise NatsServerError(str(error)) from error
+
+
+def _another_port(host: str, picked: set[tuple[str, int]]) -> int:
+    """A free port on `host` not in `picked` (then added to it): each pick's probe is closed before the next, so the
+    same port can come back, and two listeners of one cluster given one port is a start that fails."""
+    for _ in range(PICKS_PER_PORT):
+        port = free_port(host)
+        if (host, port) not in picked:
+            picked.add((host, port))
+            return port
+    raise NatsServerError(f"no port on {host} beside the {len(picked)} already picked after {PICKS_PER_PORT} tries")
 
 
 class EmbeddedCluster:
@@ -47,16 +67,28 @@ class EmbeddedCluster:
         hosts = hosts or [HOST] * size
         if len(hosts) != size:
             raise NatsServerError(f"{len(hosts)} hosts given for {size} servers")
-        self.members = [ClusterMember(f"{name_prefix}-{i + 1}", host, free_port(host), free_port(host))
-                        for i, host in enumerate(hosts)]
+        self._hosts = hosts
+        self._name_prefix = name_prefix
         self._store_root = store_root
-        self._configs = write_member_configs(config_dir, self.members, include=include,
-                                             credentials=RouteCredentials.fresh(), tls=route_tls)
+        self._config_dir = config_dir
+        self._include = include
+        self._credentials = RouteCredentials.fresh()
+        self._route_tls = route_tls
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        """Pick every member's client and route ports afresh, and write the member files that name them."""
+        picked: set[tuple[str, int]] = set()
+        self.members = [ClusterMember(f"{self._name_prefix}-{i + 1}", host, _another_port(host, picked),
+                                      _another_port(host, picked))
+                        for i, host in enumerate(self._hosts)]
+        self._configs = write_member_configs(self._config_dir, self.members, include=self._include,
+                                             credentials=self._credentials, tls=self._route_tls)
         self.servers: list[EmbeddedNats] = [self._server(member) for member in self.members]
 
     def _server(self, member: ClusterMember) -> EmbeddedNats:
         return EmbeddedNats(self._store_root / member.name, port=member.client_port, name=member.name,
-                            config_file=self._configs[member.name], host=member.host)
+                            config_file=self._configs[member.name], host=member.host, listens_for_routes=True)
 
     @property
     def urls(self) -> list[str]:
@@ -69,16 +101,29 @@ class EmbeddedCluster:
         return ",".join(self.urls)
 
     def start(self) -> str:
-        """Start every member (each until it accepts clients; the cluster's JetStream forms after: wait for it with
-        `wait_for_jetstream`); returns the URL list."""
+        """Start every member (each until it accepts clients and routes; the cluster's JetStream forms after: wait
+        for it with `wait_for_jetstream`); returns the URL list. A port taken since it was picked starts them all
+        again on fresh ports, up to START_ATTEMPTS times; then PortInUse."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_members()
+                break
+            except PortInUse as taken:
+                if attempt == START_ATTEMPTS:
+                    raise
+                log.warning("nats cluster start %d of %d: %s:%d was taken before its member bound it; picking "
+                            "every port again", attempt, START_ATTEMPTS, taken.host, taken.port)
+                self._pick_ports()
+        log.info("nats cluster of %d: %s", len(self.servers), self.url)
+        return self.url
+
+    def _start_members(self) -> None:
         try:
             for server in self.servers:
                 server.start()
         except NatsServerError:
             self.stop()
             raise
-        log.info("nats cluster of %d: %s", len(self.servers), self.url)
-        return self.url
 
     def index_of(self, name: str) -> int:
         """The position of the member called `name` (as a stream's cluster info names its leader)."""
@@ -111,26 +156,75 @@ class EmbeddedCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    async def wait_for_jetstream(self, connect: Callable[[str], Awaitable[Client]], timeout_s: float = 60.0) -> None:
+        """`wait_for_jetstream` on every member, ended early by a member's exit; its NatsServerError then says, for
+        each member, whether it runs and its last log lines (a failed start under load is diagnosed from these)."""
+        probe = asyncio.ensure_future(wait_for_jetstream(connect, self.urls, timeout_s))
+        watch = asyncio.ensure_future(self._until_a_member_exits())
+        try:
+            done, _ = await asyncio.wait({probe, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (probe, watch):
+                task.cancel()
+            await asyncio.gather(probe, watch, return_exceptions=True)
+        if probe not in done:
+            raise NatsServerError(f"a member of the NATS cluster {self.urls} exited before JetStream was ready\n"
+                                  f"{self.report()}")
+        error = probe.exception()
+        if isinstance(error, NatsServerError):
+            raise NatsServerError(f"{error}\n{self.report()}") from error
+        if error is not None:
+            raise error
+
+    async def _until_a_member_exits(self, every_s: float = 0.1) -> None:
+        # A process's exit has no event an event loop can await here (the log reader is a thread), so look.
+        while all(server.running for server in self.servers):
+            await asyncio.sleep(every_s)
+
+    def report(self, lines: int = REPORT_LOG_LINES) -> str:
+        """Each member: its name, URL and route address, whether it runs (or its exit code), its last log lines."""
+        parts = []
+        for member, server in zip(self.members, self.servers):
+            state = ("running" if server.running else "not started" if server.exit_code is None
+                     else f"exited (code {server.exit_code})")
+            parts.append(f"--- {member.name} (client {server.url or member.client_port}, routes "
+                         f"{member.route_address}): {state}; its last {lines} log lines:\n{server.log_tail(lines)}")
+        return "\n".join(parts)
+
 
 async def wait_for_jetstream(connect: Callable[[str], Awaitable[Client]], urls: list[str],
                              timeout_s: float = 60.0) -> None:
     """Until every member of `urls` answers a JetStream API request (which it can only once it knows the meta
     leader, the member that places streams and consumers): `connect(url)` gives a client of one member. Raises
-    NatsServerError past `timeout_s`."""
+    NatsServerError past `timeout_s`, saying where each member's probe stood."""
+    stages = {url: "connecting" for url in urls}
+
     async def member_ready(url: str) -> None:
         nc = await connect(url)
+        stages[url] = "connected, asking JetStream"
         try:
             while True:
                 try:
                     await nc.jetstream().account_info()
+                    stages[url] = "ready"
                     return
                 except Exception as exc:  # 503 "JetStream system temporarily unavailable", timeouts, no responders
+                    stages[url] = f"connected, JetStream not ready ({exc!r})"
                     log.debug("%s: JetStream not ready yet (%r)", url, exc)
                     await asyncio.sleep(0.1)  # the API's answer is the event; nothing announces the meta leader
         finally:
             await nc.close()
 
+    probes = [asyncio.ensure_future(member_ready(url)) for url in urls]
     try:
-        await asyncio.wait_for(asyncio.gather(*(member_ready(url) for url in urls)), timeout_s)
-    except asyncio.TimeoutError as exc:
-        raise NatsServerError(f"the NATS cluster {urls} had no JetStream meta leader within {timeout_s}s") from exc
+        done, pending = await asyncio.wait(probes, timeout=timeout_s, return_when=asyncio.FIRST_EXCEPTION)
+    finally:  # on the way out, cancelled or not, no probe is left running or with its outcome unread
+        for probe in probes:
+            probe.cancel()
+        await asyncio.gather(*probes, return_exceptions=True)
+    for probe in done:
+        if probe.exception() is not None:
+            raise probe.exception()
+    if pending:
+        where = "; ".join(f"{url}: {stage}" for url, stage in stages.items())
+        raise NatsServerError(f"the NATS cluster {urls} had no JetStream meta leader within {timeout_s}s ({where})")

@@ -18,7 +18,7 @@ from nats.aio.client import Client
 from messages.permissions import OPERATOR_USER
 from messages.streams import MAX_REPLICAS
 from services.bus.embedded import EmbeddedNats
-from services.bus.embedded_cluster import EmbeddedCluster, wait_for_jetstream
+from services.bus.embedded_cluster import EmbeddedCluster
 from services.bus.nats_auth import NatsAuth
 from services.mesh.tls_dir import TlsDir
 
@@ -53,7 +53,7 @@ def start_cluster(size: int, state_dir: Path, auth: NatsAuth, server_config: Pat
                               route_tls=tls.routes() if tls is not None else None)
     url = cluster.start()
     try:
-        asyncio.run(wait_for_jetstream(lambda one: _operator(one, auth, tls), cluster.urls, CLUSTER_READY_TIMEOUT_S))
+        asyncio.run(cluster.wait_for_jetstream(lambda one: _operator(one, auth, tls), CLUSTER_READY_TIMEOUT_S))
     except BaseException:
         cluster.stop()
         raise

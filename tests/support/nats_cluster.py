@@ -42,7 +42,8 @@ class NatsCluster:
     def start(self) -> None:
         self.cluster.start()
         try:
-            asyncio.run(self.wait_for_jetstream())
+            # the cluster's own wait: a member that exits ends it at once, and its failure shows every member's log
+            asyncio.run(self.cluster.wait_for_jetstream(lambda url: client(url, "cluster-probe"), ELECTION_TIMEOUT_S))
         except BaseException:
             self.cluster.stop()
             raise
