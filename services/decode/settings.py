@@ -30,7 +30,7 @@ class DecodeSettings(CommonSettings):
     max_model_len: int = setting(4096, "most tokens (prompt + frames) one request may reach")
     initial_chunk_frames: int = setting(2, "frames in a request's first codes chunk (low first-packet latency)")
     one_frame_first_chunk_below: int = setting(
-        0, "a request that names no first chunk size gets a one-frame first chunk while fewer than this many requests "
+        32, "a request that names no first chunk size gets a one-frame first chunk while fewer than this many requests "
            "run on the replica (its first audio a step sooner where the device has room; 0: never), else "
            "--initial-chunk-frames")
     chunk_frames: int = setting(8, "largest codes chunk: chunk sizes ramp initial, initial, 2x, 4x ... up to this")

@@ -38,7 +38,7 @@ async def test_the_request_s_own_first_chunk_size_wins_and_the_setting_off_keeps
         await decode.log.end(asks_three.id)
     assert decode.log.chunk_sizes(asks_three.id)[:3] == [3, 3, 6]
     plain = synthesis("plain", TEXT, frames=12, ignore_eos=True)
-    async with running_decode(nats_server.url, tiny_checkpoint) as decode:  # the default: 0, never one frame
+    async with running_decode(nats_server.url, tiny_checkpoint, one_frame_first_chunk_below=0) as decode:  # off
         await decode.submit(plain)
         await decode.log.end(plain.id)
     assert decode.log.chunk_sizes(plain.id)[:3] == ramp(2, 3)
