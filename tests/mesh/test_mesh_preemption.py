@@ -34,7 +34,7 @@ TEXTS = ("speak and the voice", "voice and hello")
 def offline_pcm(checkpoint, codes: np.ndarray) -> np.ndarray:
     """The s16 samples an undisturbed run of these codes gives (the vocoder's conversion)."""
     decoder = load_codec_decoder(checkpoint / "speech_tokenizer", device="cpu", dtype=torch.float32)
-    samples = decoder.decode(torch.from_numpy(codes)).numpy()
+    samples = decoder.decode(torch.from_numpy(np.array(codes))).numpy()  # a writable copy: the codes come from a bus buffer
     chunk = AudioChunk.from_float(request_id="x", seq=0, first_sample=0, sample_rate=SAMPLE_RATE, samples=samples)
     return chunk.samples().astype(np.int32)
 
