@@ -1,6 +1,6 @@
 # Sourced by the experiments' device scripts (not run on its own): the carried wheels installed (WHEELS=none: the
-# python on PATH has them, a CPU rehearsal), $PY, `left` (seconds of BUDGET_S not yet spent) and `checkpoint DIR`,
-# which makes the PRESET's random checkpoint in DTYPE at DIR unless it is there. Needs OUT, PRESET, DTYPE, BUDGET_S.
+# python on PATH has them, a CPU rehearsal), $PY, `left` (seconds of BUDGET_S not yet spent), `checkpoint DIR`,
+# which makes the PRESET's random checkpoint in DTYPE at DIR unless it is there, and `pack_out`. Needs OUT, PRESET, DTYPE, BUDGET_S.
 mkdir -p "$OUT"
 if [ "${WHEELS:-.whl}" != none ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -14,4 +14,8 @@ checkpoint() {
   [ -d "$1" ] || timeout "$(left)" "$PY" -m services.cli model init --preset "$PRESET" --dtype "$DTYPE" --out "$1" \
     >"$OUT/model_init.log" 2>&1 || { echo "model init failed"; tail -5 "$OUT/model_init.log"; exit 1; }
   echo "== checkpoint after $SECONDS s"
+}
+pack_out() {  # the device tool brings back a few files only: everything under $OUT as one archive ($OUT/out.tgz)
+  (cd "$OUT" && find . -mindepth 1 -maxdepth 1 ! -name out.tgz -printf '%P\n' | tar czf out.tgz -T - \
+    && find . -mindepth 1 -maxdepth 1 ! -name out.tgz -exec rm -rf {} +)
 }

@@ -3,7 +3,9 @@
 # transport (HTTP, raw PCM, realistic lengths), a closed level of one stream and open levels, each run once with the
 # mesh's default first chunk and once with a one-frame first chunk (the request's `initial_chunk_frames`; CHUNKS lists
 # the passes in order: "default 1 1 default" runs both orders on one mesh), every first packet broken into stages from
-# the mesh's lifecycle events (`--events-url`), and a py-spy of every service during the last level (PROFILE=0: none). Through the `device` tool from the repository root with `.whl/` and `.devrun/prompts_en.tsv`:
+# the mesh's lifecycle events (`--events-url`), and a py-spy of every service during the last level (PROFILE=0: none),
+# with TRACE_S=T also a device trace of decode and the vocoder for T seconds then (services/runtime/device_trace.py,
+# summed up by loadtest/gpu/device_trace_summary.py). Everything comes back as $OUT/out.tgz. Through the `device` tool from the repository root with `.whl/` and `.devrun/prompts_en.tsv`:
 #   bash experiments/first_audio_stages.sh
 # CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 bash experiments/first_audio_stages.sh
 set -uo pipefail
@@ -17,6 +19,8 @@ port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); p
 state=$(mktemp -d)
 up_flags=(--max-num-seqs 64 --kv-cache-blocks 4096)
 [ "$DEVICE" = cpu ] && up_flags=()
+TRACE_S=${TRACE_S:-0}
+[ "$TRACE_S" != 0 ] && export VOXMESH_DEVICE_TRACE_DIR="$OUT/traces" VOXMESH_DEVICE_TRACE_S="$TRACE_S"
 "$PY" -m services.cli up --model "$ckpt" --device "$DEVICE" --dtype "$DTYPE" --port "$port" --state-dir "$state" "${up_flags[@]}" >"$OUT/up.log" 2>&1 &
 up_pid=$!
 trap 'kill -INT $up_pid 2>/dev/null; wait $up_pid 2>/dev/null' EXIT
@@ -34,6 +38,7 @@ profile() {  # a window into the level's steady state, not a synchronisation
   for pid in $(ps -o pid= --ppid "$up_pid"); do
     name=$(ps -o args= -p "$pid" | grep -o "serve [a-z]*" | tr ' ' _)
     [ -z "$name" ] && continue
+    [ "$TRACE_S" != 0 ] && [ "$name" != serve_gateway ] && kill -USR1 "$pid"
     command -v py-spy >/dev/null && timeout 20 py-spy record -p "$pid" -d 5 -r 100 --gil --threads -f raw \
       -o "$OUT/profile_$name.txt" >"$OUT/pyspy_$name.log" 2>&1 &
   done
@@ -54,3 +59,10 @@ for chunk in $CHUNKS; do  # CHUNKS="default 1 1 default": both orders on one mes
 done
 [ -n "${profiler:-}" ] && wait "$profiler"
 echo "== done after $SECONDS s"
+kill -INT $up_pid 2>/dev/null; wait $up_pid 2>/dev/null; trap - EXIT  # its logs complete before they are packed
+if ls "$OUT"/traces/*.json.gz >/dev/null 2>&1; then
+  "$PY" -m loadtest.gpu.device_trace_summary "$OUT"/traces/*.json.gz --out "$OUT/device_trace_summary.json" \
+    | tee "$OUT/device_trace_summary.txt" | head -n 60
+  rm -rf "$OUT/traces"
+fi
+pack_out

@@ -4,7 +4,7 @@
 # setting's VOXMESH_ variables) and, if X_TREE names one, the code of another tree (a commit's `git archive`, to
 # compare commits); passes in ORDER ("A B B A": both orders), each a closed level of one stream then open levels at
 # RATES, with the public method's transport (HTTP, raw PCM, realistic lengths) and every first packet broken into
-# stages from its mesh's events. Only one mesh has load at a time. Through the `device` tool from the repository root
+# stages from its mesh's events. Only one mesh has load at a time; everything comes back as $OUT/out.tgz. Through the `device` tool from the repository root
 # with `.whl/` and `.devrun/prompts_en.tsv`:
 #   VOXMESH_COMMIT=$(git rev-parse HEAD) B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
 #   ORDER="A B C C B A" A_TREE=.devtree_old B_ENV="" C_ENV="VOXMESH_ONE_FRAME_FIRST_CHUNK_BELOW=32" bash ...
@@ -62,3 +62,5 @@ for mesh in $ORDER; do
     --requests "$REQUESTS" --out "$OUT/open_pass${pass}_$mesh.json" 2>&1 | tail -n 8
 done
 echo "== done after $SECONDS s"
+kill -INT "${pid[@]}" 2>/dev/null; wait 2>/dev/null; trap - EXIT  # their logs complete before they are packed
+pack_out
