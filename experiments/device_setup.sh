@@ -1,6 +1,7 @@
 # Sourced by the experiments' device scripts (not run on its own): the carried wheels installed (WHEELS=none: the
 # python on PATH has them, a CPU rehearsal), $PY, `left` (seconds of BUDGET_S not yet spent), `checkpoint DIR`,
-# which makes the PRESET's random checkpoint in DTYPE at DIR unless it is there, and `pack_out`. Needs OUT, PRESET, DTYPE, BUDGET_S.
+# which makes the PRESET's random checkpoint in DTYPE at DIR unless it is there, and `pack_out`. Needs OUT, PRESET,
+# DTYPE, BUDGET_S.
 mkdir -p "$OUT"
 if [ "${WHEELS:-.whl}" != none ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \

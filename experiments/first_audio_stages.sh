@@ -5,7 +5,8 @@
 # the passes in order: "default 1 1 default" runs both orders on one mesh), every first packet broken into stages from
 # the mesh's lifecycle events (`--events-url`), and a py-spy of every service during the last level (PROFILE=0: none),
 # with TRACE_S=T also a device trace of decode and the vocoder for T seconds then (services/runtime/device_trace.py,
-# summed up by loadtest/gpu/device_trace_summary.py). Everything comes back as $OUT/out.tgz. Through the `device` tool from the repository root with `.whl/` and `.devrun/prompts_en.tsv`:
+# summed up by loadtest/gpu/device_trace_summary.py). Everything comes back as $OUT/out.tgz. Through the `device` tool
+# from the repository root with `.whl/` and `.devrun/prompts_en.tsv`:
 #   bash experiments/first_audio_stages.sh
 # CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 bash experiments/first_audio_stages.sh
 set -uo pipefail

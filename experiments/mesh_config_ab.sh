@@ -4,8 +4,8 @@
 # setting's VOXMESH_ variables) and, if X_TREE names one, the code of another tree (a commit's `git archive`, to
 # compare commits); passes in ORDER ("A B B A": both orders), each a closed level of one stream then open levels at
 # RATES, with the public method's transport (HTTP, raw PCM, realistic lengths) and every first packet broken into
-# stages from its mesh's events. Only one mesh has load at a time; everything comes back as $OUT/out.tgz. Through the `device` tool from the repository root
-# with `.whl/` and `.devrun/prompts_en.tsv`:
+# stages from its mesh's events. Only one mesh has load at a time; everything comes back as $OUT/out.tgz. Through the
+# `device` tool from the repository root with `.whl/` and `.devrun/prompts_en.tsv`:
 #   VOXMESH_COMMIT=$(git rev-parse HEAD) B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
 #   ORDER="A B C C B A" A_TREE=.devtree_old B_ENV="" C_ENV="VOXMESH_ONE_FRAME_FIRST_CHUNK_BELOW=32" bash ...
 # (VOXMESH_COMMIT names the tree in the bench's JSONs: the machine's copy may carry a stale .git.)
@@ -25,7 +25,8 @@ read -r -a meshes <<<"$(tr ' ' '\n' <<<"$ORDER" | awk 'NF && !seen[$0]++' | past
 declare -A port state pid
 for mesh in "${meshes[@]}"; do
   env_name=${mesh}_ENV tree_name=${mesh}_TREE
-  [ "$mesh" = A ] || [ -n "${!env_name+set}" ] || [ -n "${!tree_name:-}" ] || { echo "name ${mesh}_ENV or ${mesh}_TREE"; exit 1; }
+  [ "$mesh" = A ] || [ -n "${!env_name+set}" ] || [ -n "${!tree_name:-}" ] \
+    || { echo "name ${mesh}_ENV or ${mesh}_TREE"; exit 1; }
   tree=$(cd "${!tree_name:-.}" && pwd)
   port[$mesh]=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   state[$mesh]=$(mktemp -d)

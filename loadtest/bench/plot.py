@@ -13,7 +13,7 @@ class PlotError(RuntimeError):
     code = "plot_unavailable"
 
 
-def _pyplot():
+def load_pyplot():
     try:
         import matplotlib
     except ImportError as exc:
@@ -35,7 +35,7 @@ def _ms(value: float | None) -> float | None:
 
 def write_plot(document: dict, path: str | Path) -> Path:
     """Draw `document` (the bench's JSON) into a PNG at `path`."""
-    pyplot = _pyplot()
+    pyplot = load_pyplot()
     modes = [mode for mode in MODES if any(level["level"]["mode"] == mode
                                            for target in document["targets"] for level in target["levels"])]
     figure, axes = pyplot.subplots(2, len(modes), figsize=(6 * len(modes), 8), squeeze=False)

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtest.bench.plot import _pyplot
+from loadtest.bench.plot import load_pyplot
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,7 @@ def run_label(document: dict) -> str:
 
 def write_public_plot(runs: list[tuple[str, dict]], path: str | Path) -> Path:
     """Draw each (label, document)'s open levels and the public figures into a PNG at `path`."""
-    pyplot = _pyplot()
+    pyplot = load_pyplot()
     figure, axes = pyplot.subplots(figsize=(7.5, 4.8))
     for label, document in runs:
         points = open_levels(document)

@@ -16,7 +16,8 @@ def bench_document(levels: list[tuple[str, float, float | None]]) -> dict:
 
 
 def test_the_open_levels_are_read_by_rate_in_ms_and_the_closed_ones_left_out():
-    document = bench_document([("open", 40.0, 0.042), ("closed", 1, 0.021), ("open", 10.0, 0.033), ("open", 80.0, None)])
+    document = bench_document([("open", 40.0, 0.042), ("closed", 1, 0.021), ("open", 10.0, 0.033),
+                               ("open", 80.0, None)])
     assert open_levels(document) == [(10.0, pytest.approx(33.0)), (40.0, pytest.approx(42.0))]
 
 
