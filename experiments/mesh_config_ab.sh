@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Configurations of one mesh side by side on one GPU (issue 41's levers): one `voxmesh up` with the 1.7B preset per
 # mesh named in ORDER, all up at once; mesh A as shipped, each other mesh X with the environment X_ENV adds (a
-# setting's VOXMESH_ variables) and, if X_TREE names one, the code of another tree (a commit's `git archive`, to
+# setting's VOXMESH_ variables), X_UP (more `voxmesh up` arguments, after the shipped ones: `--topology replicas
+# --kv-cache-blocks 1024`), X_MPS=1 (its processes are clients of a CUDA MPS server this script starts and stops;
+# the other meshes' are not) and, if X_TREE names one, the code of another tree (a commit's `git archive`, to
 # compare commits); passes in ORDER ("A B B A": both orders), each a closed level of one stream then open levels at
 # RATES, with the public method's transport (HTTP, raw PCM, realistic lengths) and every first packet broken into
 # stages from its mesh's events. Only one mesh has load at a time; everything comes back as $OUT/out.tgz. Through the
 # `device` tool from the repository root with `.whl/` and `.devrun/prompts_en.tsv`:
 #   VOXMESH_COMMIT=$(git rev-parse HEAD) B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
 #   ORDER="A B C C B A" A_TREE=.devtree_old B_ENV="" C_ENV="VOXMESH_ONE_FRAME_FIRST_CHUNK_BELOW=32" bash ...
+#   ORDER="A B C C B A" B_UP="--topology replicas" C_UP="--topology replicas" C_MPS=1 bash ...
 # (VOXMESH_COMMIT names the tree in the bench's JSONs: the machine's copy may carry a stale .git.)
 # CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 C1_REQUESTS=4 \
 #   B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
@@ -22,22 +25,39 @@ checkpoint "$ckpt"
 up_flags=(--max-num-seqs 64 --kv-cache-blocks 4096)
 [ "$DEVICE" = cpu ] && up_flags=()
 read -r -a meshes <<<"$(tr ' ' '\n' <<<"$ORDER" | awk 'NF && !seen[$0]++' | paste -sd' ')"
+mps_pipe=""
+mps_start() {  # one MPS control daemon for the meshes that ask, on pipe and log folders of its own
+  mps_pipe=$(mktemp -d) mps_log=$(mktemp -d)
+  CUDA_MPS_PIPE_DIRECTORY=$mps_pipe CUDA_MPS_LOG_DIRECTORY=$mps_log nvidia-cuda-mps-control -d \
+    || { echo "could not start the MPS control daemon"; exit 1; }
+  echo "MPS control daemon on $mps_pipe"
+}
+mps_stop() {
+  [ -n "$mps_pipe" ] || return 0
+  echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_pipe nvidia-cuda-mps-control
+  cp "$mps_log"/*.log "$OUT/" 2>/dev/null
+}
 declare -A port state pid
 for mesh in "${meshes[@]}"; do
-  env_name=${mesh}_ENV tree_name=${mesh}_TREE
-  [ "$mesh" = A ] || [ -n "${!env_name+set}" ] || [ -n "${!tree_name:-}" ] \
-    || { echo "name ${mesh}_ENV or ${mesh}_TREE"; exit 1; }
+  env_name=${mesh}_ENV tree_name=${mesh}_TREE up_name=${mesh}_UP mps_name=${mesh}_MPS
+  [ "$mesh" = A ] || [ -n "${!env_name+set}" ] || [ -n "${!tree_name:-}" ] || [ -n "${!up_name:-}" ] \
+    || [ -n "${!mps_name:-}" ] || { echo "name ${mesh}_ENV, ${mesh}_TREE, ${mesh}_UP or ${mesh}_MPS"; exit 1; }
   tree=$(cd "${!tree_name:-.}" && pwd)
   port[$mesh]=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   state[$mesh]=$(mktemp -d)
   read -r -a extra <<<"${!env_name:-}"
+  read -r -a more_up <<<"${!up_name:-}"
+  if [ "${!mps_name:-0}" = 1 ]; then
+    [ -n "$mps_pipe" ] || mps_start
+    extra+=("CUDA_MPS_PIPE_DIRECTORY=$mps_pipe" "CUDA_MPS_LOG_DIRECTORY=$mps_log")
+  fi
   (cd "$tree" && exec env "${extra[@]}" PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m services.cli up \
     --model "$ckpt" --device "$DEVICE" --dtype "$DTYPE" --port "${port[$mesh]}" --state-dir "${state[$mesh]}" \
-    "${up_flags[@]}" >"$OUT/up_$mesh.log" 2>&1) &
+    "${up_flags[@]}" "${more_up[@]}" >"$OUT/up_$mesh.log" 2>&1) &
   pid[$mesh]=$!
-  echo "mesh $mesh: tree $tree, environment '${!env_name:-}'"
+  echo "mesh $mesh: tree $tree, environment '${extra[*]}', up '${more_up[*]}'"
 done
-trap 'kill -INT "${pid[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
+trap 'kill -INT "${pid[@]}" 2>/dev/null; wait 2>/dev/null; mps_stop' EXIT
 for mesh in "${meshes[@]}"; do
   until grep -q "voxmesh is serving" "$OUT/up_$mesh.log"; do
     if ! kill -0 "${pid[$mesh]}" 2>/dev/null || [ "$(left)" -le 60 ]; then
@@ -47,6 +67,7 @@ for mesh in "${meshes[@]}"; do
   done
 done
 echo "== every mesh serving after $SECONDS s"
+[ "$DEVICE" = cpu ] || nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
 grep -h "decode settings" "$OUT"/up_*.log | grep -o "overlap_min_rows=[0-9]*\|steps_queued=[0-9]*" | paste -sd' '
 pass=0
 for mesh in $ORDER; do
@@ -64,4 +85,5 @@ for mesh in $ORDER; do
 done
 echo "== done after $SECONDS s"
 kill -INT "${pid[@]}" 2>/dev/null; wait 2>/dev/null; trap - EXIT  # their logs complete before they are packed
+mps_stop
 pack_out
