@@ -25,6 +25,7 @@ import httpx
 from services.bus.nats_auth import NatsAuth
 from services.mesh.gpu_placement import PlacementError, parse_placements, replica_environment
 from services.mesh.compose_plan import ComposeError, LaunchPlan, ServicePlan, container_only_removed, load_plan
+from services.mesh.cuda_mps import CudaMps, CudaMpsError
 from services.mesh.resume_secret import ensure_resume_secret
 from services.mesh.roles import nats_user_of, role_of
 from services.mesh.processes import ProcessGroup, child_environment
@@ -80,6 +81,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", action="append", default=[], metavar="SERVICE=I[,J...]",
                         help="on a host with several GPUs: the GPU each replica of SERVICE sees (replica k the k-th "
                              "index), e.g. --gpus prefill=1 --gpus decode=0; repeatable; unnamed services see all")
+    parser.add_argument("--cuda-mps", action="store_true",
+                        help="with --device cuda: run a CUDA MPS control daemon of the mesh's own (pipe and log folders "
+                             "under the state dir) and make every service its client, so the processes sharing a card "
+                             "run their kernels side by side instead of taking turns; needs nvidia-cuda-mps-control")
 
 
 def _overrides(args: argparse.Namespace, nats_url: str, model: ModelChoice,
@@ -154,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
     except (ComposeError, PlacementError) as error:
         print(f"voxmesh up: {error}", file=sys.stderr)
         return 2
+    if args.cuda_mps and not (args.device or "").startswith("cuda"):
+        print("voxmesh up: --cuda-mps shares a CUDA card between the mesh's processes: give --device cuda too",
+              file=sys.stderr)
+        return 2
     if args.nats_cluster < 1 or (args.nats_cluster > 1 and args.nats_url is not None):
         print("voxmesh up: --nats-cluster N needs N >= 1, and no --nats-url (it runs its own servers)", file=sys.stderr)
         return 2
@@ -185,6 +194,20 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls
     except KeyboardInterrupt:
         print("voxmesh up: interrupted before anything started", file=sys.stderr)
         return 130
+    try:
+        mps = CudaMps.start(state_dir) if args.cuda_mps else None
+    except CudaMpsError as error:
+        print(f"voxmesh up: {error}", file=sys.stderr)
+        return 1
+    try:
+        return _run_with_gpu_sharing(args, plan, state_dir, tls, model, mps)
+    finally:
+        if mps is not None:
+            mps.stop()
+
+
+def _run_with_gpu_sharing(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls: TlsDir | None,
+                          model: ModelChoice, mps: CudaMps | None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -203,6 +226,9 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls
     group = ProcessGroup(stop)
     try:
         overrides = _overrides(args, nats_url, model, replicas)
+        if mps is not None:
+            overrides.update(mps.environment())
+            bus = f"{bus}, {mps.describe()}"
         return _serve(args, plan, state_dir, overrides, model, bus, group, stop, auth, tls)
     finally:
         group.stop()
