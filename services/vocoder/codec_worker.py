@@ -6,7 +6,9 @@ busy, new jobs pile up and go together in the next call, so batching grows with 
 whose listener still has audio in hand waits a few milliseconds for others (`max_hold_s`), where a first chunk never
 waits.
 A call runs its shortest chunks' passes first and hands each chunk's audio back as its pass ends: a request's first
-packet (its first chunk is its shortest) does not wait for the call's 8-frame passes.
+packet (its first chunk is its shortest) does not wait for the call's 8-frame passes. With `urgent_passes`, a chunk
+whose listener has (almost) nothing in hand, a first chunk above all, gets a pass of its own ahead of the others even
+where padding it into theirs would cost less.
 
 Each request holds a `CodecStream` (a slot of the decoder's state pool) from `new_stream()` until `release()`.
 Slots are taken and given back on the codec thread, in order with the decode calls, and a job of a released
@@ -81,6 +83,8 @@ class _Job:
     done: asyncio.Future = field(repr=False)
     hold_until: float = 0.0
     """The event loop's time until which the job may wait for others to share its call (0: none, it goes at once)."""
+    urgent: bool = False
+    """Its listener has (almost) nothing in hand: with `urgent_passes`, it goes in a pass of its own, first."""
 
 
 class CodecWorker:
@@ -92,12 +96,13 @@ class CodecWorker:
 
     def __init__(self, slots: SlotDecoder, *, max_batch: int = 32, executor: ThreadPoolExecutor | None = None,
                  batch_across_requests: bool = True, primed_voices: int = DEFAULT_PRIMED_VOICES,
-                 max_hold_s: float = DEFAULT_MAX_HOLD_S) -> None:
+                 max_hold_s: float = DEFAULT_MAX_HOLD_S, urgent_passes: bool = False) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         if not max_hold_s >= 0:
             raise ValueError(f"max_hold_s must be >= 0, got {max_hold_s}")
         self.max_hold_s = max_hold_s if batch_across_requests else 0.0  # alone, a chunk gains nothing by waiting
+        self.urgent_passes = urgent_passes
         self.primed = PrimedVoices(primed_voices)
         """Codec states primed with a reference's frames, by the frames' content (used on the priming thread only)."""
         self._primer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocoder-prime")
@@ -127,7 +132,7 @@ class CodecWorker:
     async def load(cls, load_decoder: Callable[..., Any], *args: Any, max_streams: int, max_batch: int = 32,
                    batch_across_requests: bool = True, capture: bool | None = None,
                    primed_voices: int = DEFAULT_PRIMED_VOICES, primes_voices: bool = True,
-                   max_hold_s: float = DEFAULT_MAX_HOLD_S) -> CodecWorker:
+                   max_hold_s: float = DEFAULT_MAX_HOLD_S, urgent_passes: bool = False) -> CodecWorker:
         """Build the decoder with `load_decoder(*args)` and its slot decoder on the worker's own thread (torch stays
         off the event loop, and a GPU context is made on the thread that will use it), and build (on CUDA: capture)
         every step shape before returning, so the first requests are as fast as the rest; with `primes_voices`,
@@ -151,7 +156,7 @@ class CodecWorker:
             executor.shutdown(wait=False)
             raise
         worker = cls(slots, max_batch=max_batch, executor=executor, batch_across_requests=batch_across_requests,
-                     primed_voices=primed_voices, max_hold_s=max_hold_s)
+                     primed_voices=primed_voices, max_hold_s=max_hold_s, urgent_passes=urgent_passes)
         worker._owns_executor = True
         return worker
 
@@ -221,7 +226,8 @@ class CodecWorker:
         self._ensure_batcher()
         loop = asyncio.get_running_loop()
         may_wait_s = min(self.max_hold_s, audio_in_hand_s - HOLD_MARGIN_S)
-        job = _Job(stream, codes, primed, loop.create_future(), loop.time() + may_wait_s if may_wait_s > 0 else 0.0)
+        job = _Job(stream, codes, primed, loop.create_future(), loop.time() + may_wait_s if may_wait_s > 0 else 0.0,
+                   urgent=self.urgent_passes and audio_in_hand_s <= HOLD_MARGIN_S)
         started = time.perf_counter()
         self._queue.put_nowait(job)
         audio = await job.done
@@ -288,7 +294,8 @@ class CodecWorker:
         started = time.perf_counter()
         try:
             outputs = await self.run_on_thread(self._decode_on_thread, [j.stream.slot for j in jobs],
-                                               [j.codes for j in jobs], [j.primed for j in jobs], ready)
+                                               [j.codes for j in jobs], [j.primed for j in jobs], ready,
+                                               [j.urgent for j in jobs])
         except Exception as exc:  # a model error fails this batch's requests, never the batcher
             log.exception("codec call of %d chunks failed", len(jobs))
             failure = CodecFailure(f"the codec failed: {exc!r}")
@@ -302,7 +309,8 @@ class CodecWorker:
         _settle(jobs, outputs)
 
     def _decode_on_thread(self, slots: list[int], codes: list[np.ndarray], primed: list[SlotSnapshot | None],
-                          ready: Callable[[list[int], list[np.ndarray]], None]) -> list[np.ndarray]:
+                          ready: Callable[[list[int], list[np.ndarray]], None],
+                          urgent: list[bool]) -> list[np.ndarray]:
         """One call's chunks; `ready` hears of each chunk's audio as soon as its pass is done (short chunks, first
         packets among them, come first), the return value has them all once every pass is."""
         for slot, state in zip(slots, primed):
@@ -314,7 +322,7 @@ class CodecWorker:
             ready([offset + entry for entry in entries], [samples.numpy() for samples in audio])
 
         if self.batch_across_requests:
-            audio = self.slots.decode_chunks(slots, tensors, to_host=True, on_ready=on_ready)
+            audio = self.slots.decode_chunks(slots, tensors, to_host=True, on_ready=on_ready, urgent=urgent)
         else:
             audio = [self.slots.decode_chunks([s], [t], to_host=True,
                                               on_ready=functools.partial(on_ready, offset=index))[0]

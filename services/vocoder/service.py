@@ -63,6 +63,10 @@ class VocoderSettings(CommonSettings):
     codec_hold_ms: float = setting(DEFAULT_MAX_HOLD_S * 1000, "the longest a chunk whose listener has audio in "
                                    "hand waits, when the codec is free, for other chunks to share its call (fewer, "
                                    "fuller passes under load; a first chunk never waits; 0: none waits)")
+    codec_urgent_passes: bool = setting(False, "a chunk whose listener has under 100 ms of audio in hand (a first "
+                                        "chunk above all) runs in a codec pass of its own ahead of the call's "
+                                        "others, instead of padded into a longer pass that would cost less; off: "
+                                        "passes are planned for the fewest padded frames alone")
     metrics_port: int = setting(0, "port of the Prometheus /metrics listener (0: off)",
                                 env="VOXMESH_VOCODER_METRICS_PORT")
     metrics_host: str = setting("127.0.0.1", "address the /metrics listener binds (loopback by default; 0.0.0.0 "
@@ -116,7 +120,8 @@ async def load_codec(settings: VocoderSettings, max_batch: int) -> CodecWorker:
                                   max_streams=settings.max_streams + settings.max_redecodes, max_batch=max_batch,
                                   batch_across_requests=settings.codec_batching,
                                   primed_voices=settings.primed_voices, primes_voices=clones_voices(settings),
-                                  max_hold_s=settings.codec_hold_ms / 1000)
+                                  max_hold_s=settings.codec_hold_ms / 1000,
+                                  urgent_passes=settings.codec_urgent_passes)
 
 
 def clones_voices(settings: VocoderSettings) -> bool:

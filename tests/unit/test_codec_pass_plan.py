@@ -72,3 +72,24 @@ def test_the_plan_is_never_costlier_than_a_pass_per_length():
         per_length = [[i for i in range(len(lengths)) if lengths[i] == n][at:at + 32]
                       for n in sorted(set(lengths)) for at in range(0, 40, 32)]
         assert _cost(groups, lengths) <= _cost([g for g in per_length if g], lengths)
+
+
+def test_urgent_chunks_run_first_in_a_pass_of_their_own():
+    """A first chunk (one frame) among a full round of 8-frame chunks: by cost alone it is padded into their pass and
+    waits for all of it; marked urgent it runs alone, before them. Unmarked chunks are planned as before."""
+    lengths = [8] * 20 + [1] + [8] * 10
+    assert [sorted(lengths[i] for i in g) for g in plan_round(lengths, ROWS, FRAMES)] == [sorted(lengths)]
+    urgent = [False] * 20 + [True] + [False] * 10
+    groups = plan_round(lengths, ROWS, FRAMES, urgent)
+    assert groups[0] == [20] and sorted(i for g in groups[1:] for i in g) == [i for i in range(31) if i != 20]
+    assert plan_round(lengths, ROWS, FRAMES, [False] * 31) == plan_round(lengths, ROWS, FRAMES)
+
+
+def test_urgent_chunks_share_their_own_passes_shorter_first():
+    lengths = [8, 2, 8, 1, 2, 4]
+    urgent = [False, True, False, True, True, False]
+    groups = plan_round(lengths, ROWS, FRAMES, urgent)
+    hurried = [i for g in groups if all(urgent[i] for i in g) for i in g]
+    assert sorted(hurried) == [1, 3, 4] and all(urgent[i] for i in groups[0])
+    assert [i for g in groups[-1:] for i in g if urgent[i]] == [], "the urgent passes come before the others"
+    assert sorted(i for g in groups for i in g) == list(range(6))

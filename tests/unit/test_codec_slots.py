@@ -255,3 +255,23 @@ def test_a_voice_primed_on_another_thread_continues_as_a_full_decode(checkpoint_
     full = decoder.decode(torch.cat([context, codes]))
     assert float((voiced - full[21 * decoder.samples_per_frame:]).abs().max()) <= TOLERANCE
     assert float((voiced - decoder.decode(codes)).abs().max()) > 100 * TOLERANCE, "the context must matter"
+
+
+def test_an_urgent_chunk_is_handed_out_before_the_pass_it_would_have_shared(decoder):
+    """Three 8-frame chunks and a first chunk of one frame: by cost one padded pass (the one frame waits for all of
+    it); marked urgent, the first chunk's audio is handed out alone, first, and every stream still equals its full
+    decode."""
+    slots = SlotDecoder(decoder, max_streams=4, max_rows=4, max_chunk_frames=8, capture=False)
+    ids = [slots.acquire() for _ in range(4)]
+    codes = [random_codes(frames, 16, CODEBOOK_SIZE, seed=1000 + n) for n, frames in enumerate((8, 8, 1, 8))]
+    heard: list[list[int]] = []
+    together = SlotDecoder(decoder, max_streams=4, max_rows=4, max_chunk_frames=8, capture=False)
+    together.decode_chunks([together.acquire() for _ in range(4)], codes,
+                           on_ready=lambda entries, _: heard.append(entries))
+    assert heard == [[0, 1, 2, 3]]
+    heard.clear()
+    audio = slots.decode_chunks(ids, codes, on_ready=lambda entries, _: heard.append(entries),
+                                urgent=[False, False, True, False])
+    assert heard == [[2], [0, 1, 3]]
+    for stream_audio, stream_codes in zip(audio, codes):
+        assert float((stream_audio - decoder.decode(stream_codes)).abs().max()) <= TOLERANCE

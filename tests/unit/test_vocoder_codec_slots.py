@@ -343,3 +343,35 @@ async def test_the_audio_in_hand_is_what_was_voiced_less_what_has_played_since_t
     now = asyncio.get_running_loop().time()
     stream.audio_started_at = now - 0.5
     assert 1.4 <= handler._audio_in_hand_s(stream) <= 1.5  # two seconds voiced, half a second played
+
+
+@pytest.mark.parametrize("urgent_passes", [False, True])
+async def test_with_urgent_passes_a_first_chunk_gets_a_pass_of_its_own_first(codec_model_dir, codec_decoder,
+                                                                            urgent_passes):
+    """Two 8-frame chunks with audio in hand wait for company; a one-frame first chunk ends the wait and the three go
+    in one call. Planned by cost alone they share one padded pass; with `urgent_passes` the first chunk runs alone,
+    first (its listener has nothing in hand). Either way each is its stream's full decode."""
+    codec = await CodecWorker.load(load_codec_decoder, codec_model_dir / CODEC_SUBDIR, "cpu", torch.float32,
+                                   max_streams=3, max_batch=3, max_hold_s=60.0, urgent_passes=urgent_passes)
+    passes: list[list[int]] = []
+    run_pass = codec.slots._run_pass
+
+    def recorded(slots, chunks, to_host):
+        passes.append([chunk.shape[0] for chunk in chunks])
+        return run_pass(slots, chunks, to_host)
+
+    codec.slots._run_pass = recorded
+    try:
+        size = codec_decoder.config.codebook_size
+        codes = [random_codes(8, size, seed=90), random_codes(8, size, seed=91), random_codes(1, size, seed=92)]
+        streams = [await codec.new_stream() for _ in codes]
+        waiting = [asyncio.ensure_future(codec.decode(stream, c, audio_in_hand_s=2.0))
+                   for stream, c in zip(streams[:2], codes[:2])]
+        first = await asyncio.wait_for(codec.decode(streams[2], codes[2]), 30)
+        voiced = await asyncio.wait_for(asyncio.gather(*waiting), 30)
+    finally:
+        await codec.close()
+    assert codec.num_calls == 1
+    assert passes == ([[1], [8, 8]] if urgent_passes else [[1, 8, 8]])
+    for samples, stream_codes in zip([*voiced, first], codes):
+        assert np.abs(samples - codec_decoder.decode(torch.from_numpy(stream_codes)).numpy()).max() <= 1e-5

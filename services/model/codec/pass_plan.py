@@ -82,12 +82,22 @@ def rounds(streams: Sequence[Hashable], lengths: Sequence[int]) -> list[list[int
     return by_round
 
 
-def plan_round(lengths: Sequence[int], rows: RowBuckets, frames: Sequence[int]) -> list[list[int]]:
+def plan_round(lengths: Sequence[int], rows: RowBuckets, frames: Sequence[int],
+               urgent: Sequence[bool] = ()) -> list[list[int]]:
     """One round's chunks (`lengths[i]` frames each, at most `frames[-1]`) grouped into passes of at most
     `max_rows(rows)` chunks (`rows`: each frame bucket's row buckets), cheapest first found: the chunks sorted by
     length and cut where the length changes, each group padded to its buckets. Returns the groups in running order,
     shorter chunks first (a request's first chunk is its shortest, and a caller that hands out a pass's audio as it
-    ends gets first packets out first)."""
+    ends gets first packets out first).
+
+    Chunks marked `urgent` (a first chunk: its listener has nothing to play yet) are planned apart and run first,
+    even where sharing the others' pass would cost less: a one-frame chunk padded into a full 8-frame pass waits for
+    all of it, where a pass of its own ends in a fraction of that time."""
+    if any(urgent):
+        first = [i for i in range(len(lengths)) if urgent[i]]
+        rest = [i for i in range(len(lengths)) if not urgent[i]]
+        return [[part[member] for member in group] for part in (first, rest)
+                for group in plan_round([lengths[i] for i in part], rows, frames)]
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     cuts = [0] + [at for at in range(1, len(order)) if lengths[order[at]] != lengths[order[at - 1]]] + [len(order)]
     best: list[tuple[float, int]] = [(0.0, 0)]  # for each cut: the least cost of the chunks before it, and its cut

@@ -140,7 +140,8 @@ class SlotDecoder:
 
     @torch.inference_mode()
     def decode_chunks(self, slots: Sequence[int], codes: Sequence[torch.Tensor], *, to_host: bool = False,
-                      on_ready: Callable[[list[int], list[torch.Tensor]], None] | None = None) -> list[torch.Tensor]:
+                      on_ready: Callable[[list[int], list[torch.Tensor]], None] | None = None,
+                      urgent: Sequence[bool] = ()) -> list[torch.Tensor]:
         """Decode one chunk (`codes[i]`: [n, 16] integers, best on the host) for the stream in `slots[i]` each.
 
         A slot listed more than once gets its chunks in list order. Every chunk is validated before any state
@@ -148,7 +149,8 @@ class SlotDecoder:
         or with `to_host` on the CPU (one synchronisation a pass that completes an entry, when `on_ready` is given,
         else one for the whole call). `on_ready(entries, samples)`, when given, is called on this thread as soon as
         a pass completes entries (shorter chunks' passes come first), so their audio need not wait for the call's
-        longer passes.
+        longer passes. Entries marked in `urgent` go in passes of their own before the others of their round
+        (`pass_plan.plan_round`).
         """
         pieces, owners = self._pieces(slots, codes)
         outputs: list[torch.Tensor | None] = [None] * len(pieces)
@@ -158,7 +160,9 @@ class SlotDecoder:
         pieces_left = [len(of) for of in pieces_of]
         lengths = [piece.shape[0] for piece in pieces]
         for round_rows in rounds([slots[owner] for owner in owners], lengths):
-            for members in plan_round([lengths[r] for r in round_rows], self.rows_by_frames, self.frame_buckets):
+            hurried = [bool(urgent) and urgent[owners[r]] for r in round_rows]
+            for members in plan_round([lengths[r] for r in round_rows], self.rows_by_frames, self.frame_buckets,
+                                      hurried):
                 group = [round_rows[member] for member in members]
                 audio = self._run_pass([slots[owners[r]] for r in group], [pieces[r] for r in group], to_host)
                 for row, samples in zip(group, audio):
