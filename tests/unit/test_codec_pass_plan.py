@@ -93,3 +93,8 @@ def test_urgent_chunks_share_their_own_passes_shorter_first():
     assert sorted(hurried) == [1, 3, 4] and all(urgent[i] for i in groups[0])
     assert [i for g in groups[-1:] for i in g if urgent[i]] == [], "the urgent passes come before the others"
     assert sorted(i for g in groups for i in g) == list(range(6))
+
+
+def test_a_round_of_urgent_chunks_only_is_planned_as_without_marks():
+    for lengths in ([1], [1, 2, 2], [8] * 40):
+        assert plan_round(lengths, ROWS, FRAMES, [True] * len(lengths)) == plan_round(lengths, ROWS, FRAMES)

@@ -96,7 +96,7 @@ def plan_round(lengths: Sequence[int], rows: RowBuckets, frames: Sequence[int],
     if any(urgent):
         first = [i for i in range(len(lengths)) if urgent[i]]
         rest = [i for i in range(len(lengths)) if not urgent[i]]
-        return [[part[member] for member in group] for part in (first, rest)
+        return [[part[member] for member in group] for part in (first, rest) if part
                 for group in plan_round([lengths[i] for i in part], rows, frames)]
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     cuts = [0] + [at for at in range(1, len(order)) if lengths[order[at]] != lengths[order[at - 1]]] + [len(order)]
