@@ -6,6 +6,7 @@ import json
 
 import msgspec
 import numpy as np
+import pytest
 
 from messages import decode, encode, subjects
 from messages.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -139,7 +140,10 @@ async def test_context_frames_prime_the_live_stream_and_its_redecode(bus, codec_
         assert encode(chunk) == encode(first_time[chunk.seq]), f"re-decoded chunk {chunk.seq} differs"
 
 
-async def test_concurrent_requests_are_decoded_in_shared_codec_batches(bus, codec_model_dir, codec_decoder):
+@pytest.mark.parametrize("urgent_passes", [False, True])
+async def test_concurrent_requests_are_decoded_in_shared_codec_batches(bus, codec_model_dir, codec_decoder,
+                                                                        urgent_passes):
+    """Also with `--codec-urgent-passes`, where the first call's chunks are all first chunks (all urgent)."""
     ids = [f"req-batch-{n}" for n in range(4)]
     codes = {rid: random_codes(18, codec_decoder.config.codebook_size, seed=10 + n) for n, rid in enumerate(ids)}
     listeners = [await Listener.open(bus.nc, rid) for rid in ids]
@@ -148,7 +152,7 @@ async def test_concurrent_requests_are_decoded_in_shared_codec_batches(bus, code
         await stand_in.start()
         await stand_in.chunks(codes[rid], chunk_sizes(18))
         await stand_in.finish()
-    async with running_vocoder(bus, codec_model_dir, replica="vocoder-batch"):
+    async with running_vocoder(bus, codec_model_dir, replica="vocoder-batch", codec_urgent_passes=urgent_passes):
         terminals = [await listener.terminal() for listener in listeners]
         reply = await bus.nc.request(status_subject("vocoder-batch"), b"", timeout=WAIT_S)
         stats = json.loads(reply.data)

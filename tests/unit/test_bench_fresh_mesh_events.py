@@ -27,3 +27,10 @@ def test_no_breakdown_without_an_embedded_bus_or_an_observer(tmp_path):
     outside = "voxmesh is serving: http://127.0.0.1:8000  (NATS nats://10.0.0.1:4222, topology single, model x)"
     assert observer_events_url(outside) is None
     assert observer_events_url(LINE.format(users=tmp_path)) is None, "no observer.password in the folder"
+
+
+def test_a_mesh_under_cuda_mps_is_read_the_same(tmp_path):
+    """`voxmesh up --cuda-mps` adds its daemon's pipe folder after the users' folder in the serving line."""
+    (tmp_path / "observer.password").write_text("secret")
+    line = LINE.format(users=tmp_path).replace(", topology", f", CUDA MPS on {tmp_path}/cuda-mps/pipe, topology")
+    assert observer_events_url(line) == "nats://observer:secret@127.0.0.1:35977"
