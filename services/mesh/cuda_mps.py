@@ -9,12 +9,16 @@ the mesh stops this daemon (`quit`: the server exits once its last client has).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from services.mesh.processes import child_environment
+
+log = logging.getLogger(__name__)
 
 CONTROL_PROGRAM = "nvidia-cuda-mps-control"
 """The NVIDIA driver's MPS control program (started with -d it daemonizes; without, it reads commands on stdin)."""
@@ -49,19 +53,22 @@ class CudaMps:
         pipe_dir.mkdir(parents=True, exist_ok=True)
         log_dir.mkdir(parents=True, exist_ok=True)
         daemon = cls(program, pipe_dir, log_dir)
+        if (pipe_dir / "control").exists():
+            # The state dir's lock says no live mesh owns this folder: a daemon here was left by a mesh that was
+            # killed outright (a daemon outlives its parent); it would refuse a second -d on the same pipe.
+            log.warning("quitting the MPS control daemon an earlier mesh left on %s", pipe_dir)
+            daemon._quit()
+            _wait_until(lambda: not (pipe_dir / "control").exists(), QUIT_TIMEOUT_S)
         done = subprocess.run([program, "-d"], env=daemon._control_env(), capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=READY_TIMEOUT_S)
         if done.returncode != 0:
             raise CudaMpsError(f"{control} -d exited with {done.returncode}: "
                                f"{(done.stderr or done.stdout).strip() or 'no output'} (its log: {log_dir})")
         # -d returns once it has forked; the daemon opens its control pipe just after (no event to await here).
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not (pipe_dir / "control").exists():
-            if time.monotonic() > deadline:
-                daemon.stop()
-                raise CudaMpsError(f"the MPS control daemon did not open {pipe_dir / 'control'} within "
-                                   f"{READY_TIMEOUT_S:.0f}s (its log: {log_dir})")
-            time.sleep(0.05)
+        if not _wait_until((pipe_dir / "control").exists, READY_TIMEOUT_S):
+            daemon.stop()
+            raise CudaMpsError(f"the MPS control daemon did not open {pipe_dir / 'control'} within "
+                               f"{READY_TIMEOUT_S:.0f}s (its log: {log_dir})")
         return daemon
 
     def environment(self) -> dict[str, str]:
@@ -70,14 +77,30 @@ class CudaMps:
 
     def stop(self) -> None:
         """Tell the daemon to quit (idempotent; call it after the clients have stopped)."""
-        if not self.is_running:
-            return
-        self.is_running = False
-        subprocess.run([self.control], input="quit\n", env=self._control_env(), capture_output=True, text=True,
-                       timeout=QUIT_TIMEOUT_S, check=False)
+        if self.is_running:
+            self.is_running = False
+            self._quit()
+
+    def _quit(self) -> None:
+        try:
+            subprocess.run([self.control], input="quit\n", env=self._control_env(), capture_output=True, text=True,
+                           timeout=QUIT_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            log.warning("the MPS control daemon on %s did not take `quit` within %.0fs", self.pipe_dir,
+                        QUIT_TIMEOUT_S)
 
     def _control_env(self) -> dict[str, str]:
         return child_environment({}, self.environment())
 
     def describe(self) -> str:
         return f"CUDA MPS on {self.pipe_dir}"
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll `condition` every 50 ms for up to `timeout_s`: whether it came true (a daemon's pipe file has no event)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

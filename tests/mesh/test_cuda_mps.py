@@ -65,6 +65,16 @@ def test_the_daemon_listens_on_the_state_dirs_pipe_folder_and_quits_once(stand_i
     assert not (pipe / "control").exists()
 
 
+def test_a_daemon_left_by_a_killed_mesh_is_quit_before_a_new_one_starts(stand_in, tmp_path):
+    pipe = tmp_path / "state" / "cuda-mps" / "pipe"
+    pipe.mkdir(parents=True)
+    (pipe / "control").touch()  # what a daemon left running by a mesh killed outright leaves in the folder
+    daemon = CudaMps.start(tmp_path / "state")
+    daemon.stop()
+    calls = stand_in.read_text().splitlines()
+    assert calls[0] == f"quit {pipe}" and calls[1].startswith(f"daemon {pipe}") and calls[2] == f"quit {pipe}"
+
+
 def test_a_missing_program_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(CudaMpsError, match=f"--cuda-mps needs {CONTROL_PROGRAM} on PATH"):
