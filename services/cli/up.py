@@ -200,13 +200,13 @@ def _run_locked(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls
         print(f"voxmesh up: {error}", file=sys.stderr)
         return 1
     try:
-        return _run_with_gpu_sharing(args, plan, state_dir, tls, model, mps)
+        return _run_bus_and_services(args, plan, state_dir, tls, model, mps)
     finally:
         if mps is not None:
             mps.stop()
 
 
-def _run_with_gpu_sharing(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls: TlsDir | None,
+def _run_bus_and_services(args: argparse.Namespace, plan: LaunchPlan, state_dir: Path, tls: TlsDir | None,
                           model: ModelChoice, mps: CudaMps | None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
