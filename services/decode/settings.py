@@ -47,6 +47,10 @@ class DecodeSettings(CommonSettings):
         32, "on CUDA, launch the next step before the running one's codes are read only for steps of at least this "
             "many requests (0: every step): a smaller step is read at once, so a request that arrives meanwhile "
             "starts one step sooner, at the price of the host's launch time in every such step")
+    late_launch: bool = setting(
+        False, "with overlapped steps, queue the next step only when the running one is about to end (by the recent "
+               "steps' device and launch times) or at once when a request arrives, not as soon as the running one "
+               "began: a request that arrives meanwhile starts one step sooner")
     max_migrations: int = setting(
         1, "times a request may be taken over from a dead decode replica and continued from its frames in CODES; "
            "past this it fails with code replica_lost (a request that crashes its replica must not crash them all)")
@@ -125,7 +129,7 @@ class DecodeSettings(CommonSettings):
                             block_size=self.block_size,
                             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                             max_model_len=self.max_model_len, cuda_graphs=self.cuda_graphs,
-                            overlap_min_rows=self.overlap_min_rows)
+                            overlap_min_rows=self.overlap_min_rows, late_launch=self.late_launch)
 
     def frame_budget(self, text_chars: int, requested: int | None) -> int:
         """Most frames a request may produce: the runaway guard (DESIGN.md invariant 7), the request's own cap and

@@ -61,6 +61,10 @@ class EngineConfig:
     in its own call. Overlapping hides the host's launch behind the device, which pays at large batches; a request
     that arrives while a step runs joins the next launch, so without the overlap it meets one step in flight
     instead of two, and its first frame comes a step sooner. 0: every step overlaps."""
+    late_launch: bool = False
+    """With overlapped steps: queue the next step only when the one in flight is about to end (by the recent steps'
+    device and launch times, `launch_pace`), or at once when a request arrives, instead of as soon as the one in flight
+    began: a request that arrives while a step runs joins the next step, not the one after it."""
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -77,6 +81,8 @@ class EngineConfig:
         if isinstance(self.overlap_min_rows, bool) or not isinstance(self.overlap_min_rows, int) \
                 or self.overlap_min_rows < 0:
             raise ConfigError(f"EngineConfig.overlap_min_rows must be an int >= 0, got {self.overlap_min_rows!r}")
+        if not isinstance(self.late_launch, bool):
+            raise ConfigError(f"EngineConfig.late_launch must be True or False, got {self.late_launch!r}")
         if self.kv_cache_blocks is not None:
             _positive_int("kv_cache_blocks", self.kv_cache_blocks)
         if self.gpu_memory_fraction is not None:

@@ -24,6 +24,7 @@ from services.engine.engine_request import EngineRequest
 from services.engine.errors import ConfigError, InvalidRequestError, RemoteStageFailed
 from services.engine.in_flight_step import InFlightStep
 from services.engine.launch_listener import LaunchListener
+from services.engine.launch_pace import LaunchPace
 from services.engine.outputs import SchedulerOutput, StepOutput
 from services.engine.request_inbox import RequestInbox
 from services.engine.runner import ModelRunner, RemotePredictorLike
@@ -108,6 +109,8 @@ class Engine:
         """Steps of fewer rows are not overlapped (a request arriving meanwhile waits for one step, not two)."""
         self._in_flight: tuple[SchedulerOutput, InFlightStep] | None = None
         """The launched step whose codes are not applied yet."""
+        self._pace = LaunchPace() if config.late_launch else None
+        """With `late_launch`: when to queue the next overlapped step."""
         self.runner = ModelRunner(model, self.num_blocks, config.block_size, capture_hidden, replay,
                                   TalkerGraphSpec.for_engine(config, model.device), config.max_num_seqs,
                                   remote_predictor)
@@ -185,6 +188,7 @@ class Engine:
         (`step_isolation`) and ends with code `step_failed` (blocks freed); the others' frames are those of the
         re-run, and the engine keeps serving.
         """
+        self._wait_for_launch_time()
         listener = self._told_of_launches()
         listener.begins()
         try:
@@ -201,11 +205,24 @@ class Engine:
                 return _merged(output, self._fail_step(SchedulerOutput(still_running), error))
             return _merged(output, self._isolate(SchedulerOutput(still_running), error))
         self._timeline.launched(launched.launch_s)
+        if self._pace is not None:
+            self._pace.launched(time.perf_counter(), launched.launch_s,
+                                mixed=scheduled.num_batched_tokens > len(scheduled.scheduled))
         self.scheduler.launched(scheduled.scheduled)
         previous, self._in_flight = self._in_flight, (scheduled, launched)
         output = self._apply(previous, output)
+        if self._pace is not None and previous is not None:
+            self._pace.arrived(time.perf_counter())
         overlaps = self._overlap and len(scheduled.scheduled) >= self._overlap_min_rows
         return output if overlaps else self._collect(output)
+
+    def _wait_for_launch_time(self) -> None:
+        """With `late_launch` and a step in flight: wait until it is about to end, or until a request arrives."""
+        if self._pace is None or self._in_flight is None:
+            return
+        launch_at = self._pace.launch_at()
+        if launch_at is not None:
+            self.inbox.wait_for_arrival(launch_at)
 
     def _told_of_launches(self) -> LaunchListener:
         """The launch listener where a launch only queues the step (overlapped steps on the device, codebooks 1..15
@@ -236,6 +253,8 @@ class Engine:
         in_flight, self._in_flight = self._in_flight, None
         output = self._apply(in_flight, output)
         self._timeline.restart()  # nothing queued now: the stream's next wait is for work, not for the host
+        if self._pace is not None:
+            self._pace.restart()
         return output
 
     def _apply(self, launched: tuple[SchedulerOutput, InFlightStep] | None, output: StepOutput) -> StepOutput:

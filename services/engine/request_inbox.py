@@ -8,6 +8,7 @@ only on the step thread, at the start of a step or an abort, so the scheduler it
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 
 from services.engine.errors import DuplicateRequestError
@@ -20,6 +21,7 @@ class RequestInbox:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._arrival = threading.Condition(self._lock)
         self._queue: deque[Sequence] = deque()
         self._ids: set[str] = set()
 
@@ -30,6 +32,18 @@ class RequestInbox:
                 raise DuplicateRequestError(f"request {seq.request_id!r} is already in the engine")
             self._queue.append(seq)
             self._ids.add(seq.request_id)
+            self._arrival.notify_all()
+
+    def wait_for_arrival(self, until: float) -> bool:
+        """(On the step thread.) Block until a request is queued or `until` (perf_counter time) has passed; whether
+        one is queued."""
+        with self._arrival:
+            while not self._queue:
+                left = until - time.perf_counter()
+                if left <= 0:
+                    return False
+                self._arrival.wait(left)
+            return True
 
     def hand_over(self, scheduler: Scheduler) -> None:
         """(On the step thread.) Move every queued request into the scheduler's waiting queue, in arrival order."""

@@ -40,10 +40,12 @@ class _CallsRun(EngineRun):
     """Each `step()` call's own frames."""
 
 
-def _staggered(tiny, overlap: bool, abort_at: int | None = None, overlap_min_rows: int = 0) -> tuple[EngineRun, int]:
+def _staggered(tiny, overlap: bool, abort_at: int | None = None, overlap_min_rows: int = 0,
+               late_launch: bool = False) -> tuple[EngineRun, int]:
     """Two requests, two more after three steps, request "3" aborted at step `abort_at`; run to the end."""
     model, tokenizer = tiny
-    engine = new_engine(model, blocks=96, overlap_steps=overlap, overlap_min_rows=overlap_min_rows)
+    engine = new_engine(model, blocks=96, overlap_steps=overlap, overlap_min_rows=overlap_min_rows,
+                        late_launch=late_launch)
     params = SamplingParams(temperature=0.9, top_k=50)
 
     def add(index: int) -> None:
@@ -81,6 +83,18 @@ def test_overlapped_steps_give_the_frames_of_one_step_at_a_time(tiny) -> None:
     assert {o.status for o in serial.outcomes} == {SequenceStatus.FINISHED_EOS, SequenceStatus.FINISHED_LENGTH}, \
         "both ends (an EOS drawn while the next step is in flight, and the frame budget) must be exercised"
     assert overlapped.steps == serial.steps + 1, "one more call: the last one only collects the step in flight"
+
+
+def test_late_launched_steps_give_the_frames_of_overlapped_ones(tiny) -> None:
+    """Queued late (`late_launch`), each step holds what it would have held queued early in this run (every request
+    is added between calls), so the frames, endings and calls are the same, an abort in flight included."""
+    early, early_aborted = _staggered(tiny, overlap=True, abort_at=5)
+    late, late_aborted = _staggered(tiny, overlap=True, abort_at=5, late_launch=True)
+    for request_id in "012":
+        assert torch.equal(late.stacked(request_id), early.stacked(request_id)), request_id
+    assert late_aborted == early_aborted and late.steps == early.steps
+    ends = lambda run: sorted((o.request_id, o.status, o.num_frames) for o in run.outcomes)  # noqa: E731
+    assert ends(late) == ends(early)
 
 
 def test_a_step_returns_the_frames_of_the_step_before_it(tiny) -> None:
