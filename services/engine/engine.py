@@ -206,8 +206,7 @@ class Engine:
             return _merged(output, self._isolate(SchedulerOutput(still_running), error))
         self._timeline.launched(launched.launch_s)
         if self._pace is not None:
-            self._pace.launched(time.perf_counter(), launched.launch_s,
-                                mixed=scheduled.num_batched_tokens > len(scheduled.scheduled))
+            self._pace.launched(time.perf_counter(), launched.launch_s, mixed=scheduled.is_mixed)
         self.scheduler.launched(scheduled.scheduled)
         previous, self._in_flight = self._in_flight, (scheduled, launched)
         output = self._apply(previous, output)
@@ -264,7 +263,7 @@ class Engine:
         scheduled, step = launched
         frames, outcomes = self.scheduler.update_from_output(scheduled, step.result())
         self._timeline.applied(step.begun, step.arrived,
-                              mixed=scheduled.num_batched_tokens > len(scheduled.scheduled),
+                              mixed=scheduled.is_mixed,
                               rows=len(scheduled.scheduled), tokens=scheduled.num_batched_tokens,
                               launch_s=step.launch_s)
         outcomes = [self._exported(outcome) for outcome in outcomes]

@@ -49,6 +49,11 @@ class SchedulerOutput:
     def is_empty(self) -> bool:
         return not self.scheduled
 
+    @property
+    def is_mixed(self) -> bool:
+        """Whether a prompt's prefill runs in this step beside the decoding rows (a row with more than one token)."""
+        return self.num_batched_tokens > len(self.scheduled)
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRunnerOutput:
