@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.source_trees import parse_file
+
 SOURCE_PACKAGES = ("services", "messages")
 
 
@@ -28,7 +30,7 @@ def python_files(root: Path, packages: Iterable[str] = SOURCE_PACKAGES) -> Itera
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):
             if "__pycache__" not in path.parts:
-                yield path.relative_to(root).as_posix(), ast.parse(path.read_text(encoding="utf-8"), str(path))
+                yield path.relative_to(root).as_posix(), parse_file(path)
 
 
 _ENVIRONMENT_NAMES = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})

@@ -12,6 +12,8 @@ import ast
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from tests.support.source_trees import parse_file
+
 
 def module_name(root: Path, path: Path) -> str:
     """`root/a/b/c.py` -> `a.b.c`; `root/a/b/__init__.py` -> `a.b`."""
@@ -52,7 +54,7 @@ def _from_base(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
 
 def imported_modules(importer: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The modules among `modules` that `importer` (at `path`) imports, from any place in its source."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parse_file(path)
     is_package = path.name == "__init__.py"
     found: set[str] = set()
     for node in ast.walk(tree):

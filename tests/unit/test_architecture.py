@@ -17,6 +17,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.source_trees import parse_file, parse_source
+
 REPO = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 SOURCE_PACKAGES = ("messages", "services", "loadtest", "tests", "experiments")
@@ -114,7 +116,7 @@ def test_the_subject_rule_sees_what_it_must():
     assert all(SUBJECT_LITERAL.fullmatch(text) for text in caught)
     assert not any(SUBJECT_LITERAL.fullmatch(text) for text in ignored)
     source = 'def f(x):\n    """tts.req.tiny in a docstring is prose."""\n    return f"tts.audio.{x}", "tts." + x\n'
-    texts = [text for _, text in _literals_of(ast.parse(source))]
+    texts = [text for _, text in _literals_of(parse_source(source))]
     assert texts == ["tts.audio.{x}", "tts."]
 
 
@@ -124,7 +126,7 @@ def _python_files(*packages: str) -> Iterator[Path]:
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:
-    return list(_literals_of(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))))
+    return list(_literals_of(parse_file(path)))
 
 
 def _literals_of(tree: ast.AST) -> Iterator[tuple[int, str]]:

@@ -13,6 +13,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.source_trees import parse_file
+
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT_PACKAGES = ("services", "messages", "loadtest", "tests")
 FORBIDDEN = "experiments"
@@ -22,7 +24,7 @@ def imports_of_experiments(root: Path, packages: tuple[str, ...] = PRODUCT_PACKA
     """`path:line: module` for every import of experiments/ by a module of `packages` under `root`."""
     found = []
     for path in _python_files(root, packages):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parse_file(path)
         found += [f"{path.relative_to(root)}:{line}: {module}" for line, module in _imported_modules(tree)
                   if module == FORBIDDEN or module.startswith(FORBIDDEN + ".")]
     return found
