@@ -25,12 +25,16 @@ class Finding:
         return f"{self.path}:{self.line}: {self.what}"
 
 
+def source_paths(root: Path, packages: Iterable[str] = SOURCE_PACKAGES) -> Iterator[Path]:
+    """Every .py file under the given top-level packages of `root` (sorted within each), caches left out."""
+    for package in packages:
+        yield from (path for path in sorted((root / package).rglob("*.py")) if "__pycache__" not in path.parts)
+
+
 def python_files(root: Path, packages: Iterable[str] = SOURCE_PACKAGES) -> Iterator[tuple[str, ast.Module]]:
     """(path relative to `root`, parsed module) of every .py file under the given top-level packages."""
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            if "__pycache__" not in path.parts:
-                yield path.relative_to(root).as_posix(), parse_file(path)
+    for path in source_paths(root, packages):
+        yield path.relative_to(root).as_posix(), parse_file(path)
 
 
 _ENVIRONMENT_NAMES = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})

@@ -17,7 +17,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.source_trees import parse_file, parse_source
+from tests.support.architecture import python_files, source_paths
+from tests.support.source_trees import parse_source
 
 REPO = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -87,7 +88,7 @@ def test_an_import_of_experiments_breaks_the_contracts(tmp_path):
 
 def test_no_two_modules_share_a_name():
     by_name: dict[str, list[str]] = defaultdict(list)
-    for path in _python_files("services", "messages"):
+    for path in source_paths(REPO, ("services", "messages")):
         relative = path.relative_to(REPO)
         if relative.parts[:2] == ("services", "cli"):
             continue  # services/cli/NAME.py is the command `voxmesh NAME`: the name is the one users type
@@ -100,11 +101,10 @@ def test_no_two_modules_share_a_name():
 def test_no_subject_is_spelled_outside_messages():
     allowed = SUBJECTS_ALLOWED.keys()
     found = []
-    for path in _python_files("services", "loadtest", "tests"):
-        relative = str(path.relative_to(REPO))
+    for relative, tree in python_files(REPO, ("services", "loadtest", "tests")):
         if relative in allowed:
             continue
-        found += [f"{relative}:{line}: {text!r}" for line, text in _string_literals(path)
+        found += [f"{relative}:{line}: {text!r}" for line, text in _literals_of(tree)
                   if SUBJECT_LITERAL.fullmatch(text)]
     assert not found, "subjects are built by messages.subjects, not spelled:\n" + "\n".join(found)
 
@@ -118,15 +118,6 @@ def test_the_subject_rule_sees_what_it_must():
     source = 'def f(x):\n    """tts.req.tiny in a docstring is prose."""\n    return f"tts.audio.{x}", "tts." + x\n'
     texts = [text for _, text in _literals_of(parse_source(source))]
     assert texts == ["tts.audio.{x}", "tts."]
-
-
-def _python_files(*packages: str) -> Iterator[Path]:
-    for package in packages:
-        yield from (path for path in sorted((REPO / package).rglob("*.py")) if "__pycache__" not in path.parts)
-
-
-def _string_literals(path: Path) -> list[tuple[int, str]]:
-    return list(_literals_of(parse_file(path)))
 
 
 def _literals_of(tree: ast.AST) -> Iterator[tuple[int, str]]:

@@ -13,7 +13,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.source_trees import parse_file
+from tests.support.architecture import python_files
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT_PACKAGES = ("services", "messages", "loadtest", "tests")
@@ -23,16 +23,10 @@ FORBIDDEN = "experiments"
 def imports_of_experiments(root: Path, packages: tuple[str, ...] = PRODUCT_PACKAGES) -> list[str]:
     """`path:line: module` for every import of experiments/ by a module of `packages` under `root`."""
     found = []
-    for path in _python_files(root, packages):
-        tree = parse_file(path)
-        found += [f"{path.relative_to(root)}:{line}: {module}" for line, module in _imported_modules(tree)
+    for relative, tree in python_files(root, packages):
+        found += [f"{relative}:{line}: {module}" for line, module in _imported_modules(tree)
                   if module == FORBIDDEN or module.startswith(FORBIDDEN + ".")]
     return found
-
-
-def _python_files(root: Path, packages: tuple[str, ...]) -> Iterator[Path]:
-    for package in packages:
-        yield from (path for path in sorted((root / package).rglob("*.py")) if "__pycache__" not in path.parts)
 
 
 def _imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
