@@ -11,19 +11,27 @@
 #   VOXMESH_COMMIT=$(git rev-parse HEAD) B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
 #   ORDER="A B C C B A" A_TREE=.devtree_old B_ENV="" C_ENV="VOXMESH_ONE_FRAME_FIRST_CHUNK_BELOW=32" bash ...
 #   ORDER="A B C C B A" B_UP="--topology replicas" C_UP="--topology replicas" C_MPS=1 bash ...
+# Other loads: CLOSED (closed levels by concurrency, "1" by default: C1_REQUESTS requests at one stream, else
+# CLOSED_PER_STREAM a stream), RATES="" (no open level), TRANSPORT (http) and LENGTH ("--length-mode realistic", or
+# "--fixed-frames 48"); UP_FLAGS replaces the shipped flags every mesh shares. The 256-stream target, 0.6B:
+#   PRESET=0.6b UP_FLAGS="--max-num-seqs 256 --kv-cache-blocks 8192" CLOSED="64 256" RATES="" TRANSPORT=websocket \
+#   LENGTH="--fixed-frames 48" A_ENV="VOXMESH_MAX_STREAMS=256" B_ENV="VOXMESH_MAX_STREAMS=256 ..." bash ...
 # (VOXMESH_COMMIT names the tree in the bench's JSONs: the machine's copy may carry a stale .git.)
 # CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 C1_REQUESTS=4 \
 #   B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
 set -uo pipefail
-PRESET=${PRESET:-1.7b} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} RATES=${RATES:-20 40} REQUESTS=${REQUESTS:-200}
+PRESET=${PRESET:-1.7b} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} RATES=${RATES-20 40} REQUESTS=${REQUESTS:-200}
 C1_REQUESTS=${C1_REQUESTS:-20} ORDER=${ORDER:-A B B A} BUDGET_S=${BUDGET_S:-540}
+CLOSED=${CLOSED:-1} CLOSED_PER_STREAM=${CLOSED_PER_STREAM:-8} TRANSPORT=${TRANSPORT:-http}
+LENGTH=${LENGTH:---length-mode realistic}
 OUT=${OUT:-$PWD/.devrun/out}
 source "$(dirname "$0")/device_setup.sh"
 [ -n "${VOXMESH_COMMIT:-}" ] || echo "VOXMESH_COMMIT is unset: the bench's JSONs name the commit of whatever .git is here"
 ckpt=/tmp/ab_ckpt_$PRESET
 checkpoint "$ckpt"
-up_flags=(--max-num-seqs 64 --kv-cache-blocks 4096)
-[ "$DEVICE" = cpu ] && up_flags=()
+read -r -a up_flags <<<"${UP_FLAGS:---max-num-seqs 64 --kv-cache-blocks 4096}"
+[ "$DEVICE" = cpu ] && [ -z "${UP_FLAGS:-}" ] && up_flags=()
+read -r -a length_args <<<"$LENGTH"
 read -r -a meshes <<<"$(tr ' ' '\n' <<<"$ORDER" | awk 'NF && !seen[$0]++' | paste -sd' ')"
 mps_pipe=""
 mps_start() {  # one MPS control daemon for the meshes that ask, on pipe and log folders of its own
@@ -74,13 +82,16 @@ for mesh in $ORDER; do
   pass=$((pass + 1))
   [ "$(left)" -le 30 ] && { echo "budget spent before pass $pass (mesh $mesh)"; break; }
   nats_url=$(grep -o "NATS nats://[0-9.:]*" "$OUT/up_$mesh.log" | head -n 1 | cut -d' ' -f2)
-  common=(--url "http://127.0.0.1:${port[$mesh]}" --events-url "$nats_url" --transport http --length-mode realistic
+  common=(--url "http://127.0.0.1:${port[$mesh]}" --events-url "$nats_url" --transport "$TRANSPORT" "${length_args[@]}"
           --prompts "$PWD/.devrun/prompts_en.tsv" --no-plot --level-timeout 90)
   echo "== pass $pass, mesh $mesh"
   export VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE="${state[$mesh]}/nats-auth/observer.password"
-  timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency 1 \
-    --requests "$C1_REQUESTS" --out "$OUT/c1_pass${pass}_$mesh.json" 2>&1 | tail -n 4
-  timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode open --rates $RATES \
+  for streams in $CLOSED; do  # the first file keeps its old name (c1_pass...) for the readers of earlier runs
+    requests=$((streams == 1 ? C1_REQUESTS : streams * CLOSED_PER_STREAM))
+    timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency "$streams" \
+      --requests "$requests" --out "$OUT/c${streams}_pass${pass}_$mesh.json" 2>&1 | tail -n 4
+  done
+  [ -z "$RATES" ] || timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode open --rates $RATES \
     --requests "$REQUESTS" --out "$OUT/open_pass${pass}_$mesh.json" 2>&1 | tail -n 8
 done
 echo "== done after $SECONDS s"

@@ -26,3 +26,6 @@ fi
 .venv/bin/pip install -q --disable-pip-version-check \
   transformers==4.57.3 accelerate==1.12.0 librosa==0.11.0 soundfile==0.14.0 einops==0.8.2
 .venv/bin/pip install -q --disable-pip-version-check --no-deps qwen-tts==0.1.1
+# matplotlib builds its font cache on its first import, running fc-list: build it here, once, so that no test (the unit
+# tier starts no process) is the first to import it.
+.venv/bin/python -c 'import matplotlib.font_manager'

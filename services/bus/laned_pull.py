@@ -12,6 +12,10 @@ the tenant. Each round of `fetch`:
 4. when that took nothing but the doorbell (below) rang for some lanes before the census, a lingering pull of one
    from each of them: the server hands a publish to subscribers a moment before its stream has stored it, so the
    census can miss the very request that rang.
+A round that follows a round which took nothing skips the census when the doorbell rang meanwhile: nothing was
+takeable then, so what rang is the new work, and a lingering pull of one from each lane it rang for (as in step 4,
+within the seats free) takes it a round trip sooner; the round after it takes the census again, which finds whatever
+else arrived. A request into an idle replica, one stream at a time, spends no census at all.
 When there is nothing to take (or nothing this replica may take now), it waits for a doorbell: a core subscription
 to the model's request subjects rings on every publish, and a released seat (`Capacity.wait_released`) ends the
 wait too; `timeout_s` bounds it (redeliveries after a nak or an expired ack wait ring no doorbell). A census the
@@ -66,8 +70,12 @@ class LanedPull:
         self._rung: set[str] = set()
         """The lanes (durable names) the doorbell rang for since the last round began."""
         self._doorbell_subs: list[Subscription] = []
+        self._took_nothing = False
+        """The last round took nothing: a doorbell since then announces the only work there is to take."""
         self.num_rounds = 0
-        """Fetch rounds (census + plan), for tests and stats."""
+        """Fetch rounds (census + plan, or a doorbell's pull), for tests and stats."""
+        self.num_censuses = 0
+        """Censuses taken (a round after an idle one may skip its census), for tests and stats."""
 
     async def open(self) -> None:
         """Check every lane's consumer exists (NotProvisioned if one does not), open its pull, ring the doorbell on
@@ -107,6 +115,12 @@ class LanedPull:
         self._doorbell.clear()  # before the census: a publish from here on rings again
         self._capacity.clear_released()
         self.num_rounds += 1
+        if self._took_nothing and rung:
+            taken = await self._pull_rung(rung, batch)
+            if taken:
+                self._took_nothing = False
+                return taken
+            rung = set()  # another replica took what rang: the census finds anything else
         try:
             pending = await self._census()
         except (nats.errors.Error, asyncio.TimeoutError) as error:
@@ -115,20 +129,30 @@ class LanedPull:
             log.warning("no census of %s's lanes (%r); retrying in %.1fs", self.model, error, timeout_s)
             await self._wait(timeout_s)
             return []
-        rooms = {p: min(batch, self._capacity.room_for(p)) for p in subjects.PRIORITIES}
-        floors = {p: self._capacity.floor_for(p) for p in subjects.PRIORITIES}
-        plan = self.picker.plan(pending, rooms, floors)
+        plan = self.picker.plan(pending, *self._seats(batch))
         taken = await self._take(plan, timeout_s)
         if not taken and rung:
             # The doorbell rang for these lanes before the census, which did not find their requests (or their
             # consumers did not yet have them): the server routes a message to subscribers a moment before its
-            # stream has stored it. A lingering pull of one from each takes a request the moment it is stored.
-            late = self.picker.plan(dict.fromkeys(rung, 1), rooms, floors)
-            got = await asyncio.gather(*(self._pulls[lane.durable].fetch(1, STORE_LAG_S) for lane, _ in late))
-            taken = [msg for msgs in got for msg in msgs]
+            # stream has stored it.
+            taken = await self._pull_rung(rung, batch)
+        self._took_nothing = not taken
         if not taken:
             await self._wait(timeout_s)
         return taken
+
+    async def _pull_rung(self, rung: set[str], batch: int) -> list[Msg]:
+        """A lingering pull of one from each lane the doorbell rang for, as far as the seats free now allow: it takes
+        a request the moment its stream has stored it."""
+        late = self.picker.plan(dict.fromkeys(rung, 1), *self._seats(batch))
+        got = await asyncio.gather(*(self._pulls[lane.durable].fetch(1, STORE_LAG_S) for lane, _ in late))
+        return [msg for msgs in got for msg in msgs]
+
+    def _seats(self, batch: int) -> tuple[dict[str, int], dict[str, int]]:
+        """Per priority: the requests this round may take (room, at most `batch`), and the seats kept for it."""
+        rooms = {p: min(batch, self._capacity.room_for(p)) for p in subjects.PRIORITIES}
+        floors = {p: self._capacity.floor_for(p) for p in subjects.PRIORITIES}
+        return rooms, floors
 
     async def _take(self, plan: list[tuple[RequestLane, int]], timeout_s: float) -> list[Msg]:
         """What each planned lane has stored now, up to its count."""
@@ -137,6 +161,7 @@ class LanedPull:
 
     async def _census(self) -> dict[str, int]:
         """Requests held per lane consumer (by durable name)."""
+        self.num_censuses += 1
         info = await self._js.stream_info(self.stream, subjects_filter=f"{subjects.REQUESTS_ROOT}.>")
         held: dict[str, int] = {}
         for subject, count in (info.state.subjects or {}).items():

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Mapping
 
 import httpx
 
@@ -33,6 +34,7 @@ from services.mesh.state_lock import StateDirInUse, StateLock
 from services.mesh.tls_dir import TlsDir, TlsDirError
 from services.mesh.up_model import ModelChoice, choose_model
 from services.runtime.settings_schema import SettingsError
+from services.vocoder.stream_limit import streams_for_decode
 
 log = logging.getLogger("voxmesh.up")
 
@@ -75,7 +77,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-fraction", type=float, default=None,
                         help="decode's share of the card's total memory (weights, KV pool, graphs); "
                              "replaces --kv-cache-blocks on CUDA")
-    parser.add_argument("--max-num-seqs", type=int, default=None, help="decode's concurrent sequence limit")
+    parser.add_argument("--max-num-seqs", type=int, default=None,
+                        help="decode's concurrent sequence limit (above 64 the vocoder's --max-streams follows it, "
+                             "unless VOXMESH_MAX_STREAMS is set)")
     parser.add_argument("--recompute-preemption", choices=("allow", "fail"), default=None,
                         help="what decode does with a preempted request (DESIGN.md)")
     parser.add_argument("--gpus", action="append", default=[], metavar="SERVICE=I[,J...]",
@@ -87,8 +91,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "run their kernels side by side instead of taking turns; needs nvidia-cuda-mps-control")
 
 
-def _overrides(args: argparse.Namespace, nats_url: str, model: ModelChoice,
-               stream_replicas: int | None) -> dict[str, str]:
+def _overrides(args: argparse.Namespace, nats_url: str, model: ModelChoice, stream_replicas: int | None,
+               environ: Mapping[str, str]) -> dict[str, str]:
+    """What `up` tells every service beyond the compose file (`environ`: its own environment, which the children
+    inherit underneath)."""
     values = {
         "VOXMESH_NATS_URL": nats_url,
         "VOXMESH_STREAM_REPLICAS": stream_replicas,  # read by the provisioning step only
@@ -100,6 +106,9 @@ def _overrides(args: argparse.Namespace, nats_url: str, model: ModelChoice,
         "VOXMESH_KV_CACHE_BLOCKS": args.kv_cache_blocks,
         "VOXMESH_GPU_MEMORY_FRACTION": args.gpu_memory_fraction,
         "VOXMESH_MAX_NUM_SEQS": args.max_num_seqs,
+        # The vocoder voices every request decode runs, unless the user set its limit.
+        "VOXMESH_MAX_STREAMS": (None if "VOXMESH_MAX_STREAMS" in environ
+                                else streams_for_decode(args.max_num_seqs)),
         "VOXMESH_RECOMPUTE_PREEMPTION": args.recompute_preemption,
     }
     return {key: str(value) for key, value in values.items() if value is not None}
@@ -225,7 +234,7 @@ def _run_bus_and_services(args: argparse.Namespace, plan: LaunchPlan, state_dir:
         nats_url, bus, replicas = args.nats_url, f"NATS {args.nats_url}", None
     group = ProcessGroup(stop)
     try:
-        overrides = _overrides(args, nats_url, model, replicas)
+        overrides = _overrides(args, nats_url, model, replicas, os.environ)
         if mps is not None:
             overrides.update(mps.environment())
             bus = f"{bus}, {mps.describe()}"

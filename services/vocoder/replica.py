@@ -30,6 +30,7 @@ from services.vocoder.partitions import PartitionManager
 from services.vocoder.redecode import Redecoder
 from services.vocoder.request_end import TerminalPublisher
 from services.vocoder.request_streams import StreamTable
+from services.vocoder.stream_limit import DEFAULT_MAX_STREAMS
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class ReplicaConfig:
     replica: str
     num_partitions: int
     partitions: tuple[int, ...]
-    max_streams: int = 64
+    max_streams: int = DEFAULT_MAX_STREAMS
     max_in_flight: int = 256
     fetch_batch: int = 64
     tick_s: float = 1.0

@@ -31,6 +31,7 @@ from services.runtime.settings_schema import SettingsError, setting
 from services.vocoder.codec_worker import DEFAULT_MAX_HOLD_S, DEFAULT_PRIMED_VOICES, CodecWorker
 from services.vocoder.partitions import parse_partitions
 from services.vocoder.replica import ReplicaConfig, VocoderReplica
+from services.vocoder.stream_limit import DEFAULT_MAX_STREAMS
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class VocoderSettings(CommonSettings):
 
     partitions: str = setting("all", "partitions to serve: 'all' (an even share of them among the live vocoders) or "
                                      "a comma-separated list like '0,2' (every one listed)")
-    max_streams: int = setting(64, "requests voiced at once; further requests wait on CODES")
+    max_streams: int = setting(DEFAULT_MAX_STREAMS, "requests voiced at once; further requests wait on CODES (`voxmesh "
+                                                    "up --max-num-seqs N` raises it to N)")
     max_decode_batch: int = setting(32, "codec chunks decoded together in one call (across requests)")
     max_in_flight: int = setting(256, "codes messages taken from a partition's consumer and not yet settled")
     lease_ttl_s: float = setting(3.0, "seconds after which others consider this replica dead")

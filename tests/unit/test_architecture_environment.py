@@ -15,7 +15,8 @@ ALLOWED = {
     "services/mesh/compose_plan.py": "compose interpolation: ${VAR} in the compose files",
     "services/runtime/tracing.py": "OpenTelemetry's own variables (OTEL_TRACES_EXPORTER, the OTLP endpoint...)",
     "services/cli/up.py": "XDG_STATE_HOME: where `voxmesh up` keeps its state; VOXMESH_MODEL_NAME and VOXMESH_REVISION, "
-                          "which it settles once for every service (services/mesh/up_model.py)",
+                          "which it settles once for every service (services/mesh/up_model.py); VOXMESH_MAX_STREAMS, "
+                          "which --max-num-seqs raises only when the user has not set it",
     "services/bus/embedded.py": "locating nats-server (the variable that names its binary)",
 }
 """Module -> why it may read the environment."""
