@@ -13,11 +13,14 @@ from services.bus import submit_request
 from services.bus.connection import connect
 from services.bus.laned_pull import LanedPull
 from services.bus.pull_consumer import Capacity
+from services.bus.stoppable import unless_stopped
 from tests.support.nats_server import fresh_bus
 
 MODEL = "tiny"
 REQUESTS = 100
-FETCH_TIMEOUT_S = 10.0  # a request the rounds missed would wait this long
+# A request the rounds missed would wait this long (three times TAKEN_WITHIN_S); an intake whose stop came in the turn
+# a reply landed (a cancel Python 3.11 loses) ends within it.
+FETCH_TIMEOUT_S = 3.0
 TAKEN_WITHIN_S = 1.0
 ARRIVAL_GAP_S = 0.05  # requests arrive this far apart, as an open-loop client's do: the replica is idle for each
 
@@ -25,8 +28,8 @@ ARRIVAL_GAP_S = 0.05  # requests arrive this far apart, as an open-loop client's
 async def test_every_request_into_an_idle_replica_is_taken_at_once(nats_server, nats_client) -> None:
     await fresh_bus(nats_client.jetstream(), BusConfig(models=(MODEL,), num_partitions=1))
     async with _replicas(nats_server, 1) as (pull,):
-        taken = _intake(pull)
-        async with _running(taken.task):
+        taken = _Intake(pull)
+        async with _running([taken]):
             for index in range(REQUESTS):
                 request = await _arrive(nats_client, f"idle-{index}")
                 assert await asyncio.wait_for(taken.ids.get(), TAKEN_WITHIN_S) == request.id
@@ -40,10 +43,10 @@ async def test_idle_replicas_racing_for_each_request_take_each_once_and_at_once(
     briefly and come back empty, or take the next request: none is lost, none taken twice, none delayed."""
     await fresh_bus(nats_client.jetstream(), BusConfig(models=(MODEL,), num_partitions=1))
     async with _replicas(nats_server, 3) as pulls:
-        intakes = [_intake(pull) for pull in pulls]
+        intakes = [_Intake(pull) for pull in pulls]
         merged: asyncio.Queue[str] = asyncio.Queue()
         forwards = [asyncio.create_task(_forward(intake.ids, merged)) for intake in intakes]
-        async with _running(*(intake.task for intake in intakes), *forwards):
+        async with _running(intakes, forwards):
             for index in range(REQUESTS // 2):
                 request = await _arrive(nats_client, f"raced-{index}")
                 assert await asyncio.wait_for(merged.get(), TAKEN_WITHIN_S) == request.id
@@ -51,20 +54,20 @@ async def test_idle_replicas_racing_for_each_request_take_each_once_and_at_once(
 
 
 class _Intake:
+    """A decode replica's intake loop over `pull`: every message taken is acked and its id queued."""
+
     def __init__(self, pull: LanedPull) -> None:
         self.ids: asyncio.Queue[str] = asyncio.Queue()
+        self.stop = asyncio.Event()
         self.task = asyncio.create_task(self._run(pull))
 
     async def _run(self, pull: LanedPull) -> None:
-        while True:
-            for msg in await pull.fetch(4, FETCH_TIMEOUT_S):
+        # Ended by `stop`, not by cancelling the task: Python 3.11's asyncio.wait_for (inside nats-py's requests)
+        # loses a cancel that comes in the turn its future completes, and a loop that lost one would run on.
+        while not self.stop.is_set():
+            for msg in await unless_stopped(pull.fetch(4, FETCH_TIMEOUT_S), self.stop) or []:
                 await msg.ack()
                 await self.ids.put(msg.header.get("Nats-Msg-Id", "") if msg.header else "")
-
-
-def _intake(pull: LanedPull) -> _Intake:
-    """A decode replica's intake loop over `pull`: every message taken is acked and its id queued."""
-    return _Intake(pull)
 
 
 async def _forward(source: asyncio.Queue[str], sink: asyncio.Queue[str]) -> None:
@@ -80,13 +83,16 @@ async def _arrive(nats_client, request_id: str) -> SynthesisRequest:
 
 
 @contextlib.asynccontextmanager
-async def _running(*tasks: asyncio.Task):
+async def _running(intakes: list[_Intake], helpers: list[asyncio.Task] = ()):
+    """The intakes and their helper tasks, all ended on the way out."""
     try:
         yield
     finally:
-        for task in tasks:
+        for intake in intakes:
+            intake.stop.set()
+        for task in helpers:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(intake.task for intake in intakes), *helpers, return_exceptions=True)
 
 
 @contextlib.asynccontextmanager
