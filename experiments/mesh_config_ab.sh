@@ -86,10 +86,12 @@ for mesh in $ORDER; do
           --prompts "$PWD/.devrun/prompts_en.tsv" --no-plot --level-timeout 90)
   echo "== pass $pass, mesh $mesh"
   export VOXMESH_NATS_USER=observer VOXMESH_NATS_PASSWORD_FILE="${state[$mesh]}/nats-auth/observer.password"
-  for streams in $CLOSED; do  # the first file keeps its old name (c1_pass...) for the readers of earlier runs
+  for streams in $CLOSED; do  # c<streams>_pass<k>_<mesh>.json (c1_... as earlier runs named it); a level repeated
+    name=c$streams               # in a pass (CLOSED="64 256 256") is c<streams>_again_pass...
+    [ -e "$OUT/${name}_pass${pass}_$mesh.json" ] && name=${name}_again
     requests=$((streams == 1 ? C1_REQUESTS : streams * CLOSED_PER_STREAM))
     timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency "$streams" \
-      --requests "$requests" --out "$OUT/c${streams}_pass${pass}_$mesh.json" 2>&1 | tail -n 4
+      --requests "$requests" --out "$OUT/${name}_pass${pass}_$mesh.json" 2>&1 | tail -n 4
   done
   [ -z "$RATES" ] || timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode open --rates $RATES \
     --requests "$REQUESTS" --out "$OUT/open_pass${pass}_$mesh.json" 2>&1 | tail -n 8

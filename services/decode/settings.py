@@ -48,7 +48,7 @@ class DecodeSettings(CommonSettings):
             "many requests (0: every step): a smaller step is read at once, so a request that arrives meanwhile "
             "starts one step sooner, at the price of the host's launch time in every such step")
     late_launch: bool = setting(
-        False, "with overlapped steps, queue the next step only when the running one is about to end (by the recent "
+        True, "with overlapped steps, queue the next step only when the running one is about to end (by the recent "
                "steps' device and launch times) or at once when a request arrives, not as soon as the running one "
                "began: a request that arrives meanwhile starts one step sooner")
     max_migrations: int = setting(

@@ -65,7 +65,7 @@ class VocoderSettings(CommonSettings):
     codec_hold_ms: float = setting(DEFAULT_MAX_HOLD_S * 1000, "the longest a chunk whose listener has audio in "
                                    "hand waits, when the codec is free, for other chunks to share its call (fewer, "
                                    "fuller passes under load; a first chunk never waits; 0: none waits)")
-    codec_urgent_passes: bool = setting(False, "a chunk whose listener has under 100 ms of audio in hand (a first "
+    codec_urgent_passes: bool = setting(True, "a chunk whose listener has under 100 ms of audio in hand (a first "
                                         "chunk above all) runs in a codec pass of its own ahead of the call's "
                                         "others, instead of padded into a longer pass that would cost less; off: "
                                         "passes are planned for the fewest padded frames alone")
