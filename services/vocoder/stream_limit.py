@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 DEFAULT_MAX_STREAMS = 64
-"""The vocoder's `--max-streams` unless told otherwise: decode's default batch (32) twice over."""
+"""The vocoder's `--max-streams` unless told otherwise: as many as decode's default batch (`--max-num-seqs`)."""
 
 
 def streams_for_decode(max_num_seqs: int | None) -> int | None:
