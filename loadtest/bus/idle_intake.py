@@ -15,7 +15,10 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+from nats.aio.msg import Msg
 
 from loadtest.bus.buses import side_by_side
 from loadtest.bus.machine import commit, machine
@@ -29,7 +32,7 @@ from services.bus.stoppable import unless_stopped
 MODEL = "tiny"  # what bus_config provisions a request lane for
 WARMUP = 20  # the first requests open connections and consumers' state: not counted
 TAKE_TIMEOUT_S = 5.0
-FETCH_TIMEOUT_S = 3.0  # the longest an intake whose stop came as a reply landed (which 3.11 loses) runs on
+FETCH_TIMEOUT_S = 3.0  # how long an intake's round waits for work (and the longest it runs on past its stop)
 
 
 async def measure(requests: int, gap_s: float, replicas: int) -> dict:
@@ -50,7 +53,7 @@ async def measure(requests: int, gap_s: float, replicas: int) -> dict:
                 await pull.open()
                 stack.push_async_callback(pull.close)
                 pulls.append(pull)
-                tasks.append(asyncio.create_task(_intake(pull, taken, stop)))
+                tasks.append(asyncio.create_task(intake(pull, stop, lambda _msg: taken.put(time.perf_counter()))))
             try:
                 latencies = []
                 for index in range(WARMUP + requests):
@@ -74,13 +77,15 @@ async def measure(requests: int, gap_s: float, replicas: int) -> dict:
                 "rounds_per_request": round((sum(p.num_rounds for p in pulls) - rounds) / requests, 3)}
 
 
-async def _intake(pull: LanedPull, taken: asyncio.Queue[float], stop: asyncio.Event) -> None:
-    """A decode replica's loop over its lanes until `stop`: each message taken is acked (decode acks once it has
-    claimed it). Ended by the event, not by a cancel: Python 3.11's asyncio.wait_for (inside nats-py's requests)
-    loses a cancel that comes in the turn its future completes, and a loop that lost one would run on."""
+async def intake(pull: LanedPull, stop: asyncio.Event, on_taken: Callable[[Msg], Awaitable[None]], *,
+                 fetch_timeout_s: float = FETCH_TIMEOUT_S) -> None:
+    """A decode replica's loop over its lanes until `stop`: `on_taken` hears of each message taken, then it is acked
+    (decode acks once it has claimed it). Ended by the event, not by a cancel: Python 3.11's asyncio.wait_for (inside
+    nats-py's requests) loses a cancel that comes in the turn its future completes, and a loop that lost one would run
+    on; with the event it ends within `fetch_timeout_s`."""
     while not stop.is_set():
-        for msg in await unless_stopped(pull.fetch(4, FETCH_TIMEOUT_S), stop) or []:
-            await taken.put(time.perf_counter())
+        for msg in await unless_stopped(pull.fetch(4, fetch_timeout_s), stop) or []:
+            await on_taken(msg)
             await msg.ack()
 
 

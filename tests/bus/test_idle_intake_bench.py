@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from loadtest.bus import idle_intake
 
 
@@ -22,10 +24,7 @@ def test_the_tool_writes_each_requests_wait_and_the_intakes_rounds(tmp_path):
 
 
 def test_bad_bounds_are_refused_naming_them(tmp_path, capsys):
-    try:
+    with pytest.raises(SystemExit) as refused:
         idle_intake.main(["--out", str(tmp_path / "x.json"), "--requests", "0"])
-    except SystemExit as exc:
-        assert exc.code == 2
-    else:
-        raise AssertionError("--requests 0 was accepted")
+    assert refused.value.code == 2
     assert "--requests and --replicas must be >= 1" in capsys.readouterr().err

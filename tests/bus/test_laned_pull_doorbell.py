@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
+from nats.aio.msg import Msg
+
+from loadtest.bus.idle_intake import intake
 from messages import SynthesisRequest
 from messages.streams import REQUESTS_STREAM, BusConfig, request_lanes
 from services.bus import submit_request
 from services.bus.connection import connect
 from services.bus.laned_pull import LanedPull
 from services.bus.pull_consumer import Capacity
-from services.bus.stoppable import unless_stopped
 from tests.support.nats_server import fresh_bus
 
 MODEL = "tiny"
@@ -54,20 +57,16 @@ async def test_idle_replicas_racing_for_each_request_take_each_once_and_at_once(
 
 
 class _Intake:
-    """A decode replica's intake loop over `pull`: every message taken is acked and its id queued."""
+    """A decode replica's intake loop over `pull` (`loadtest.bus.idle_intake.intake`): every message taken is queued
+    by id and acked."""
 
     def __init__(self, pull: LanedPull) -> None:
         self.ids: asyncio.Queue[str] = asyncio.Queue()
         self.stop = asyncio.Event()
-        self.task = asyncio.create_task(self._run(pull))
+        self.task = asyncio.create_task(intake(pull, self.stop, self._taken, fetch_timeout_s=FETCH_TIMEOUT_S))
 
-    async def _run(self, pull: LanedPull) -> None:
-        # Ended by `stop`, not by cancelling the task: Python 3.11's asyncio.wait_for (inside nats-py's requests)
-        # loses a cancel that comes in the turn its future completes, and a loop that lost one would run on.
-        while not self.stop.is_set():
-            for msg in await unless_stopped(pull.fetch(4, FETCH_TIMEOUT_S), self.stop) or []:
-                await msg.ack()
-                await self.ids.put(msg.header.get("Nats-Msg-Id", "") if msg.header else "")
+    async def _taken(self, msg: Msg) -> None:
+        await self.ids.put(msg.header.get("Nats-Msg-Id", "") if msg.header else "")
 
 
 async def _forward(source: asyncio.Queue[str], sink: asyncio.Queue[str]) -> None:
@@ -83,7 +82,7 @@ async def _arrive(nats_client, request_id: str) -> SynthesisRequest:
 
 
 @contextlib.asynccontextmanager
-async def _running(intakes: list[_Intake], helpers: list[asyncio.Task] = ()):
+async def _running(intakes: Sequence[_Intake], helpers: Sequence[asyncio.Task] = ()):
     """The intakes and their helper tasks, all ended on the way out."""
     try:
         yield

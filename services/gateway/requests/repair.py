@@ -26,6 +26,9 @@ from services.gateway.requests.bus_watch import DEFAULT_BUS_OUTAGE_S
 
 log = logging.getLogger(__name__)
 
+_UNANSWERED = object()
+"""What `GapRepair._ask` returns for a request no vocoder answered in time."""
+
 
 @dataclass(frozen=True, slots=True)
 class RepairPolicy:
@@ -95,12 +98,21 @@ class GapRepair:
                                 f"requests on {self._subject} went unanswered for {unanswered_s:.1f} s; the vocoder "
                                 "of this partition may be down: retry the request",
                                 stage=Stage.VOCODER, chunk_count=from_seq)
-        self._attempts += 1
         self.num_requests += 1
-        self._retry_at = time.monotonic() + self._policy.arrival_timeout_s
+        asked_at = time.monotonic()
+        self._retry_at = asked_at + self._policy.arrival_timeout_s
         log.info("request %s: chunk %d missing; asking %s to re-decode (attempt %d)", self._request_id, from_seq,
-                 self._subject, self._attempts)
+                 self._subject, self._attempts + 1)
         reply = await self._ask(from_seq)
+        if reply is _UNANSWERED:
+            # The vocoder reads CODES before it answers: during a leader election no answer comes in time. Such a
+            # request is not an attempt; the gap's patience for them bounds the asking instead. Due again at once.
+            if self._unanswered_since is None:
+                self._unanswered_since = asked_at
+            self._retry_at = time.monotonic()
+            return
+        self._unanswered_since = None
+        self._attempts += 1
         if reply is not None and not reply.accepted:
             raise RequestFailed(ErrorCode.INTERNAL, f"audio from chunk {from_seq} was lost and the vocoder refused "
                                 f"to re-decode it: {reply.reason or 'no reason given'}", stage=Stage.VOCODER,
@@ -110,9 +122,9 @@ class GapRepair:
         """How long this gap's re-decode requests have gone unanswered (0: the last one was answered)."""
         return 0.0 if self._unanswered_since is None else time.monotonic() - self._unanswered_since
 
-    async def _ask(self, from_seq: int) -> RedecodeReply | None:
-        """The vocoder's reply, or None when none came (due again at once after a timeout, which is not counted as an
-        attempt; after a pause when nobody listens)."""
+    async def _ask(self, from_seq: int) -> RedecodeReply | object | None:
+        """The vocoder's reply; `_UNANSWERED` when none came in time; None when nobody listens (then due again after
+        a pause) or the reply could not be read."""
         request = RedecodeRequest(request_id=self._request_id, from_seq=from_seq)
         try:
             msg = await self._nc.request(self._subject, encode(request), timeout=self._policy.reply_timeout_s)
@@ -122,15 +134,8 @@ class GapRepair:
             self._retry_at = time.monotonic() + self._policy.reply_timeout_s
             return None
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
-            # The vocoder reads CODES before it answers: during a leader election no answer comes in time. Such a
-            # request does not count as an attempt; the gap's patience for them bounds the asking instead.
             log.warning("request %s: no answer to re-decode on %s; will ask again", self._request_id, self._subject)
-            self._attempts -= 1
-            if self._unanswered_since is None:
-                self._unanswered_since = time.monotonic() - self._policy.reply_timeout_s
-            self._retry_at = time.monotonic()
-            return None
-        self._unanswered_since = None
+            return _UNANSWERED
         try:
             return decode(msg.data, RedecodeReply)
         except DecodeError as exc:
