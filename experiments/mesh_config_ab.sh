@@ -16,6 +16,12 @@
 # "--fixed-frames 48"); UP_FLAGS replaces the shipped flags every mesh shares. The 256-stream target, 0.6B:
 #   PRESET=0.6b UP_FLAGS="--max-num-seqs 256 --kv-cache-blocks 8192" CLOSED="64 256" RATES="" TRANSPORT=websocket \
 #   LENGTH="--fixed-frames 48" A_ENV="VOXMESH_MAX_STREAMS=256" B_ENV="VOXMESH_MAX_STREAMS=256 ..." bash ...
+# PROFILE_PASSES="1": during each closed level of those passes, a py-spy of every service of the level's mesh
+# (`--threads --idle`, PROFILE_S seconds from PROFILE_AFTER_S into the level: profile_pass<k>_<level>_<service>.txt),
+# and with TRACE_S=T a device trace of decode and the vocoder for T seconds then, summed up in
+# device_trace_pass<k>_<level>.txt/.json (KEEP_TRACES=1: the raw traces too, in traces_pass<k>_<level>/): a mesh's
+# first level of a load against its second (CLOSED="64 256 256"); PROFILE_STREAMS="256": only levels of those
+# concurrencies.
 # (VOXMESH_COMMIT names the tree in the bench's JSONs: the machine's copy may carry a stale .git.)
 # CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 RATES="2" REQUESTS=8 C1_REQUESTS=4 \
 #   B_ENV="VOXMESH_OVERLAP_MIN_ROWS=32" bash experiments/mesh_config_ab.sh
@@ -33,6 +39,30 @@ read -r -a up_flags <<<"${UP_FLAGS:---max-num-seqs 64 --kv-cache-blocks 4096}"
 [ "$DEVICE" = cpu ] && [ -z "${UP_FLAGS:-}" ] && up_flags=()
 read -r -a length_args <<<"$LENGTH"
 read -r -a meshes <<<"$(tr ' ' '\n' <<<"$ORDER" | awk 'NF && !seen[$0]++' | paste -sd' ')"
+TRACE_S=${TRACE_S:-0} PROFILE_PASSES=${PROFILE_PASSES:-} PROFILE_AFTER_S=${PROFILE_AFTER_S:-3} PROFILE_S=${PROFILE_S:-5}
+[ "$TRACE_S" != 0 ] && export VOXMESH_DEVICE_TRACE_DIR="$OUT/traces" VOXMESH_DEVICE_TRACE_S="$TRACE_S"
+profile_level() {  # profile_level MESH NAME: a window into the level's steady state (the sleep is the window's
+  sleep "$PROFILE_AFTER_S"  # offset, not a synchronisation)
+  local before signalled=0; before=$(grep -c "device trace written" "$OUT/up_$1.log")
+  for child in $(ps -o pid= --ppid "${pid[$1]}"); do
+    service=$(ps -o args= -p "$child" | grep -o "serve [a-z]*" | tr ' ' _)
+    [ -z "$service" ] && continue
+    [ "$TRACE_S" != 0 ] && [ "$service" != serve_gateway ] && kill -USR1 "$child" && signalled=$((signalled + 1))
+    command -v py-spy >/dev/null && timeout $((PROFILE_S + 15)) py-spy record -p "$child" -d "$PROFILE_S" -r 100 \
+      --threads --idle -f raw -o "$OUT/profile_$2_$service.txt" >"$OUT/pyspy_$2_$service.log" 2>&1 &
+  done
+  wait
+  [ "$TRACE_S" = 0 ] && return 0
+  for _ in $(seq 60); do  # the traces are written after their window, off each service's loop: await the lines
+    [ "$(grep -c "device trace written" "$OUT/up_$1.log")" -ge $((before + signalled)) ] && break
+    sleep 1
+  done
+  ls "$OUT"/traces/*.json.gz >/dev/null 2>&1 || { echo "no device trace for $2"; return 0; }
+  "$PY" -m loadtest.gpu.device_trace_summary "$OUT"/traces/*.json.gz --out "$OUT/device_trace_$2.json" \
+    >"$OUT/device_trace_$2.txt" 2>&1
+  if [ "${KEEP_TRACES:-0}" = 1 ]; then mkdir -p "$OUT/traces_$2" && mv "$OUT"/traces/*.json.gz "$OUT/traces_$2/"
+  else rm -f "$OUT"/traces/*.json.gz; fi  # the summary comes back; raw traces can pass the device tool's file limit
+}
 mps_pipe=""
 mps_start() {  # one MPS control daemon for the meshes that ask, on pipe and log folders of its own
   mps_pipe=$(mktemp -d) mps_log=$(mktemp -d)
@@ -90,8 +120,13 @@ for mesh in $ORDER; do
     name=c$streams               # in a pass (CLOSED="64 256 256") is c<streams>_again_pass...
     [ -e "$OUT/${name}_pass${pass}_$mesh.json" ] && name=${name}_again
     requests=$((streams == 1 ? C1_REQUESTS : streams * CLOSED_PER_STREAM))
+    profiler=""
+    if [[ " $PROFILE_PASSES " == *" $pass "* ]] && [[ " ${PROFILE_STREAMS:-$streams} " == *" $streams "* ]]; then
+      profile_level "$mesh" "pass${pass}_$name" & profiler=$!
+    fi
     timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode closed --concurrency "$streams" \
       --requests "$requests" --out "$OUT/${name}_pass${pass}_$mesh.json" 2>&1 | tail -n 4
+    [ -n "$profiler" ] && wait "$profiler"
   done
   [ -z "$RATES" ] || timeout -s INT "$(left)" "$PY" -m services.cli bench "${common[@]}" --mode open --rates $RATES \
     --requests "$REQUESTS" --out "$OUT/open_pass${pass}_$mesh.json" 2>&1 | tail -n 8
