@@ -4,8 +4,8 @@ Decode builds each request's prompt rows eagerly (`services/model/prompt.py`): t
 `TextProjection` over the request's token count, through cuBLAS, whose kernel for a GEMM depends on its row count.
 On one stream a fresh mesh answered two of twenty prompts ~4.5 ms late the first time it met them, and on time
 the second. This times the same ops at every row count from 1 to `--max-rows`, ascending, twice in one process: a
-first-sweep cost well above the second's is a first use (a kernel loaded, a heuristic computed, pinned memory
-allocated). Run once as is and once with CUDA_MODULE_LOADING=EAGER (every kernel loaded at start): if the spikes
+first-sweep cost well above the second's is a first use (a kernel loaded, a heuristic computed), the upload and
+lookup timed apart from the projection; and a pinned host block's allocation at each size class, first and again. Run once as is and once with CUDA_MODULE_LOADING=EAGER (every kernel loaded at start): if the spikes
 go away there, they are lazy kernel loading.
 
     python3 -m experiments.first_use_shapes --out F.json [--max-rows 160] [--text-hidden 2048 --hidden 2048]
@@ -24,18 +24,38 @@ from services.model.layers import TextProjection
 from services.model.uploads import upload
 
 
-def sweep(embedding: torch.nn.Embedding, projection: TextProjection, max_rows: int, device: torch.device) -> list[float]:
-    """Milliseconds of an upload, embedding and projection at each row count 1..max_rows, the device drained before
-    and after each (the first use is what is timed, not the ops' overlap)."""
-    times = []
+def sweep(embedding: torch.nn.Embedding, projection: TextProjection, max_rows: int,
+          device: torch.device) -> tuple[list[float], list[float]]:
+    """Milliseconds of (the upload and embedding, the projection) at each row count 1..max_rows, the device drained
+    before and after each part (the first use is what is timed, not the ops' overlap)."""
+    lookups, projections = [], []
     for rows in range(1, max_rows + 1):
         ids = torch.arange(rows, dtype=torch.long) % embedding.num_embeddings
         torch.cuda.synchronize(device)
         start = time.perf_counter()
-        projection(embedding(upload(ids, device)))
+        embedded = embedding(upload(ids, device))
         torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
+        middle = time.perf_counter()
+        projection(embedded)
+        torch.cuda.synchronize(device)
+        lookups.append((middle - start) * 1e3)
+        projections.append((time.perf_counter() - middle) * 1e3)
+    return lookups, projections
+
+
+def pinned_allocations(max_power: int = 20) -> list[dict]:
+    """Milliseconds of a pinned host tensor's allocation at each power-of-two size, the first time and again (the
+    caching host allocator keeps a freed block for its size class)."""
+    rows = []
+    for power in range(6, max_power + 1):
+        timed = []
+        for _ in range(2):
+            start = time.perf_counter()
+            block = torch.empty(2**power, dtype=torch.uint8, pin_memory=True)
+            timed.append((time.perf_counter() - start) * 1e3)
+            del block
+        rows.append({"bytes": 2**power, "first_ms": round(timed[0], 3), "again_ms": round(timed[1], 3)})
+    return rows
 
 
 def main() -> None:
@@ -51,21 +71,30 @@ def main() -> None:
     with torch.inference_mode():
         embedding = torch.nn.Embedding(args.vocab, args.text_hidden).to(device, torch.bfloat16)
         projection = TextProjection(args.text_hidden, args.hidden, "silu").to(device, torch.bfloat16)
-        first = sweep(embedding, projection, args.max_rows, device)
-        second = sweep(embedding, projection, args.max_rows, device)
-    excess = [round(a - b, 3) for a, b in zip(first, second)]
-    spikes = [{"rows": rows, "first_ms": round(first[rows - 1], 3), "second_ms": round(second[rows - 1], 3)}
-              for rows in range(1, args.max_rows + 1) if excess[rows - 1] > 0.3]
+        pinned = pinned_allocations()
+        first_lookup, first = sweep(embedding, projection, args.max_rows, device)
+        second_lookup, second = sweep(embedding, projection, args.max_rows, device)
+
+    def spikes(one: list[float], two: list[float]) -> list[dict]:
+        return [{"rows": rows, "first_ms": round(a, 3), "second_ms": round(b, 3)}
+                for rows, (a, b) in enumerate(zip(one, two), start=1) if a - b > 0.3]
+
     report = {"cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING", "(unset: torch's default)"),
               "device": torch.cuda.get_device_name(device), "torch": torch.__version__,
-              "first_ms": [round(t, 3) for t in first], "second_ms": [round(t, 3) for t in second],
-              "spikes_over_0.3ms": spikes, "first_total_ms": round(sum(first), 1),
-              "second_total_ms": round(sum(second), 1)}
+              "projection_first_ms": [round(t, 3) for t in first], "projection_second_ms": [round(t, 3) for t in second],
+              "lookup_first_ms": [round(t, 3) for t in first_lookup],
+              "lookup_second_ms": [round(t, 3) for t in second_lookup],
+              "projection_spikes_over_0.3ms": spikes(first, second),
+              "lookup_spikes_over_0.3ms": spikes(first_lookup, second_lookup), "pinned_allocations": pinned}
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=1)
-    print(f"{report['cuda_module_loading']}: first sweep {report['first_total_ms']} ms, second "
-          f"{report['second_total_ms']} ms; first uses over 0.3 ms at rows "
-          + ", ".join(f"{s['rows']} (+{s['first_ms'] - s['second_ms']:.2f})" for s in spikes))
+    print(f"{report['cuda_module_loading']}: projection {sum(first):.1f} ms first sweep, {sum(second):.1f} second; "
+          "first uses over 0.3 ms at rows "
+          + ", ".join(f"{s['rows']} (+{s['first_ms'] - s['second_ms']:.2f})" for s in report["projection_spikes_over_0.3ms"])
+          + "; lookups at rows "
+          + ", ".join(f"{s['rows']} (+{s['first_ms'] - s['second_ms']:.2f})" for s in report["lookup_spikes_over_0.3ms"])
+          + "; pinned first/again ms by size: "
+          + " ".join(f"{p['bytes']}:{p['first_ms']}/{p['again_ms']}" for p in pinned))
 
 
 if __name__ == "__main__":
