@@ -116,7 +116,6 @@ class Engine:
                                   remote_predictor)
         started = time.perf_counter()
         self.runner.prepare_graphs()  # before the replica serves: the first requests must not pay for captures
-        model_ops.warm_prompt_shapes(model, config.max_model_len, self._prompt_stream)  # nor for kernel loads
         if self.runner.talker_step is not None:
             device = model.device
             held = torch.cuda.memory_reserved(device)

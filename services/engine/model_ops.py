@@ -38,21 +38,6 @@ def make_prompt(model: TTSModel, request: PromptRequest, stream: torch.cuda.Stre
         return prompt
 
 
-def warm_prompt_shapes(model: TTSModel, max_rows: int, stream: torch.cuda.Stream | None) -> None:
-    """Run the prompt path's text projection once at every row count up to `max_rows` (CUDA; on `stream`, as
-    `make_prompt` builds). cuBLAS picks a GEMM kernel by row count and the driver loads a kernel at its first launch
-    (lazy module loading), so in a fresh process the first prompt of each new kind of length waited for a load on
-    the admission thread while its listener waited for first audio."""
-    if stream is None:
-        return
-    ids = torch.zeros(max_rows, dtype=torch.long, device=model.device)
-    with torch.inference_mode(), torch.cuda.stream(stream):
-        embedded = model.talker.text_embedding(ids)
-        for rows in range(1, max_rows + 1):
-            model.talker.text_projection(embedded[:rows])
-    stream.synchronize()
-
-
 def num_prompt_rows(prompt: Prompt) -> int:
     return int(prompt.embeds.shape[0])
 
