@@ -1,12 +1,12 @@
 """What a fresh process pays the first time its eager prompt path meets a row count (issue 41's fresh meshes).
 
-Decode builds each request's prompt rows eagerly (`services/model/prompt.py`): the text embedding and the talker's
-`TextProjection` over the request's token count, through cuBLAS, whose kernel for a GEMM depends on its row count.
-On one stream a fresh mesh answered two of twenty prompts ~4.5 ms late the first time it met them, and on time
-the second. This times the same ops at every row count from 1 to `--max-rows`, ascending, twice in one process: a
-first-sweep cost well above the second's is a first use (a kernel loaded, a heuristic computed), the upload and
-lookup timed apart from the projection; and a pinned host block's allocation at each size class, first and again. Run once as is and once with CUDA_MODULE_LOADING=EAGER (every kernel loaded at start): if the spikes
-go away there, they are lazy kernel loading.
+Decode builds each request's prompt rows eagerly (`services/model/prompt.py`): an upload of the ids, the text
+embedding and the talker's `TextProjection` over the request's token count, through cuBLAS, whose kernel for a GEMM
+depends on its row count. This times those ops at every row count from 1 to `--max-rows`, ascending, twice in one
+process, the upload and lookup apart from the projection: a first-sweep cost well above the second's is a first use
+(a kernel loaded, a heuristic computed). It also times a pinned host block's allocation at each size class, first
+and again. Run once as is and once with CUDA_MODULE_LOADING=EAGER (every kernel loaded at start): spikes that go
+away there are lazy kernel loading. RESULTS-GPU's tenth-session section says what it is for.
 
     python3 -m experiments.first_use_shapes --out F.json [--max-rows 160] [--text-hidden 2048 --hidden 2048]
 """
@@ -81,21 +81,22 @@ def main() -> None:
 
     report = {"cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING", "(unset: torch's default)"),
               "device": torch.cuda.get_device_name(device), "torch": torch.__version__,
-              "projection_first_ms": [round(t, 3) for t in first], "projection_second_ms": [round(t, 3) for t in second],
+              "projection_first_ms": [round(t, 3) for t in first],
+              "projection_second_ms": [round(t, 3) for t in second],
               "lookup_first_ms": [round(t, 3) for t in first_lookup],
               "lookup_second_ms": [round(t, 3) for t in second_lookup],
               "projection_spikes_over_0.3ms": spikes(first, second),
               "lookup_spikes_over_0.3ms": spikes(first_lookup, second_lookup), "pinned_allocations": pinned}
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=1)
-    print(f"{report['cuda_module_loading']}: projection {sum(first):.1f} ms first sweep, {sum(second):.1f} second; "
-          "first uses over 0.3 ms at rows "
-          + ", ".join(f"{s['rows']} (+{s['first_ms'] - s['second_ms']:.2f})" for s in report["projection_spikes_over_0.3ms"])
-          + "; lookups at rows "
-          + ", ".join(f"{s['rows']} (+{s['first_ms'] - s['second_ms']:.2f})" for s in report["lookup_spikes_over_0.3ms"])
-          + "; pinned first/again ms by size: "
-          + " ".join(f"{p['bytes']}:{p['first_ms']}/{p['again_ms']}" for p in pinned))
 
+    def listed(found: list[dict]) -> str:
+        return ", ".join(f"{s['rows']} (+{s['first_ms'] - s['second_ms']:.2f})" for s in found) or "none"
+
+    print(f"{report['cuda_module_loading']}: projection {sum(first):.1f} ms first sweep, {sum(second):.1f} second; "
+          f"first uses over 0.3 ms at rows {listed(report['projection_spikes_over_0.3ms'])}; lookups at rows "
+          f"{listed(report['lookup_spikes_over_0.3ms'])}; pinned first/again ms by size: "
+          + " ".join(f"{p['bytes']}:{p['first_ms']}/{p['again_ms']}" for p in pinned))
 
 if __name__ == "__main__":
     main()

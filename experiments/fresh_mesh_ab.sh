@@ -6,10 +6,11 @@
 # public method's transport (HTTP, raw PCM, realistic lengths), and sends it REQUESTS requests of one stream: the same
 # prompts in every pass, so each prompt's `first_frame` stage compares pass by pass (a prompt a fresh mesh meets for
 # the first time against the same prompt in the other tree's fresh mesh). PROBE=1 first runs
-# `experiments/first_use_shapes.py` twice (lazy kernel loading, then CUDA_MODULE_LOADING=EAGER). Files: $OUT/c1_pass<k>_<A|B>.json,
-# each mesh's log in $OUT/mesh_c1_pass<k>/, everything packed as $OUT/out.tgz. Through the `device` tool from the
-# repository root with `.whl/`, `.devrun/prompts_en.tsv` and the A tree carried:
-#   A_TREE=.devtree_old A_COMMIT=9b7fdd0 VOXMESH_COMMIT=$(git rev-parse --short HEAD) PROBE=1 bash experiments/fresh_mesh_ab.sh
+# `experiments/first_use_shapes.py` twice (lazy kernel loading, then CUDA_MODULE_LOADING=EAGER). Files:
+# $OUT/c1_pass<k>_<A|B>.json, each mesh's log in $OUT/mesh_c1_pass<k>/, everything packed as $OUT/out.tgz. Through
+# the `device` tool from the repository root with `.whl/`, `.devrun/prompts_en.tsv` and the A tree carried:
+#   A_TREE=.devtree_old A_COMMIT=9b7fdd0 VOXMESH_COMMIT=$(git rev-parse --short HEAD) PROBE=1 \
+#     bash experiments/fresh_mesh_ab.sh
 # CPU rehearsal: WHEELS=none PRESET=tiny DEVICE=cpu DTYPE=float32 UP_FLAGS="" REQUESTS=4 A_TREE=.devtree_old bash ...
 set -uo pipefail
 PRESET=${PRESET:-1.7b} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} ORDER=${ORDER:-A B B A} REQUESTS=${REQUESTS:-20}
@@ -37,8 +38,9 @@ for mesh in $ORDER; do
   tree=${!tree_name}
   mkdir -p "$OUT/mesh_c1_pass$pass"
   (cd "$tree" && VOXMESH_COMMIT=${!commit_name:-${VOXMESH_COMMIT:-}} PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" \
-     timeout -s INT "$limit" "$PY" -m services.cli bench --fresh-mesh --up-args="$UP" --mesh-log-dir "$OUT/mesh_c1_pass$pass" \
-     --trials 1 --transport http --length-mode realistic --prompts "$prompts" --no-plot --mode closed --concurrency 1 \
+     timeout -s INT "$limit" "$PY" -m services.cli bench --fresh-mesh --up-args="$UP" \
+     --mesh-log-dir "$OUT/mesh_c1_pass$pass" --trials 1 --transport http --length-mode realistic --prompts "$prompts" \
+     --no-plot --mode closed --concurrency 1 \
      --requests "$REQUESTS" --out "$OUT/c1_pass${pass}_$mesh.json") 2>&1 | grep -E "closed x1" | tail -n 1
   echo "== pass $pass (tree $mesh: $tree) after $SECONDS s"
 done

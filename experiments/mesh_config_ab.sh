@@ -39,7 +39,8 @@ read -r -a up_flags <<<"${UP_FLAGS:---max-num-seqs 64 --kv-cache-blocks 4096}"
 [ "$DEVICE" = cpu ] && [ -z "${UP_FLAGS:-}" ] && up_flags=()
 read -r -a length_args <<<"$LENGTH"
 read -r -a meshes <<<"$(tr ' ' '\n' <<<"$ORDER" | awk 'NF && !seen[$0]++' | paste -sd' ')"
-TRACE_S=${TRACE_S:-0} PROFILE_PASSES=${PROFILE_PASSES:-} PROFILE_AFTER_S=${PROFILE_AFTER_S:-3} PROFILE_S=${PROFILE_S:-5}
+TRACE_S=${TRACE_S:-0} PROFILE_PASSES=${PROFILE_PASSES:-}
+PROFILE_AFTER_S=${PROFILE_AFTER_S:-3} PROFILE_S=${PROFILE_S:-5}
 [ "$TRACE_S" != 0 ] && export VOXMESH_DEVICE_TRACE_DIR="$OUT/traces" VOXMESH_DEVICE_TRACE_S="$TRACE_S"
 profile_level() {  # profile_level MESH NAME: a window into the level's steady state (the sleep is the window's
   sleep "$PROFILE_AFTER_S"  # offset, not a synchronisation)
