@@ -36,14 +36,7 @@ common=(--url "http://127.0.0.1:$port" --events-url "$nats_url" --transport http
         --length-mode realistic --prompts "$PWD/.devrun/prompts_en.tsv" --no-plot --level-timeout 90)
 profile() {  # a window into the level's steady state, not a synchronisation
   sleep 4
-  for pid in $(ps -o pid= --ppid "$up_pid"); do
-    name=$(ps -o args= -p "$pid" | grep -o "serve [a-z]*" | tr ' ' _)
-    [ -z "$name" ] && continue
-    [ "$TRACE_S" != 0 ] && [ "$name" != serve_gateway ] && kill -USR1 "$pid"
-    command -v py-spy >/dev/null && timeout 20 py-spy record -p "$pid" -d 5 -r 100 --gil --threads -f raw \
-      -o "$OUT/profile_$name.txt" >"$OUT/pyspy_$name.log" 2>&1 &
-  done
-  wait
+  profile_mesh "$up_pid" "" 5 --gil --threads
 }
 pass=0
 for chunk in $CHUNKS; do  # CHUNKS="default 1 1 default": both orders on one mesh, each pass its own files

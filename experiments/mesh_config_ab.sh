@@ -44,15 +44,8 @@ PROFILE_AFTER_S=${PROFILE_AFTER_S:-3} PROFILE_S=${PROFILE_S:-5}
 [ "$TRACE_S" != 0 ] && export VOXMESH_DEVICE_TRACE_DIR="$OUT/traces" VOXMESH_DEVICE_TRACE_S="$TRACE_S"
 profile_level() {  # profile_level MESH NAME: a window into the level's steady state (the sleep is the window's
   sleep "$PROFILE_AFTER_S"  # offset, not a synchronisation)
-  local before signalled=0; before=$(grep -c "device trace written" "$OUT/up_$1.log")
-  for child in $(ps -o pid= --ppid "${pid[$1]}"); do
-    service=$(ps -o args= -p "$child" | grep -o "serve [a-z]*" | tr ' ' _)
-    [ -z "$service" ] && continue
-    [ "$TRACE_S" != 0 ] && [ "$service" != serve_gateway ] && kill -USR1 "$child" && signalled=$((signalled + 1))
-    command -v py-spy >/dev/null && timeout $((PROFILE_S + 15)) py-spy record -p "$child" -d "$PROFILE_S" -r 100 \
-      --threads --idle -f raw -o "$OUT/profile_$2_$service.txt" >"$OUT/pyspy_$2_$service.log" 2>&1 &
-  done
-  wait
+  local before; before=$(grep -c "device trace written" "$OUT/up_$1.log")
+  profile_mesh "${pid[$1]}" "$2_" "$PROFILE_S" --threads --idle
   [ "$TRACE_S" = 0 ] && return 0
   for _ in $(seq 60); do  # the traces are written after their window, off each service's loop: await the lines
     [ "$(grep -c "device trace written" "$OUT/up_$1.log")" -ge $((before + signalled)) ] && break
