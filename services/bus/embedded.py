@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import IO
 
 from services.bus.errors import NatsServerError
+from services.bus.leftover_server import pid_file, stop_leftover
+from services.bus.parent_death import die_with_parent, ties_to_process
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +129,16 @@ class EmbeddedNats:
             self._temp_dir = tempfile.mkdtemp(prefix="voxmesh-nats-")
             self._store_dir = Path(self._temp_dir)
         self._store_dir.mkdir(parents=True, exist_ok=True)
+        stop_leftover(self._store_dir, self._stop_timeout_s)  # two servers on one store corrupt it
         config = ["-c", str(self._config_file)] if self._config_file is not None else []
         command = [str(find_nats_server()), *config, "-js", "-sd", str(self._store_dir), "-a", self._host,
-                   "-p", _port_argument(self._port), "-m", _port_argument(self._monitor_port), "-n", self._name]
+                   "-p", _port_argument(self._port), "-m", _port_argument(self._monitor_port), "-n", self._name,
+                   "-P", str(pid_file(self._store_dir))]
+        # A session of its own, so a terminal's Ctrl-C reaches it only through stop(); tied to this process where
+        # that is safe, so that even a SIGKILL of its owner does not leave it serving (parent_death.py).
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                         preexec_fn=die_with_parent if ties_to_process() else None)
         self._reader = threading.Thread(target=self._read_log, args=(self._process.stderr,), name="nats-server-log",
                                         daemon=True)
         self._reader.start()

@@ -1,7 +1,8 @@
 """Local child processes of `voxmesh up`: started from a launch plan, restarted as compose would, none left behind.
 
-Children get SIGTERM when this process dies for any reason (Linux parent-death signal), so
-even a `kill -9` of `voxmesh up` leaves no service running. A service that exits while the
+Children get SIGTERM when this process dies for any reason (Linux parent-death signal,
+`services.bus.parent_death`), so even a `kill -9` of `voxmesh up` leaves no service running (nor its embedded
+nats-server: `services.bus.embedded`). A service that exits while the
 mesh runs is restarted when its compose `restart` policy says so (as `docker compose` would);
 one that keeps dying, or has no restart policy, stops the mesh: a half mesh serves nothing right.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import ctypes
 import logging
 import os
 import signal
@@ -21,20 +21,12 @@ import time
 from dataclasses import dataclass, field
 
 from services.mesh.compose_plan import ServicePlan
+from services.bus.parent_death import die_with_parent
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 MAX_RESTARTS = 5  # within RESTART_WINDOW_S, then the mesh gives up
 RESTART_WINDOW_S = 60.0
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: ask the kernel for SIGTERM when the parent goes."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # not Linux: the normal stop path still applies
-        pass
 
 
 def local_command(command: tuple[str, ...]) -> list[str]:
@@ -66,7 +58,7 @@ class ProcessGroup:
     def run_one_shot(self, plan: ServicePlan, env: dict[str, str], timeout_s: float) -> None:
         """Run a one-shot step (provisioning) to completion; raise with its output if it fails."""
         result = subprocess.run(local_command(plan.command), env=env, capture_output=True, text=True,
-                                timeout=timeout_s, preexec_fn=_die_with_parent)
+                                timeout=timeout_s, preexec_fn=die_with_parent)
         if result.returncode != 0:
             raise RuntimeError(f"{plan.name} exited with {result.returncode}:\n{result.stderr[-4000:]}")
 
@@ -86,7 +78,7 @@ class ProcessGroup:
         # A session of its own: a terminal's Ctrl-C reaches only `voxmesh up`, which then
         # stops the children once, in order, instead of every process at the same time.
         return subprocess.Popen(local_command(plan.command), env=env, stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent, start_new_session=True)
+                                preexec_fn=die_with_parent, start_new_session=True)
 
     def _watch(self, child: Child) -> None:
         while True:

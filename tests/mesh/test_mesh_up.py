@@ -1,10 +1,12 @@
-"""`voxmesh up` as a user meets it: it serves, `voxmesh say` works against it, a full queue answers 429, and
-Ctrl-C stops every process it started."""
+"""`voxmesh up` as a user meets it: it serves, `voxmesh say` works against it, a full queue answers 429, Ctrl-C
+stops every process it started, and a SIGKILL of it leaves none running either."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import select
+import signal
 import subprocess
 import sys
 import wave
@@ -35,6 +37,33 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return not Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
+
+
+def _exits(pid: int, timeout_s: float) -> bool:
+    """Whether process `pid` (not this process's child) exits within `timeout_s`, awaited on its pidfd."""
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(handle, select.POLLIN)
+        return bool(poller.poll(timeout_s * 1000))
+    finally:
+        os.close(handle)
+
+
+def test_a_killed_up_leaves_neither_a_service_nor_its_nats_server_running(tiny_checkpoint, tmp_path):
+    state = tmp_path / "state"
+    with run_mesh(tiny_checkpoint, state) as mesh:
+        started = [*mesh.pids.values(), *_processes_mentioning(str(state / "nats"))]
+        assert len(started) == 4, f"three services and one nats-server: {started}"
+        mesh.process.send_signal(signal.SIGKILL)
+        mesh.process.wait()
+        left = [pid for pid in started if not _exits(pid, 30.0)]
+        for pid in left:  # not to leave them to the next test
+            os.kill(pid, signal.SIGKILL)
+        assert left == [], f"still running after `voxmesh up` was killed: {left}"
 
 
 def test_up_makes_its_model_serves_say_and_stops_leaving_no_process(tmp_path):
