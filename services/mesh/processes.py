@@ -1,10 +1,9 @@
 """Local child processes of `voxmesh up`: started from a launch plan, restarted as compose would, none left behind.
 
-Children get SIGTERM when this process dies for any reason (Linux parent-death signal,
-`services.bus.parent_death`), so even a `kill -9` of `voxmesh up` leaves no service running (nor its embedded
-nats-server: `services.bus.embedded`). A service that exits while the
-mesh runs is restarted when its compose `restart` policy says so (as `docker compose` would);
-one that keeps dying, or has no restart policy, stops the mesh: a half mesh serves nothing right.
+Children get SIGTERM when this process dies for any reason (Linux parent-death signal, `services.bus.parent_death`),
+so even a `kill -9` of `voxmesh up` leaves no service running (nor its embedded nats-server: `services.bus.embedded`).
+A service that exits while the mesh runs is restarted when its compose `restart` policy says so (as `docker compose`
+would); one that keeps dying, or has no restart policy, stops the mesh: a half mesh serves nothing right.
 """
 
 from __future__ import annotations
