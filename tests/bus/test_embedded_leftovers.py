@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from services.bus import EmbeddedNats, connect
+from tests.support.process_exit import exits
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_TIMEOUT_S = 15.0
@@ -52,20 +52,6 @@ def _killed_owner(store: Path, thread: str) -> int:
     return int(line)
 
 
-def _exits(pid: int, timeout_s: float) -> bool:
-    """Whether process `pid` (not our child) exits within `timeout_s`, awaited on its pidfd."""
-    try:
-        handle = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        poller = select.poll()
-        poller.register(handle, select.POLLIN)
-        return bool(poller.poll(timeout_s * 1000))
-    finally:
-        os.close(handle)
-
-
 @contextlib.contextmanager
 def _reaped(pid: int):
     """Kill `pid` on the way out, whatever the test found."""
@@ -78,15 +64,15 @@ def _reaped(pid: int):
 
 def test_a_server_started_on_the_main_thread_ends_when_its_owner_is_killed(tmp_path) -> None:
     with _reaped(_killed_owner(tmp_path / "store", "main")) as server:
-        assert _exits(server, EXIT_TIMEOUT_S), "the server outlived its owner's SIGKILL"
+        assert exits(server, EXIT_TIMEOUT_S), "the server outlived its owner's SIGKILL"
 
 
 async def test_a_server_left_running_on_a_store_is_stopped_before_another_starts_there(tmp_path, caplog) -> None:
     store = tmp_path / "store"
     with _reaped(_killed_owner(store, "worker")) as leftover:
-        assert not _exits(leftover, 0.5), "a server started from a worker thread is not tied to its owner"
+        assert not exits(leftover, 0.5), "a server started from a worker thread is not tied to its owner"
         with EmbeddedNats(store) as server:
-            assert _exits(leftover, 0), "the leftover server still runs beside the new one"
+            assert exits(leftover, 0), "the leftover server still runs beside the new one"
             assert server.pid != leftover
             nc = await connect(server.url, "leftover-test")
             assert (await nc.jetstream().account_info()).limits is not None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import httpx
 
 from messages.audio_format import SAMPLE_RATE
 from tests.support.mesh import run_mesh
+from tests.support.process_exit import exits
 
 
 def _processes_mentioning(text: str) -> list[int]:
@@ -39,20 +39,6 @@ def _alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
 
 
-def _exits(pid: int, timeout_s: float) -> bool:
-    """Whether process `pid` (not this process's child) exits within `timeout_s`, awaited on its pidfd."""
-    try:
-        handle = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        poller = select.poll()
-        poller.register(handle, select.POLLIN)
-        return bool(poller.poll(timeout_s * 1000))
-    finally:
-        os.close(handle)
-
-
 def test_a_killed_up_leaves_neither_a_service_nor_its_nats_server_running(tiny_checkpoint, tmp_path):
     state = tmp_path / "state"
     with run_mesh(tiny_checkpoint, state) as mesh:
@@ -60,7 +46,7 @@ def test_a_killed_up_leaves_neither_a_service_nor_its_nats_server_running(tiny_c
         assert len(started) == 4, f"three services and one nats-server: {started}"
         mesh.process.send_signal(signal.SIGKILL)
         mesh.process.wait()
-        left = [pid for pid in started if not _exits(pid, 30.0)]
+        left = [pid for pid in started if not exits(pid, 30.0)]
         for pid in left:  # not to leave them to the next test
             os.kill(pid, signal.SIGKILL)
         assert left == [], f"still running after `voxmesh up` was killed: {left}"
